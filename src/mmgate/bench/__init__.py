@@ -1,0 +1,1 @@
+"""Measuring routing policies: workloads, load generation, discrete-event runs, reports."""

@@ -1,0 +1,63 @@
+"""The single ``mmgate`` command.
+
+Each subcommand lives in the module that owns its concern and exposes two functions:
+``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
+subcommand runs, so ``mmgate --help`` stays fast and one broken extra cannot break the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> (module, one-line help). Keep sorted by how a user meets them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("mmgate.demo", "start the gateway on an embedded simulated fleet and print a request to try"),
+    "serve": ("mmgate.gateway.cli", "run the gateway in front of a fleet of OpenAI-compatible servers"),
+    "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
+    "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),
+    "tokens": ("mmgate.tokens.cli", "count visual/audio tokens for images, videos or sizes per model family"),
+    "cost": ("mmgate.tokens.cost_cli", "price questions about a cached prefix, with and without prompt caching"),
+    "bench": ("mmgate.bench.cli", "benchmark routing policies on a simulated fleet and plot the results"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mmgate",
+        description="mmgate: a multimodal-aware inference gateway for vLLM and SGLang fleets.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not args or args[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    name = args[0]
+    if name not in COMMANDS:
+        parser.error(f"unknown command {name!r}; choose one of: {', '.join(COMMANDS)}")
+    module_name, help_text = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            print(f"mmgate {name}: not available in this build ({exc.name} missing)", file=sys.stderr)
+            return 2
+        raise
+    sub = argparse.ArgumentParser(prog=f"mmgate {name}", description=help_text)
+    module.add_arguments(sub)
+    ns = sub.parse_args(args[1:])
+    result: int = module.run(ns)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

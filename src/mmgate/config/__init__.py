@@ -1,0 +1,1 @@
+"""Configuration loading (llm-d EndpointPickerConfig-compatible)."""

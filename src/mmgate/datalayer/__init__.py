@@ -1,0 +1,1 @@
+"""What the gateway knows about endpoints: discovery, metrics scraping, KV events."""

@@ -1,0 +1,1 @@
+"""The data plane: HTTP gateway, proxying, telemetry."""

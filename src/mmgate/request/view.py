@@ -1,0 +1,93 @@
+"""What the gateway knows about one request after parsing it once.
+
+These types are the contract between request understanding (``mmgate.request``), pricing
+(``mmgate.tokens``), the scheduler (``mmgate.scheduling``), the simulator and the benchmarks.
+They hold no I/O and no reference to the HTTP layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Modality(StrEnum):
+    IMAGE = "image"
+    VIDEO = "video"
+    AUDIO = "audio"
+    EMBEDS = "embeds"  # precomputed embeddings (image_embeds): no encoder work
+
+
+class Source(StrEnum):
+    INLINE = "inline"  # bytes in the body (data: URI, base64 block, input_audio)
+    URL = "url"  # a reference the gateway does not fetch
+    UUID = "uuid"  # only the client's uuid, no payload (vLLM's cached-item form)
+
+
+class Api(StrEnum):
+    CHAT = "chat"  # /v1/chat/completions
+    COMPLETIONS = "completions"  # /v1/completions
+    MESSAGES = "messages"  # /v1/messages (Anthropic)
+
+
+@dataclass(slots=True)
+class MediaAsset:
+    """One media item of a request.
+
+    ``identity`` is the part's ``uuid`` when given, otherwise the xxh3-128 hex digest of the payload
+    as sent (the base64 text of a data URI, the URL string of a reference). It is the key of every
+    media-aware cache in mmgate and is the same on every replica and for every pod.
+    Dimensions are ``None`` when not applicable or not probed; ``probed`` says whether they came
+    from the media itself (or request headers) rather than a configured default applied later.
+    """
+
+    modality: Modality
+    source: Source
+    identity: str
+    field: str  # JSON path of the part, e.g. "messages[0].content[1]"
+    mime: str | None = None  # as declared by the client (data URI media type, input_audio format)
+    detected_format: str | None = None  # what the bytes are, by content ("png", "mp4", "wav", ...)
+    width: int | None = None
+    height: int | None = None
+    duration_s: float | None = None
+    fps: float | None = None
+    sample_rate: int | None = None
+    channels: int | None = None
+    probed: bool = False
+    payload_size: int = 0  # bytes of the payload as sent (base64 text length for inline media)
+    url: str | None = None  # for Source.URL only; never fetched by the parser
+    detail: str | None = None  # OpenAI image "detail" when given
+
+
+@dataclass(slots=True)
+class RequestView:
+    """A request as the gateway reads it.
+
+    ``parts`` is the prompt in order: ``str`` for text (chat turns rendered with a role header so
+    equal prefixes give equal sequences) and :class:`MediaAsset` for media, so prefix matching sees
+    media where it stands relative to the text. ``body`` keeps the original bytes for forwarding.
+    """
+
+    api: Api
+    model: str
+    parts: list[str | MediaAsset]
+    body: bytes = b""
+    stream: bool = False
+    max_tokens: int | None = None
+    cache_salt: str | None = None
+    prompt_token_ids: list[int] | None = None  # completions with token-id prompts
+    unprobed_assets: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def assets(self) -> list[MediaAsset]:
+        """Media items in prompt order (repeats included; identity tells them apart)."""
+        return [p for p in self.parts if isinstance(p, MediaAsset)]
+
+    @property
+    def texts(self) -> list[str]:
+        return [p for p in self.parts if isinstance(p, str)]
+
+    @property
+    def text_bytes(self) -> int:
+        return sum(len(t.encode()) for t in self.texts)

@@ -1,0 +1,1 @@
+"""The endpoint picker: a pure, llm-d-compatible plugin pipeline."""

@@ -1,0 +1,1 @@
+"""mmgate.scheduling.plugins."""

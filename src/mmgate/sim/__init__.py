@@ -1,0 +1,1 @@
+"""A vLLM-compatible simulated model server and fleet."""

@@ -1,0 +1,1 @@
+"""Pricing a request in tokens per served model family and per hosted API."""
