@@ -19,7 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),
     "tokens": ("mmgate.tokens.cli", "count visual/audio tokens for images, videos or sizes per model family"),
-    "cost": ("mmgate.tokens.cost_cli", "price questions about a cached prefix, with and without prompt caching"),
+    "cost": (
+        "mmgate.tokens.cost_cli",
+        "cost of questions on a cached prefix, with and without prompt caching",
+    ),
     "bench": ("mmgate.bench.cli", "benchmark routing policies on a simulated fleet and plot the results"),
 }
 
