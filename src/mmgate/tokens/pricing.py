@@ -1,0 +1,223 @@
+"""Pricing a request: text tokens, tokens per media item, totals per modality.
+
+``price(view, config)`` is what the scheduler's token producer calls for every request, so the
+configuration is resolved once (``PricingConfig.__post_init__``) and pricing an asset is a dict
+lookup and a few integer operations. Assets whose size or duration was not probed get the
+configured defaults and are marked ``defaulted``; repeats of one asset are priced every time they
+appear, because the model sees them every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmgate.request.view import MediaAsset, Modality, RequestView
+from mmgate.tokens.estimator import EstimateConfig, Estimator
+from mmgate.tokens.families import get_family
+from mmgate.tokens.providers import Provider, get_provider
+from mmgate.tokens.rules import Count, Family, UnknownNameError, check_duration, check_size
+from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class AssetPrice:
+    identity: str
+    modality: Modality
+    tokens: int  # encoder positions (visual/audio embeddings)
+    extra_tokens: int  # placeholder / separator tokens around them
+    rule: str  # what priced it: "qwen3-vl", "llm-d:dynamic", "anthropic", ...
+    defaulted: bool  # size/duration came from configured defaults, not the media
+    width: int | None = None
+    height: int | None = None
+    duration_s: float | None = None
+
+    @property
+    def total(self) -> int:
+        return self.tokens + self.extra_tokens
+
+
+@dataclass(slots=True)
+class Pricing:
+    text_tokens: int
+    assets: list[AssetPrice]
+    total_tokens: int
+    by_modality: dict[Modality, int]  # tokens + extra_tokens per modality
+
+    @property
+    def image_tokens(self) -> int:
+        return self.by_modality.get(Modality.IMAGE, 0)
+
+    @property
+    def video_tokens(self) -> int:
+        return self.by_modality.get(Modality.VIDEO, 0)
+
+    @property
+    def audio_tokens(self) -> int:
+        return self.by_modality.get(Modality.AUDIO, 0)
+
+    @property
+    def media_tokens(self) -> int:
+        return self.total_tokens - self.text_tokens
+
+    @property
+    def defaulted_assets(self) -> int:
+        return sum(1 for a in self.assets if a.defaulted)
+
+
+@dataclass(frozen=True)
+class PricingConfig:
+    """How to price media. Exactly one of ``family`` (default), ``estimate`` or ``provider`` applies.
+
+    - ``family``: a served model family (``mmgate tokens --list``) with ``params`` overrides; a
+      modality the family has no rule for (e.g. audio on an image-only model) falls back to
+      ``audio_family`` / the llm-d estimate, and the asset's ``rule`` says so.
+    - ``estimate``: llm-d's token-producer ``estimate`` modes, count for count.
+    - ``provider``: a hosted API rule (``anthropic``, ``openai:MODEL``, ``gemini``).
+    """
+
+    family: str | None = "qwen3-vl"
+    params: Mapping[str, object] = field(default_factory=dict)
+    estimate: EstimateConfig | None = None
+    provider: str | None = None
+    audio_family: str | None = None
+    default_image: tuple[int, int] = (640, 360)
+    default_video: tuple[int, int] = (640, 360)
+    default_video_duration_s: float = 10.0
+    default_video_fps: float = 24.0
+    default_audio_duration_s: float = 10.0
+    tokenizer: str | None = None  # path of a local tokenizer.json for exact text counts
+    _resolved: _Resolved = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_resolved", _Resolved(self))
+
+    @property
+    def rule_name(self) -> str:
+        return self._resolved.name
+
+
+class _Resolved:
+    """Everything ``price`` needs, looked up and validated once."""
+
+    def __init__(self, cfg: PricingConfig) -> None:
+        chosen = [n for n, v in (("estimate", cfg.estimate), ("provider", cfg.provider)) if v is not None]
+        if len(chosen) > 1:
+            raise ValueError("PricingConfig: set at most one of estimate or provider")
+        check_size(*cfg.default_image, param="default_image")
+        check_size(*cfg.default_video, param="default_video")
+        check_duration(cfg.default_video_duration_s, param="default_video_duration_s")
+        check_duration(cfg.default_audio_duration_s, param="default_audio_duration_s")
+        self.cfg = cfg
+        self.estimator = Estimator(cfg.estimate)
+        self.family: Family[Any] | None = None
+        self.provider: Provider | None = None
+        self.audio_family: Family[Any] | None = None
+        if cfg.provider is not None:
+            self.provider = get_provider(cfg.provider)
+            self.name = self.provider.name
+        elif cfg.estimate is not None:
+            self.name = "llm-d-estimate"
+        else:
+            if cfg.family is None:
+                raise ValueError("PricingConfig: set a family, an estimate or a provider")
+            self.family = get_family(cfg.family).with_params(cfg.params)
+            self.name = self.family.name
+        if cfg.audio_family is not None:
+            self.audio_family = get_family(cfg.audio_family)
+            if self.audio_family.audio is None:
+                raise UnknownNameError(f"audio_family {cfg.audio_family!r} has no audio rule")
+        self.text: TextCounter = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else estimate_runs
+        self.estimate_image_rule = (
+            "llm-d:static" if self.estimator.image_static is not None else "llm-d:dynamic"
+        )
+
+    def price_asset(self, a: MediaAsset) -> AssetPrice:
+        cfg = self.cfg
+        mod = a.modality
+        if mod is Modality.AUDIO:
+            duration = a.duration_s
+            defaulted = not duration or duration <= 0
+            if defaulted:
+                duration = cfg.default_audio_duration_s
+            assert duration is not None
+            count, rule = self._audio(duration, a.field)
+            return AssetPrice(
+                a.identity, mod, count.tokens, count.extra, rule, defaulted, duration_s=duration
+            )
+        if mod is Modality.VIDEO:
+            w, h, dur = a.width, a.height, a.duration_s
+            defaulted = not (w and h and dur)
+            if not (w and h):
+                w, h = cfg.default_video
+            if not dur:
+                dur = cfg.default_video_duration_s
+            fps = a.fps or cfg.default_video_fps
+            count, rule = self._video(w, h, dur, fps, a.field)
+            return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h, dur)
+        # images, and precomputed embeddings (their length is not known without decoding them)
+        w, h = a.width, a.height
+        defaulted = mod is Modality.EMBEDS or not (w and h)
+        if not (w and h):
+            w, h = cfg.default_image
+        count, rule = self._image(w, h, a)
+        return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
+
+    def _image(self, w: int, h: int, a: MediaAsset) -> tuple[Count, str]:
+        if self.family is not None and self.family.image is not None:
+            check_size(w, h, param=a.field)
+            return self.family.image(self.family.params, w, h), self.name
+        if self.provider is not None:
+            check_size(w, h, param=a.field)
+            return self.provider.image(w, h, a.detail), self.name
+        return self.estimator.image(w, h), self.estimate_image_rule
+
+    def _video(self, w: int, h: int, dur: float, fps: float, param: str) -> tuple[Count, str]:
+        if self.family is not None and self.family.video is not None:
+            check_size(w, h, param=param)
+            check_duration(dur, param=param)
+            return self.family.video(self.family.params, w, h, dur, fps), self.name
+        if self.provider is not None and self.provider.video is not None:
+            return self.provider.video(w, h, dur, fps), self.name
+        return self.estimator.video(w, h, dur, fps), "llm-d:video"
+
+    def _audio(self, duration: float, param: str) -> tuple[Count, str]:
+        check_duration(duration, param=param)
+        fam = self.family if self.family is not None and self.family.audio is not None else self.audio_family
+        if fam is not None and fam.audio is not None:
+            return fam.audio(fam.params, duration), fam.name
+        if self.provider is not None and self.provider.audio is not None:
+            return self.provider.audio(duration), self.name
+        return self.estimator.audio(duration), "llm-d:audio"
+
+
+def text_runs(view: RequestView) -> list[str]:
+    """The prompt's text split at each media item (what packs into whole pseudo-tokens)."""
+    runs: list[str] = []
+    current: list[str] = []
+    for part in view.parts:
+        if isinstance(part, str):
+            current.append(part)
+        else:
+            if current:
+                runs.append("".join(current))
+                current = []
+    if current:
+        runs.append("".join(current))
+    return runs
+
+
+def price(view: RequestView, config: PricingConfig) -> Pricing:
+    """Price every part of ``view`` under ``config`` (raises RequestError on impossible media)."""
+    resolved = config._resolved
+    assets = [resolved.price_asset(p) for p in view.parts if not isinstance(p, str)]
+    ids = view.prompt_token_ids
+    text = len(ids) if ids is not None else resolved.text(text_runs(view))
+    by_modality: dict[Modality, int] = {}
+    media = 0
+    for a in assets:
+        t = a.tokens + a.extra_tokens
+        media += t
+        by_modality[a.modality] = by_modality.get(a.modality, 0) + t
+    return Pricing(text, assets, text + media, by_modality)

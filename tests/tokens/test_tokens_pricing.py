@@ -1,0 +1,116 @@
+"""price(): per-asset rules, defaults, repeats, totals; build_sequence(): layout and determinism."""
+
+from __future__ import annotations
+
+import pytest
+from tokviews import audio, image, video, view
+
+from mmgate.errors import RequestError
+from mmgate.request.view import Modality
+from mmgate.tokens import (
+    EstimateConfig,
+    PricingConfig,
+    UnknownNameError,
+    build_sequence,
+    get_family,
+    parse_estimate,
+    price,
+)
+from mmgate.tokens.sequence import media_token_id
+
+
+def test_qwen3_prices_probed_image_and_reports_rule() -> None:
+    p = price(view("user: look ", image("a", 1280, 720), " please"), PricingConfig(family="qwen3-vl"))
+    (a,) = p.assets
+    assert (a.tokens, a.extra_tokens, a.rule, a.defaulted) == (880, 2, "qwen3-vl", False)
+    assert p.text_tokens == 3 + 2  # "user: look " = 11 bytes -> 3, " please" = 7 bytes -> 2
+    assert p.total_tokens == p.text_tokens + 882
+    assert p.image_tokens == 882 and p.video_tokens == 0
+
+
+def test_unprobed_image_gets_default_resolution_and_is_marked() -> None:
+    cfg = PricingConfig(family="qwen3-vl", default_image=(1920, 1080))
+    (a,) = price(view(image("u")), cfg).assets
+    assert a.defaulted and (a.width, a.height) == (1920, 1080)
+    assert a.tokens == get_family("qwen3-vl").count_image(1920, 1080).tokens
+
+
+def test_repeated_asset_is_priced_each_time() -> None:
+    same = image("x", 640, 480)
+    p = price(view("a", same, "b", same), PricingConfig(family="qwen2-vl"))
+    assert len(p.assets) == 2 and p.assets[0] == p.assets[1]
+    assert p.image_tokens == 2 * p.assets[0].total
+
+
+def test_params_override_changes_the_count() -> None:
+    small = PricingConfig(family="qwen2-vl", params={"max_pixels": 256 * 28 * 28})
+    big = PricingConfig(family="qwen2-vl")
+    v = view(image("a", 1920, 1080))
+    assert price(v, small).image_tokens < price(v, big).image_tokens
+    assert price(v, small).assets[0].tokens <= 256
+
+
+def test_llmd_estimate_dynamic_static_and_default_resolution() -> None:
+    v = view(image("a", 1280, 720), image("b"))
+    dyn = price(v, PricingConfig(estimate=EstimateConfig()))
+    assert [a.tokens for a in dyn.assets] == [900, 225]  # 1280*720/1024, default 640x360 -> 225
+    assert [a.rule for a in dyn.assets] == ["llm-d:dynamic"] * 2
+    est = parse_estimate({"image": {"mode": "static", "static": {"staticToken": 77}}})
+    assert [a.tokens for a in price(v, PricingConfig(estimate=est)).assets] == [77, 77]
+
+
+def test_family_without_audio_falls_back_and_says_so() -> None:
+    p = price(view(audio("s", 30.0)), PricingConfig(family="qwen3-vl"))
+    assert p.assets[0].rule == "llm-d:audio" and p.audio_tokens > 0
+
+
+def test_absurd_probed_size_is_a_client_error_naming_the_field() -> None:
+    with pytest.raises(RequestError) as err:
+        price(view(image("a", 100_000, 10)), PricingConfig())
+    assert err.value.param == "messages[0].content[a]" and "65535" in err.value.message
+
+
+def test_unknown_family_lists_valid_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"valid familys?: .*qwen3-vl"):
+        PricingConfig(family="qwen9-vl")
+
+
+def test_unknown_param_lists_valid_ones() -> None:
+    with pytest.raises(UnknownNameError, match="max_pixels"):
+        PricingConfig(family="qwen3-vl", params={"max_pixel": 5})
+
+
+def test_video_unprobed_uses_defaults() -> None:
+    p = price(view(video("v")), PricingConfig(family="qwen3-vl"))
+    (a,) = p.assets
+    assert a.defaulted and a.modality is Modality.VIDEO and a.duration_s == 10.0 and a.tokens > 0
+
+
+def test_sequence_layout_matches_pricing() -> None:
+    v = view("user: hi", image("img1", 640, 480), "tell me", image("img1", 640, 480))
+    p = price(v, PricingConfig(family="qwen2-vl"))
+    seq = build_sequence(v, p)
+    assert len(seq.token_ids) == p.total_tokens
+    first, second = seq.mm_items
+    assert first.offset == 2 and first.length == p.assets[0].total  # "user: hi" = 8 bytes = 2 tokens
+    assert second.offset == first.offset + first.length + 2  # "tell me" = 7 bytes -> 2 tokens
+    assert set(seq.token_ids[first.offset : first.offset + first.length]) == {media_token_id("img1")}
+    assert seq.token_ids[0] == int.from_bytes(b"user", "little")
+
+
+def test_sequence_is_deterministic_and_media_change_is_local() -> None:
+    cfg = PricingConfig(family="qwen3-vl")
+    a = view("system prompt " * 10, image("cat", 800, 600), "q")
+    b = view("system prompt " * 10, image("dog", 800, 600), "q")
+    sa, sb = build_sequence(a, price(a, cfg)), build_sequence(b, price(b, cfg))
+    assert sa == build_sequence(a, price(a, cfg))
+    off = sa.mm_items[0].offset
+    assert sa.token_ids[:off] == sb.token_ids[:off] and sa.token_ids[off] != sb.token_ids[off]
+    assert len(sa) == len(sb)
+
+
+def test_sequence_uses_prompt_token_ids() -> None:
+    v = view()
+    v.prompt_token_ids = [5, 6, 7]
+    p = price(v, PricingConfig())
+    assert p.text_tokens == 3 and build_sequence(v, p).token_ids == [5, 6, 7]
