@@ -1,0 +1,126 @@
+"""The shape of an mmgate config file: an llm-d ``EndpointPickerConfig`` plus an ``mmgate:`` section.
+
+Field names keep llm-d's camelCase spelling so an llm-d config loads unchanged. Plugin
+``parameters`` stay raw here; each plugin decodes its own strictly (see
+:mod:`mmgate.scheduling.registry`), so the error names the plugin's valid keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1")
+DEPRECATED_API_VERSIONS = ("inference.networking.x-k8s.io/v1alpha1",)
+KIND = "EndpointPickerConfig"
+
+
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class PluginSpec(_Strict):
+    """One plugin instance: ``name`` defaults to ``type`` (llm-d's rule)."""
+
+    type: str
+    name: str | None = None
+    parameters: Any = None
+
+    @property
+    def instance_name(self) -> str:
+        return self.name or self.type
+
+
+class PluginRef(_Strict):
+    """A plugin used by a profile; ``weight`` only matters for scorers (default 1.0)."""
+
+    pluginRef: str
+    weight: float | None = None
+
+
+class SchedulingProfile(_Strict):
+    name: str
+    plugins: list[PluginRef] = msgspec.field(default_factory=list)
+
+
+class ExtractorRef(_Strict):
+    pluginRef: str
+
+
+class DataSourceSpec(_Strict):
+    pluginRef: str
+    extractors: list[ExtractorRef] = msgspec.field(default_factory=list)
+
+
+class DataLayerSpec(_Strict):
+    """llm-d's data layer section. mmgate's scraper is built in; sources are accepted for
+    compatibility and only ``metrics-data-source`` parameters are honoured by the gateway."""
+
+    sources: list[DataSourceSpec] = msgspec.field(default_factory=list)
+    injectDefaults: bool = True
+
+
+class EndpointPickerConfig(_Strict):
+    """llm-d's ``EndpointPickerConfig`` (apix/config/v1alpha1). Sections mmgate does not act on
+    (``featureGates``, ``flowControl``, ``requestHandler`` and the deprecated ``saturationDetector``
+    and ``parser``) are accepted so llm-d files load, and ignored."""
+
+    apiVersion: str = API_VERSIONS[0]
+    kind: str = KIND
+    plugins: list[PluginSpec] = msgspec.field(default_factory=list)
+    schedulingProfiles: list[SchedulingProfile] = msgspec.field(default_factory=list)
+    dataLayer: DataLayerSpec | None = None
+    featureGates: Any = None
+    flowControl: Any = None
+    requestHandler: Any = None
+    saturationDetector: Any = None
+    parser: Any = None
+
+
+class EndpointSpec(_Strict):
+    """A model server. ``url`` is ``http://host:port`` (or ``host:port``); ``role`` is llm-d's
+    ``llm-d.ai/role`` label value (``encode``, ``prefill``, ``decode``, ``both`` …)."""
+
+    url: str
+    role: str | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class LimitsSpec(_Strict):
+    """What a single request may carry before the gateway refuses it with a 4xx."""
+
+    maxBodyBytes: int = 64 * 1024 * 1024
+    maxMediaItems: int = 64
+
+
+class PricingSpec(_Strict):
+    """How requests are priced in tokens when ``token-producer`` does not say: ``family`` picks an
+    exact model-family rule (e.g. ``qwen3-vl``); ``None`` uses llm-d's estimate."""
+
+    family: str | None = None
+
+
+class MmgateSection(_Strict):
+    """mmgate's own settings. Command-line flags override them."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    endpoints: list[str | EndpointSpec] = msgspec.field(default_factory=list)
+    endpointsFile: str | None = None
+    limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
+    pricing: PricingSpec = msgspec.field(default_factory=PricingSpec)
+    scrapeIntervalMs: int = 50
+    metricsStalenessMs: int = 2000
+    maxRetries: int = 2
+    requestTimeoutS: float = 600.0
+    debugHeaders: bool = False
+    seed: int | None = None
+
+
+class GatewayConfig(msgspec.Struct):
+    """A loaded file: the picker config and the mmgate section, each validated strictly."""
+
+    picker: EndpointPickerConfig
+    mmgate: MmgateSection
+    source: str = "<config>"

@@ -1,0 +1,189 @@
+"""Turning an ``EndpointPickerConfig`` into a :class:`Scheduler`, with llm-d's default injection.
+
+Defaults (llm-d ``docs/architecture.md``, "Default plugins"): a ``default`` profile when none is
+configured (holding every configured filter, scorer and picker), ``single-profile-handler`` when
+there is exactly one profile, ``max-score-picker`` in a profile without a picker, weight 1.0 for a
+scorer without one, and a default producer for every datum a plugin consumes but no configured
+producer produces. Producers then run in dependency order.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from mmgate.config.schema import EndpointPickerConfig, MmgateSection, SchedulingProfile
+from mmgate.config.strict import ConfigError
+from mmgate.scheduling import registry
+from mmgate.scheduling.framework import (
+    Filter,
+    Picker,
+    Plugin,
+    PluginHandle,
+    Producer,
+    Profile,
+    ProfileHandler,
+    Scheduler,
+    Scorer,
+    WeightedScorer,
+)
+from mmgate.scheduling.keys import DEFAULT_PRODUCERS
+
+DEFAULT_PROFILE = "default"
+
+
+def build_scheduler(
+    config: EndpointPickerConfig | None = None,
+    *,
+    mmgate: MmgateSection | None = None,
+    rng: random.Random | None = None,
+    seed: int | None = None,
+) -> Scheduler:
+    """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible."""
+    cfg = config if config is not None else EndpointPickerConfig()
+    section = mmgate if mmgate is not None else MmgateSection()
+    if rng is None:
+        rng = random.Random(seed if seed is not None else section.seed)
+    handle = PluginHandle(rng, settings={"pricing_family": section.pricing.family})
+
+    plugins: dict[str, Plugin] = {}
+    for i, spec in enumerate(cfg.plugins):
+        plugins[spec.instance_name] = registry.create(
+            spec.type, spec.instance_name, spec.parameters, handle, path=f"plugins[{i}]"
+        )
+        handle.plugins[spec.instance_name] = plugins[spec.instance_name]
+
+    def injected(type_name: str) -> Plugin:
+        existing = plugins.get(type_name)
+        if existing is not None and existing.type_name == type_name:
+            return existing
+        made = registry.create(type_name, type_name, None, handle)
+        plugins[type_name] = made
+        handle.plugins[type_name] = made
+        return made
+
+    profile_specs = cfg.schedulingProfiles or [_default_profile(cfg, plugins)]
+    profiles = {spec.name: _build_profile(i, spec, plugins, injected) for i, spec in enumerate(profile_specs)}
+
+    handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
+    if len(handlers) > 1:
+        raise ConfigError(f"more than one profile handler configured: {', '.join(p.name for p in handlers)}")
+    if handlers:
+        handler = handlers[0]
+    elif len(profiles) == 1:
+        handler_plugin = injected("single-profile-handler")
+        assert isinstance(handler_plugin, ProfileHandler)
+        handler = handler_plugin
+    else:
+        raise ConfigError(
+            f"{len(profiles)} scheduling profiles need a profile handler plugin "
+            "(single-profile-handler only handles one profile)",
+            path="schedulingProfiles",
+        )
+
+    producers = _resolve_producers(plugins, injected)
+    return Scheduler(
+        producers=producers,
+        profiles=profiles,
+        handler=handler,
+        plugins=plugins,
+        rng=rng,
+        metrics_staleness_s=section.metricsStalenessMs / 1000.0,
+    )
+
+
+def _default_profile(cfg: EndpointPickerConfig, plugins: dict[str, Plugin]) -> SchedulingProfile:
+    from mmgate.config.schema import PluginRef
+
+    refs = [
+        PluginRef(pluginRef=name) for name, p in plugins.items() if isinstance(p, Filter | Scorer | Picker)
+    ]
+    return SchedulingProfile(name=DEFAULT_PROFILE, plugins=refs)
+
+
+def _build_profile(index: int, spec: SchedulingProfile, plugins: dict[str, Plugin], injected: Any) -> Profile:
+    filters: list[Filter] = []
+    scorers: list[WeightedScorer] = []
+    picker: Picker | None = None
+    for j, ref in enumerate(spec.plugins):
+        where = f"schedulingProfiles[{index}].plugins[{j}].pluginRef"
+        p = plugins.get(ref.pluginRef)
+        if p is None:
+            raise ConfigError(f"pluginRef {ref.pluginRef!r} is not defined under plugins", path=where)
+        used = False
+        if isinstance(p, Filter):
+            filters.append(p)
+            used = True
+        if isinstance(p, Scorer):
+            scorers.append(WeightedScorer(p, 1.0 if ref.weight is None else ref.weight))
+            used = True
+        if isinstance(p, Picker):
+            if picker is not None:
+                raise ConfigError(
+                    f"profile {spec.name!r} has two pickers: {picker.name!r} and {p.name!r}", path=where
+                )
+            picker = p
+            used = True
+        if not used:
+            raise ConfigError(
+                f"{p.name!r} ({p.type_name}) is not a filter, scorer or picker; list it under plugins only",
+                path=where,
+            )
+    if picker is None:
+        made = injected("max-score-picker")
+        assert isinstance(made, Picker)
+        picker = made
+    return Profile(spec.name, filters, scorers, picker)
+
+
+def _base(key: str) -> str:
+    return key.split("@", 1)[0]
+
+
+def _resolve_producers(plugins: dict[str, Plugin], injected: Any) -> list[Producer]:
+    """Create missing default producers, then order all producers so inputs come first."""
+    while True:
+        produced = {k.name for p in plugins.values() if isinstance(p, Producer) for k in p.produces()}
+        missing = [
+            (k.name, p) for p in list(plugins.values()) for k in p.consumes() if k.name not in produced
+        ]
+        if not missing:
+            break
+        key, consumer = missing[0]
+        if "@" in key:
+            raise ConfigError(
+                f"{consumer.name!r} reads data from producer {key.split('@', 1)[1]!r}, "
+                f"which is not configured (or does not produce {_base(key)})"
+            )
+        default_type = DEFAULT_PRODUCERS.get(key)
+        if default_type is None:
+            raise ConfigError(f"{consumer.name!r} needs {key}, which no plugin produces")
+        made = injected(default_type)
+        if not isinstance(made, Producer) or key not in {k.name for k in made.produces()}:
+            raise ConfigError(f"default producer {default_type!r} cannot provide {key}")
+
+    producers = [p for p in plugins.values() if isinstance(p, Producer)]
+    by_key: dict[str, list[Producer]] = {}
+    for p in producers:
+        for k in p.produces():
+            by_key.setdefault(k.name, []).append(p)
+    ordered: list[Producer] = []
+    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+
+    def visit(p: Producer, chain: list[str]) -> None:
+        mark = state.get(p.name, 0)
+        if mark == 2:
+            return
+        if mark == 1:
+            raise ConfigError(f"producers depend on each other in a cycle: {' -> '.join([*chain, p.name])}")
+        state[p.name] = 1
+        for k in (*p.consumes(), *p.consumes_optional()):
+            for dep in by_key.get(k.name, []):
+                if dep is not p:
+                    visit(dep, [*chain, p.name])
+        state[p.name] = 2
+        ordered.append(p)
+
+    for p in producers:
+        visit(p, [])
+    return ordered

@@ -1,0 +1,312 @@
+"""The plugin kinds and the scheduler that runs them, mirroring llm-d's EPP.
+
+One decision: producers run in dependency order over all candidates, then the profile handler
+picks profiles to run, each profile runs Filter → Score → Pick, and the handler turns the
+profile results into a :class:`SchedulingResult`. Scores are clamped to [0, 1], multiplied by the
+scorer's weight and summed; ties are broken at random with the scheduler's seeded RNG.
+
+Everything here is synchronous and clock-free (``now`` is an argument) so the discrete-event
+benchmark can run the same scheduler in virtual time. PreRequest hooks (index updates) run when
+the caller invokes :meth:`Scheduler.pre_request` — the gateway does that off the request path.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import msgspec
+
+from mmgate.scheduling.types import (
+    DataKey,
+    EndpointState,
+    NoEndpointsError,
+    ProfileResult,
+    SchedulingRequest,
+    SchedulingResult,
+)
+
+
+class NoParams(msgspec.Struct, forbid_unknown_fields=True):
+    """For plugins that take no parameters."""
+
+
+class PluginHandle:
+    """What a plugin may use at construction: the shared RNG, other plugins by name, and the
+    gateway-wide defaults from the ``mmgate:`` section."""
+
+    def __init__(self, rng: random.Random, settings: Mapping[str, Any] | None = None) -> None:
+        self.rng = rng
+        self.settings: Mapping[str, Any] = settings or {}
+        self.plugins: dict[str, Plugin] = {}
+
+    def plugin(self, name: str) -> Plugin | None:
+        return self.plugins.get(name)
+
+
+class Plugin:
+    """Base of every plugin. ``type_name`` is the llm-d type; ``Params`` its strict parameters."""
+
+    type_name: ClassVar[str] = ""
+    Params: ClassVar[type[msgspec.Struct]] = NoParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        self.name = name
+        self.params = params
+        self.handle = handle
+
+    def produces(self) -> tuple[DataKey[Any], ...]:
+        return ()
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        """Data this plugin needs; a default producer is created if none is configured."""
+        return ()
+
+    def consumes_optional(self) -> tuple[DataKey[Any], ...]:
+        """Data used when present: orders producers but never creates one."""
+        return ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class Producer(Plugin):
+    """Computes per-request data (llm-d DataProducer) before any profile runs."""
+
+    def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
+        raise NotImplementedError
+
+
+class Filter(Plugin):
+    def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
+        raise NotImplementedError
+
+
+class Scorer(Plugin):
+    """Returns one score per endpoint, aligned with ``endpoints``; the framework clamps to [0, 1]."""
+
+    def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
+        raise NotImplementedError
+
+
+class Picker(Plugin):
+    """Chooses targets (best first) among scored candidates."""
+
+    def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
+        raise NotImplementedError
+
+
+class ProfileHandler(Plugin):
+    def pick_profiles(
+        self,
+        request: SchedulingRequest,
+        profiles: Mapping[str, Profile],
+        results: Mapping[str, ProfileResult | None],
+    ) -> list[str]:
+        """Profiles to run next; an empty list ends the cycle."""
+        raise NotImplementedError
+
+    def process_results(
+        self, request: SchedulingRequest, results: dict[str, ProfileResult | None]
+    ) -> SchedulingResult:
+        raise NotImplementedError
+
+
+class PreRequest(Plugin):
+    """Runs after the decision (llm-d PreRequest), typically to record where content went."""
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        raise NotImplementedError
+
+
+class RequestLifecycle(Plugin):
+    """Follows a request after it is sent: in-flight accounting (llm-d's ResponseBody hooks)."""
+
+    def on_started(
+        self, request: SchedulingRequest, endpoint: EndpointState, profile: str, now: float
+    ) -> None:
+        pass
+
+    def on_first_token(self, request: SchedulingRequest, now: float) -> None:
+        pass
+
+    def on_finished(self, request: SchedulingRequest, now: float) -> None:
+        pass
+
+
+class EndpointAware(Plugin):
+    """Keeps per-endpoint state that must go when the endpoint goes."""
+
+    def remove_endpoint(self, name: str) -> None:
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class WeightedScorer:
+    scorer: Scorer
+    weight: float
+
+
+class Profile:
+    """A named Filter → Score → Pick pipeline."""
+
+    def __init__(
+        self, name: str, filters: list[Filter], scorers: list[WeightedScorer], picker: Picker
+    ) -> None:
+        self.name = name
+        self.filters = filters
+        self.scorers = scorers
+        self.picker = picker
+
+    def run(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> ProfileResult | None:
+        candidates = list(endpoints)
+        for f in self.filters:
+            if not candidates:
+                break
+            candidates = f.filter(request, candidates)
+        if not candidates:
+            return None
+        n = len(candidates)
+        totals = [0.0] * n
+        by_scorer: dict[str, list[float]] | None = {} if request.debug else None
+        for ws in self.scorers:
+            raw = ws.scorer.score(request, candidates)
+            w = ws.weight
+            for i in range(n):
+                s = raw[i]
+                if s > 1.0:
+                    s = 1.0
+                elif not s > 0.0:  # also maps NaN to 0, as llm-d's enforceScoreRange does
+                    s = 0.0
+                totals[i] += s * w
+            if by_scorer is not None:
+                by_scorer[ws.scorer.name] = list(raw)
+        targets = self.picker.pick(candidates, totals)
+        return ProfileResult(targets=targets, candidates=candidates, scores=totals, by_scorer=by_scorer)
+
+
+class Scheduler:
+    """The endpoint picker. Build it with :func:`mmgate.scheduling.build_scheduler`.
+
+    Call order for one request::
+
+        result = scheduler.schedule(req, endpoints, now)       # pure decision
+        scheduler.on_started(req, result.target, now)          # right away: in-flight load
+        scheduler.pre_request(req, result, now)                # may be deferred off the hot path
+        ... scheduler.on_first_token(req, t1) ... scheduler.on_finished(req, t2)
+
+    On a retry before the first byte call :meth:`on_failed` then :meth:`on_started` with the next
+    endpoint (``result.primary.ranked()`` gives the order).
+    """
+
+    def __init__(
+        self,
+        *,
+        producers: list[Producer],
+        profiles: dict[str, Profile],
+        handler: ProfileHandler,
+        plugins: dict[str, Plugin],
+        rng: random.Random,
+        metrics_staleness_s: float = float("inf"),
+    ) -> None:
+        self.producers = producers
+        self.profiles = profiles
+        self.handler = handler
+        self.plugins = plugins
+        self.rng = rng
+        self.metrics_staleness_s = metrics_staleness_s
+        every = list(plugins.values())
+        self._pre_request = [p for p in every if isinstance(p, PreRequest)]
+        self._lifecycle = [p for p in every if isinstance(p, RequestLifecycle)]
+        self._endpoint_aware = [p for p in every if isinstance(p, EndpointAware)]
+        self._active: dict[str, tuple[SchedulingRequest, list[EndpointState]]] = {}
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def schedule(
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointState], now: float
+    ) -> SchedulingResult:
+        """Choose endpoints for ``request``. Raises :class:`NoEndpointsError` when none fits."""
+        if not endpoints:
+            raise NoEndpointsError("no endpoints are available")
+        request.now = now
+        request.staleness_s = self.metrics_staleness_s
+        for producer in self.producers:
+            producer.produce(request, endpoints)
+        results: dict[str, ProfileResult | None] = {}
+        handler = self.handler
+        profiles = self.profiles
+        while True:
+            names = handler.pick_profiles(request, profiles, results)
+            if not names:
+                break
+            for name in names:
+                results[name] = profiles[name].run(request, endpoints)
+        return handler.process_results(request, results)
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        """Run the PreRequest hooks (affinity index updates). Safe to defer off the request path."""
+        for plugin in self._pre_request:
+            plugin.pre_request(request, result, now)
+
+    # -- lifecycle: in-flight accounting --------------------------------------------------------
+
+    def on_started(
+        self, request: SchedulingRequest, endpoint: EndpointState, now: float, *, profile: str | None = None
+    ) -> None:
+        """The request is being sent to ``endpoint`` (for ``profile``, default the primary one)."""
+        held = self._active.get(request.request_id)
+        if held is None:
+            held = (request, [])
+            self._active[request.request_id] = held
+        held[1].append(endpoint)
+        endpoint.inflight.requests += 1
+        prof = profile or _primary_name(self)
+        for plugin in self._lifecycle:
+            plugin.on_started(request, endpoint, prof, now)
+
+    def on_first_token(self, request_id: str, now: float) -> None:
+        """The first response chunk arrived: prefill is done."""
+        held = self._active.get(request_id)
+        if held is None:
+            return
+        for plugin in self._lifecycle:
+            plugin.on_first_token(held[0], now)
+
+    def on_finished(self, request_id: str, now: float) -> None:
+        """The response ended (successfully or not, after streaming started)."""
+        held = self._active.pop(request_id, None)
+        if held is None:
+            return
+        for ep in held[1]:
+            if ep.inflight.requests > 0:
+                ep.inflight.requests -= 1
+        for plugin in self._lifecycle:
+            plugin.on_finished(held[0], now)
+
+    def on_failed(self, request_id: str, now: float) -> None:
+        """The attempt failed before the first byte; releases everything the request held."""
+        self.on_finished(request_id, now)
+
+    @property
+    def active_requests(self) -> int:
+        return len(self._active)
+
+    # -- endpoints ------------------------------------------------------------------------------
+
+    def remove_endpoint(self, name: str) -> None:
+        """The data layer dropped an endpoint: forget every per-endpoint index entry for it."""
+        for plugin in self._endpoint_aware:
+            plugin.remove_endpoint(name)
+
+
+def _primary_name(scheduler: Scheduler) -> str:
+    if len(scheduler.profiles) == 1:
+        return next(iter(scheduler.profiles))
+    return "decode" if "decode" in scheduler.profiles else next(iter(scheduler.profiles))
+
+
+def no_target(profile: str) -> NoEndpointsError:
+    return NoEndpointsError(f"no endpoint passed the filters of profile {profile!r}")

@@ -1,0 +1,101 @@
+"""The data producers publish for filters and scorers, and the keys they publish it under.
+
+Names follow llm-d's attributes (``TokenizedPrompt``, ``PrefixCacheMatchInfo``,
+``EncoderCacheMatchInfo``, ``InFlightLoad``). Per-endpoint values are dicts keyed by endpoint
+name, computed once per request: a request's blocks are hashed once, whatever the fleet size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mmgate.scheduling.types import DataKey
+
+
+@dataclass(slots=True, frozen=True)
+class MediaSpan:
+    """One media item's place in the pseudo-token stream (llm-d's ``MultiModalFeature``)."""
+
+    identity: str
+    modality: str
+    offset: int
+    length: int
+
+
+@dataclass(slots=True)
+class TokenizedPrompt:
+    """The request as tokens: ``token_ids`` is the pseudo-token stream media identities are part
+    of; ``total_tokens`` is what the request costs to prefill (text + media)."""
+
+    token_ids: Sequence[int]
+    media: list[MediaSpan]
+    total_tokens: int
+    media_tokens: int
+    cache_salt: str | None = None
+    pricing: object | None = None  # the mmgate.tokens Pricing behind these numbers, when used
+
+
+@dataclass(slots=True)
+class PrefixMatch:
+    """How many leading blocks of the request each endpoint is believed to hold."""
+
+    block_size: int
+    total_blocks: int
+    prompt_tokens: int
+    hashes: list[int]
+    matched: dict[str, int]
+
+    def match_blocks(self, endpoint: str) -> int:
+        return self.matched.get(endpoint, 0)
+
+    def ratio(self, endpoint: str) -> float:
+        """llm-d's prefix score: matched blocks / total blocks (0 when nothing was hashed)."""
+        if self.total_blocks <= 0:
+            return 0.0
+        return self.matched.get(endpoint, 0) / self.total_blocks
+
+    def matched_tokens(self, endpoint: str) -> int:
+        return min(self.matched.get(endpoint, 0) * self.block_size, self.prompt_tokens)
+
+
+@dataclass(slots=True)
+class EncoderCacheMatch:
+    """Which of the request's distinct media items each endpoint's encoder cache is believed to
+    hold, counted by item and weighted by each item's tokens."""
+
+    identities: list[str]
+    modalities: list[str]
+    tokens: list[int]
+    matched_items: dict[str, int]
+    matched_tokens: dict[str, int]
+
+    @property
+    def total_items(self) -> int:
+        return len(self.identities)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens)
+
+
+@dataclass(slots=True)
+class InflightEstimate:
+    """What this request will add to an endpoint's in-flight counters before prefix discounts."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")
+PREFIX_MATCH: DataKey[PrefixMatch] = DataKey("PrefixCacheMatchInfo")
+ENCODER_CACHE_MATCH: DataKey[EncoderCacheMatch] = DataKey("EncoderCacheMatchInfo")
+INFLIGHT_LOAD: DataKey[InflightEstimate] = DataKey("InFlightLoad")
+
+# The producer created when a consumer needs a key nobody produces (llm-d RegisterAsDefaultProducer).
+DEFAULT_PRODUCERS: dict[str, str] = {
+    TOKENIZED_PROMPT.name: "token-producer",
+    PREFIX_MATCH.name: "approx-prefix-cache-producer",
+    ENCODER_CACHE_MATCH.name: "mm-embeddings-cache-producer",
+    INFLIGHT_LOAD.name: "inflight-load-producer",
+}

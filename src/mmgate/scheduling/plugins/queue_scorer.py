@@ -1,0 +1,28 @@
+"""``queue-scorer``: prefer short waiting queues, min-max normalised across the candidates.
+
+Reads the scraped ``num_requests_waiting``. score = (maxQ − q) / (maxQ − minQ); 1.0 for all when
+every queue is equal. An endpoint whose metrics are missing or stale scores 0.
+"""
+
+from __future__ import annotations
+
+from mmgate.scheduling.framework import Scorer
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import EndpointState, SchedulingRequest
+
+
+@plugin("queue-scorer")
+class QueueScorer(Scorer):
+    def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
+        queues: list[float | None] = []
+        for ep in endpoints:
+            m = request.fresh_metrics(ep)
+            queues.append(None if m is None else m.waiting)
+        known = [q for q in queues if q is not None]
+        if not known:
+            return [0.0] * len(endpoints)
+        lo, hi = min(known), max(known)
+        if hi == lo:
+            return [0.0 if q is None else 1.0 for q in queues]
+        span = hi - lo
+        return [0.0 if q is None else (hi - q) / span for q in queues]

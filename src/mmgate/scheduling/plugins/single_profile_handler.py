@@ -1,0 +1,31 @@
+"""``single-profile-handler``: run the one configured profile once; it is also the primary one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mmgate.scheduling.framework import Profile, ProfileHandler, no_target
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import ProfileResult, SchedulingRequest, SchedulingResult
+
+
+@plugin("single-profile-handler")
+class SingleProfileHandler(ProfileHandler):
+    def pick_profiles(
+        self,
+        request: SchedulingRequest,
+        profiles: Mapping[str, Profile],
+        results: Mapping[str, ProfileResult | None],
+    ) -> list[str]:
+        if results or len(profiles) != 1:
+            return []
+        return list(profiles)
+
+    def process_results(
+        self, request: SchedulingRequest, results: dict[str, ProfileResult | None]
+    ) -> SchedulingResult:
+        (name,) = results
+        result = results[name]
+        if result is None or not result.targets:
+            raise no_target(name)
+        return SchedulingResult(profiles=results, primary_profile=name)

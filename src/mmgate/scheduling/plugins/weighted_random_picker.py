@@ -1,0 +1,36 @@
+"""``weighted-random-picker``: choose with probability proportional to score (A-Res sampling:
+key = U^(1/score), largest keys win). All-zero scores fall back to a uniform choice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmgate.scheduling.framework import Picker, PluginHandle
+from mmgate.scheduling.plugins._picking import PickerParams
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import EndpointState
+
+
+@plugin("weighted-random-picker")
+class WeightedRandomPicker(Picker):
+    Params = PickerParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        self._k: int = params.maxNumOfEndpoints
+        self._rng = handle.rng
+
+    def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
+        rng = self._rng
+        k = min(self._k, len(endpoints))
+        if not any(s > 0 for s in scores):
+            return rng.sample(endpoints, k)
+        keys = []
+        for i, s in enumerate(scores):
+            if s <= 0:
+                keys.append((0.0, i))
+                continue
+            u = rng.random() or 1e-10
+            keys.append((u ** (1.0 / s), i))
+        keys.sort(reverse=True)
+        return [endpoints[i] for _, i in keys[:k]]

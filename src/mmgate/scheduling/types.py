@@ -1,0 +1,204 @@
+"""What the scheduler reads and returns.
+
+The data layer (or the discrete-event benchmark) keeps one :class:`EndpointState` per endpoint
+and refreshes its ``metrics`` after each scrape; the scheduler's lifecycle callbacks keep its
+``inflight`` counters. Scheduling itself only reads them: it takes ``now`` as an argument and never
+looks at a clock, so the same code runs in wall time behind HTTP and in virtual time in the DES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from mmgate.request.view import RequestView
+
+T = TypeVar("T")
+
+ROLE_LABEL = "llm-d.ai/role"
+
+
+class MetricsView(Protocol):
+    """A scraped metrics snapshot. ``None`` means the page did not carry the metric.
+
+    The data layer's snapshot type satisfies this structurally; :class:`Metrics` is a plain one
+    for tests and the simulator. ``scraped_at`` is on the same clock as the ``now`` given to
+    :meth:`Scheduler.schedule`.
+    """
+
+    @property
+    def waiting(self) -> float | None: ...
+    @property
+    def running(self) -> float | None: ...
+    @property
+    def kv_usage(self) -> float | None: ...
+    @property
+    def block_size(self) -> int | None: ...
+    @property
+    def num_gpu_blocks(self) -> int | None: ...
+    @property
+    def scraped_at(self) -> float: ...
+
+
+@dataclass(slots=True, frozen=True)
+class Metrics:
+    """vLLM's ``num_requests_waiting``/``running``, ``kv_cache_usage_perc`` (0..1) and
+    ``cache_config_info`` block size and count, as of ``scraped_at``."""
+
+    waiting: float | None = 0
+    running: float | None = 0
+    kv_usage: float | None = 0.0
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    scraped_at: float = 0.0
+
+
+@dataclass(slots=True)
+class InFlight:
+    """The gateway's own view of work it has sent to an endpoint and not yet seen finish.
+
+    ``requests`` counts started-but-unfinished requests. ``tokens`` are the prompt tokens still to
+    be prefilled (llm-d's ``InFlightLoad.Tokens``: released at the first response chunk unless
+    output estimates are enabled); ``media_tokens`` is the part of ``tokens`` that is media.
+    """
+
+    requests: int = 0
+    tokens: int = 0
+    media_tokens: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class EndpointState:
+    """One endpoint as the scheduler sees it. ``name`` (``host:port``) keys every index."""
+
+    name: str
+    url: str = ""
+    role: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    metrics: MetricsView | None = None
+    inflight: InFlight = field(default_factory=InFlight)
+
+    def metrics_age(self, now: float) -> float | None:
+        """Seconds since the last scrape, or ``None`` when never scraped."""
+        m = self.metrics
+        return None if m is None else now - m.scraped_at
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> EndpointState:
+        """Convenience for tests and the DES: ``http://host:port`` → name ``host:port``."""
+        name = url.split("://", 1)[-1].rstrip("/")
+        return cls(name=name, url=url if "://" in url else f"http://{url}", **kwargs)
+
+
+class DataKey(Generic[T]):
+    """A typed slot in a request's data bag: producers ``put`` and consumers ``get`` by key.
+
+    A producer named other than its type also publishes under ``key.scoped(name)`` so a consumer
+    can ask for one producer's data (llm-d's ``...ProducerName`` parameters).
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def scoped(self, producer_name: str | None) -> DataKey[T]:
+        return self if not producer_name else DataKey(f"{self.name}@{producer_name}")
+
+    def __repr__(self) -> str:
+        return f"DataKey({self.name!r})"
+
+
+class SchedulingRequest:
+    """One request being scheduled: the parsed view, its id and headers, and the data bag.
+
+    The same object is passed to :meth:`Scheduler.schedule`, the PreRequest hooks and the
+    lifecycle callbacks, so producers can leave data for their own later hooks.
+    """
+
+    __slots__ = ("data", "debug", "headers", "now", "request_id", "staleness_s", "view")
+
+    def __init__(
+        self,
+        view: RequestView,
+        request_id: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        debug: bool = False,
+    ) -> None:
+        self.view = view
+        self.request_id = request_id
+        self.headers: Mapping[str, str] = headers if headers is not None else {}
+        self.data: dict[str, object] = {}
+        self.debug = debug
+        self.now = 0.0
+        self.staleness_s = float("inf")
+
+    def get(self, key: DataKey[T]) -> T | None:
+        return cast("T | None", self.data.get(key.name))
+
+    def put(self, key: DataKey[T], value: T) -> None:
+        self.data[key.name] = value
+
+    def fresh_metrics(self, endpoint: EndpointState) -> MetricsView | None:
+        """The endpoint's metrics if scraped within the staleness threshold, else ``None``:
+        stale numbers are not trusted (scorers treat them as unknown)."""
+        m = endpoint.metrics
+        if m is None or self.now - m.scraped_at > self.staleness_s:
+            return None
+        return m
+
+
+@dataclass(slots=True)
+class ProfileResult:
+    """The outcome of one profile: chosen ``targets`` (best first) and every candidate's score.
+
+    ``candidates``/``scores`` are aligned and cover the endpoints that passed the filters;
+    ``by_scorer`` holds each scorer's raw scores when the request asked for debug output.
+    """
+
+    targets: list[EndpointState]
+    candidates: list[EndpointState]
+    scores: list[float]
+    by_scorer: dict[str, list[float]] | None = None
+
+    def ranked(self) -> list[EndpointState]:
+        """Candidates best first (targets first): the order to retry in."""
+        order = sorted(range(len(self.candidates)), key=lambda i: -self.scores[i])
+        rest = [self.candidates[i] for i in order if self.candidates[i] not in self.targets]
+        return [*self.targets, *rest]
+
+    def score_of(self, endpoint: EndpointState) -> float | None:
+        for ep, s in zip(self.candidates, self.scores, strict=True):
+            if ep is endpoint:
+                return s
+        return None
+
+
+@dataclass(slots=True)
+class SchedulingResult:
+    """Every profile's result; ``primary_profile`` names the one whose target serves the request."""
+
+    profiles: dict[str, ProfileResult | None]
+    primary_profile: str
+
+    @property
+    def primary(self) -> ProfileResult:
+        result = self.profiles.get(self.primary_profile)
+        if result is None or not result.targets:
+            raise NoEndpointsError(f"profile {self.primary_profile!r} produced no target")
+        return result
+
+    @property
+    def target(self) -> EndpointState:
+        """The endpoint to send the request to."""
+        return self.primary.targets[0]
+
+    def targets_of(self, profile: str) -> list[EndpointState]:
+        result = self.profiles.get(profile)
+        return [] if result is None else result.targets
+
+
+class NoEndpointsError(RuntimeError):
+    """No endpoint can take the request (none known, or every one filtered out): a 503."""

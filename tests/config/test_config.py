@@ -1,0 +1,139 @@
+"""Loading configs: every shipped example loads and builds; mistakes are named precisely."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmgate.config import ConfigError, load_config, load_config_text, validate
+from mmgate.scheduling import build_scheduler
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+
+
+def test_there_are_examples() -> None:
+    names = {p.name for p in EXAMPLES}
+    assert {"round-robin.yaml", "random.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_loads_and_builds(path: Path) -> None:
+    cfg = load_config(path)
+    assert cfg.picker.kind == "EndpointPickerConfig"
+    validate(cfg)
+    scheduler = build_scheduler(cfg.picker, mmgate=cfg.mmgate)
+    assert scheduler.profiles
+
+
+def test_misspelled_top_level_key_names_valid_keys() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config_text("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugin: []\n")
+    msg = str(err.value)
+    assert err.value.path == "plugin"
+    assert "did you mean 'plugins'" in msg
+    assert "schedulingProfiles" in msg
+
+
+def test_misspelled_profile_key_has_full_path() -> None:
+    text = """
+plugins: [{type: queue-scorer}]
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    wieght: 2
+"""
+    with pytest.raises(ConfigError) as err:
+        load_config_text(text)
+    assert err.value.path == "schedulingProfiles[0].plugins[0].wieght"
+    assert "did you mean 'weight'" in str(err.value)
+
+
+def test_misspelled_mmgate_key() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config_text("mmgate:\n  scrapeInterval: 50\n")
+    assert err.value.path == "mmgate.scrapeInterval"
+    assert "scrapeIntervalMs" in str(err.value)
+
+
+def test_misspelled_plugin_parameter_names_the_plugin_keys() -> None:
+    cfg = load_config_text("plugins:\n- type: load-aware-scorer\n  parameters: {treshold: 5}\n")
+    with pytest.raises(ConfigError) as err:
+        build_scheduler(cfg.picker)
+    assert err.value.path == "plugins[0].parameters.treshold"
+    assert "did you mean 'threshold'" in str(err.value)
+
+
+def test_wrong_type_names_the_path() -> None:
+    cfg = load_config_text("plugins:\n- type: load-aware-scorer\n  parameters: {threshold: lots}\n")
+    with pytest.raises(ConfigError) as err:
+        build_scheduler(cfg.picker)
+    assert "plugins[0].parameters.threshold" in str(err.value)
+    assert "int" in str(err.value)
+
+
+def test_unknown_plugin_type_suggests() -> None:
+    cfg = load_config_text("plugins:\n- type: queue-scorrer\n")
+    with pytest.raises(ConfigError, match="did you mean 'queue-scorer'"):
+        build_scheduler(cfg.picker)
+
+
+@pytest.mark.parametrize(
+    "version", ["llm-d.ai/v1alpha1", "llm-d.ai/v1", "inference.networking.x-k8s.io/v1alpha1"]
+)
+def test_accepted_api_versions(version: str) -> None:
+    assert (
+        load_config_text(f"apiVersion: {version}\nkind: EndpointPickerConfig\n").picker.apiVersion == version
+    )
+
+
+def test_bad_api_version_and_kind() -> None:
+    with pytest.raises(ConfigError, match="apiVersion"):
+        load_config_text("apiVersion: v2\n")
+    with pytest.raises(ConfigError, match="kind"):
+        load_config_text("kind: Deployment\n")
+
+
+def test_dangling_plugin_ref() -> None:
+    text = "plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: d, plugins: [{pluginRef: nope}]}]\n"
+    with pytest.raises(ConfigError) as err:
+        load_config_text(text)
+    assert err.value.path == "schedulingProfiles[0].plugins[0].pluginRef"
+    assert "queue-scorer" in str(err.value)
+
+
+def test_duplicate_plugin_names() -> None:
+    with pytest.raises(ConfigError, match="duplicate plugin name"):
+        load_config_text("plugins: [{type: queue-scorer}, {type: queue-scorer}]\n")
+
+
+def test_two_profiles_without_handler_is_an_error() -> None:
+    text = """
+plugins: [{type: queue-scorer}]
+schedulingProfiles:
+- {name: a, plugins: [{pluginRef: queue-scorer}]}
+- {name: b, plugins: [{pluginRef: queue-scorer}]}
+"""
+    with pytest.raises(ConfigError, match="profile handler"):
+        build_scheduler(load_config_text(text).picker)
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config_text("plugins: [\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_mmgate_section_values() -> None:
+    cfg = load_config_text(
+        "mmgate:\n  port: 9000\n  endpoints: [127.0.0.1:8001, {url: 'http://h:1', role: encode}]\n"
+    )
+    assert cfg.mmgate.port == 9000
+    assert cfg.mmgate.endpoints[0] == "127.0.0.1:8001"
+    assert cfg.mmgate.endpoints[1].role == "encode"
+    with pytest.raises(ConfigError, match="scrapeIntervalMs"):
+        load_config_text("mmgate:\n  scrapeIntervalMs: 10\n")

@@ -1,0 +1,153 @@
+"""The framework: default injection, score arithmetic, tie-breaks, lifecycle and removal hooks."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import ClassVar
+
+import pytest
+
+from mmgate.config import ConfigError, parse_config
+from mmgate.scheduling import (
+    EndpointState,
+    Metrics,
+    NoEndpointsError,
+    SchedulingRequest,
+    Scorer,
+    build_scheduler,
+    plugin,
+    plugin_types,
+)
+from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
+from mmgate.scheduling.plugins.single_profile_handler import SingleProfileHandler
+
+from .helpers import endpoints, request, scheduler
+
+
+@plugin("test-fixed-scorer")
+class FixedScorer(Scorer):
+    """Scores from a table keyed by endpoint name (test only)."""
+
+    table: ClassVar[dict[str, float]] = {}
+
+    def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
+        return [self.table.get(e.name, 0.0) for e in endpoints]
+
+
+def test_defaults_are_injected() -> None:
+    s = scheduler([{"type": "queue-scorer"}])
+    assert list(s.profiles) == ["default"]
+    profile = s.profiles["default"]
+    assert isinstance(profile.picker, MaxScorePicker)
+    assert isinstance(s.handler, SingleProfileHandler)
+    assert [ws.weight for ws in profile.scorers] == [1.0]
+
+
+def test_scores_are_clamped_then_weighted_and_summed() -> None:
+    FixedScorer.table = {"10.0.0.0:8000": 7.0, "10.0.0.1:8000": -3.0, "10.0.0.2:8000": float("nan")}
+    s = scheduler(
+        [{"type": "test-fixed-scorer"}, {"type": "queue-scorer"}],
+        [{"pluginRef": "test-fixed-scorer", "weight": 3}, {"pluginRef": "queue-scorer", "weight": 0.5}],
+    )
+    eps = endpoints(3, waiting=0)
+    result = s.schedule(request(debug=True), eps, 0.0)
+    # fixed: clamp(7)=1 → 3.0, clamp(-3)=0, NaN → 0; queue: all equal → 1.0 × 0.5
+    assert result.primary.scores == [3.5, 0.5, 0.5]
+    assert result.target is eps[0]
+    assert result.primary.by_scorer is not None
+    assert result.primary.by_scorer["test-fixed-scorer"][0] == 7.0
+
+
+def test_ties_are_broken_at_random_and_reproducibly() -> None:
+    eps = endpoints(4, waiting=0)
+
+    def picks(seed: int) -> list[str]:
+        s = scheduler([{"type": "queue-scorer"}], seed=seed)
+        return [s.schedule(request(), eps, 0.0).target.name for _ in range(400)]
+
+    first = picks(7)
+    assert first == picks(7)
+    counts = Counter(first)
+    assert len(counts) == 4
+    assert min(counts.values()) > 60  # roughly uniform: 100 expected each
+
+
+def test_no_endpoints_raises() -> None:
+    s = scheduler([{"type": "queue-scorer"}])
+    with pytest.raises(NoEndpointsError):
+        s.schedule(request(), [], 0.0)
+
+
+def test_stale_metrics_are_not_trusted() -> None:
+    doc = {"plugins": [{"type": "queue-scorer"}], "mmgate": {"metricsStalenessMs": 1000}}
+    cfg = parse_config(doc)
+    s = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
+    fresh_busy = EndpointState("a:1", metrics=Metrics(waiting=5, scraped_at=10.0))
+    stale_idle = EndpointState("b:1", metrics=Metrics(waiting=0, scraped_at=5.0))
+    never = EndpointState("c:1")
+    result = s.schedule(request(debug=True), [fresh_busy, stale_idle, never], now=10.5)
+    assert result.target is fresh_busy
+    assert result.primary.scores == [1.0, 0.0, 0.0]
+    assert stale_idle.metrics_age(10.5) == 5.5
+    assert never.metrics_age(10.5) is None
+
+
+def test_lifecycle_counts_requests_and_is_idempotent() -> None:
+    s = scheduler([{"type": "queue-scorer"}])
+    eps = endpoints(2)
+    req = request(rid="x")
+    result = s.schedule(req, eps, 0.0)
+    s.on_started(req, result.target, 0.0)
+    assert result.target.inflight.requests == 1
+    assert s.active_requests == 1
+    s.on_first_token("x", 0.1)
+    s.on_finished("x", 0.2)
+    s.on_finished("x", 0.3)  # a second end is ignored
+    s.on_failed("unknown", 0.3)
+    assert result.target.inflight.requests == 0
+    assert s.active_requests == 0
+
+
+def test_retry_moves_the_request() -> None:
+    s = scheduler([{"type": "queue-scorer"}])
+    eps = endpoints(2)
+    req = request(rid="y")
+    result = s.schedule(req, eps, 0.0)
+    first, second = result.primary.ranked()
+    s.on_started(req, first, 0.0)
+    s.on_failed("y", 0.01)
+    s.on_started(req, second, 0.01)
+    assert (first.inflight.requests, second.inflight.requests) == (0, 1)
+
+
+def test_profile_without_picker_and_explicit_picker() -> None:
+    s = scheduler(
+        [{"type": "queue-scorer"}, {"type": "random-picker", "parameters": {"maxNumOfEndpoints": 2}}],
+        [{"pluginRef": "queue-scorer"}, {"pluginRef": "random-picker"}],
+    )
+    result = s.schedule(request(), endpoints(3), 0.0)
+    assert len(result.primary.targets) == 2
+    assert len(set(result.primary.targets)) == 2
+
+
+def test_two_pickers_in_one_profile_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="two pickers"):
+        scheduler(
+            [{"type": "random-picker"}, {"type": "max-score-picker"}],
+            [{"pluginRef": "random-picker"}, {"pluginRef": "max-score-picker"}],
+        )
+
+
+def test_registry_lists_llm_d_names() -> None:
+    names = plugin_types()
+    for expected in (
+        "max-score-picker",
+        "random-picker",
+        "weighted-random-picker",
+        "round-robin-picker",
+        "queue-scorer",
+        "kv-cache-utilization-scorer",
+        "load-aware-scorer",
+        "single-profile-handler",
+    ):
+        assert expected in names
