@@ -29,5 +29,12 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m mmgate bench headline --out results/headline
 
+# The peer routers of `mmgate bench overhead`, in their own environment (pinned: the published
+# overhead figures name these versions). Not needed by `make test`.
+PEERS_VENV ?= .venv-peers
+peers:
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q sglang-router==0.3.2 vllm-router==0.1.17
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache results
