@@ -1,0 +1,124 @@
+"""Where the endpoint list comes from: a static list, or a file that is watched for changes.
+
+The file may be YAML: a list of addresses, or a mapping with an ``endpoints:`` list; an entry is
+an address string (``host:port`` or a URL) or ``{address: ..., role: ...}``. A plain text file
+with one address per line works too (it reads as one YAML string split on whitespace/commas).
+A file that fails to parse keeps the previous set: a half-written file must not empty the fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mmgate.datalayer.endpoints import Endpoint, EndpointRegistry, parse_endpoint
+
+log = logging.getLogger("mmgate.datalayer")
+
+
+def _entry(item: Any, where: str) -> Endpoint:
+    if isinstance(item, str):
+        return parse_endpoint(item)
+    if isinstance(item, dict):
+        unknown = set(item) - {"address", "role"}
+        if unknown or "address" not in item:
+            raise ValueError(f"{where}: an endpoint entry takes 'address' and optional 'role'")
+        role = item.get("role")
+        return parse_endpoint(str(item["address"]), role=None if role is None else str(role))
+    raise ValueError(f"{where}: expected an address string or a mapping, got {type(item).__name__}")
+
+
+def endpoints_from_document(doc: Any, where: str = "endpoints") -> list[Endpoint]:
+    """Endpoints from a parsed YAML document (see the module docstring for the shapes)."""
+    if doc is None:
+        return []
+    if isinstance(doc, dict):
+        if set(doc) != {"endpoints"}:
+            raise ValueError(f"{where}: expected a list or a mapping with only 'endpoints'")
+        doc = doc["endpoints"] or []
+    if isinstance(doc, str):
+        doc = [t for t in doc.replace(",", " ").split() if t]
+    if not isinstance(doc, list):
+        raise ValueError(f"{where}: expected a list of endpoints")
+    found: dict[str, Endpoint] = {}
+    for i, item in enumerate(doc):
+        endpoint = _entry(item, f"{where}[{i}]")
+        found.setdefault(endpoint.name, endpoint)
+    return list(found.values())
+
+
+def read_endpoint_file(path: Path) -> list[Endpoint]:
+    text = path.read_text(encoding="utf-8")
+    return endpoints_from_document(yaml.safe_load(text), where=str(path))
+
+
+class StaticDiscovery:
+    """A fixed list, applied once."""
+
+    def __init__(self, endpoints: Sequence[Endpoint]) -> None:
+        self.endpoints = list(endpoints)
+
+    async def start(self, registry: EndpointRegistry) -> None:
+        registry.sync(self.endpoints)
+
+    async def stop(self) -> None:
+        return None
+
+
+class FileDiscovery:
+    """Re-reads ``path`` whenever its mtime or size changes (polled; no inotify dependency)."""
+
+    def __init__(self, path: Path, *, poll_interval_s: float = 1.0, static: Sequence[Endpoint] = ()) -> None:
+        self.path = path
+        self.static = list(static)
+        self.poll_interval_s = poll_interval_s
+        self._stamp: tuple[int, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def refresh(self, registry: EndpointRegistry) -> bool:
+        """Apply the file if it changed since the last look; return whether the set was synced."""
+        stamp = self._stat()
+        if stamp is None or stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            endpoints = read_endpoint_file(self.path)
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            log.warning("endpoint file %s not applied: %s", self.path, exc)
+            return False
+        added, removed = registry.sync([*self.static, *endpoints])
+        if added or removed:
+            log.info("endpoint file %s: added %s, removed %s", self.path, added, removed)
+        return True
+
+    async def start(self, registry: EndpointRegistry) -> None:
+        if self._stat() is None:
+            raise FileNotFoundError(f"endpoint file {self.path} does not exist")
+        self.refresh(registry)
+        self._task = asyncio.create_task(self._watch(registry), name="mmgate-endpoint-file")
+
+    async def _watch(self, registry: EndpointRegistry) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            self.refresh(registry)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

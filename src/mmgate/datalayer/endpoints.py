@@ -1,0 +1,143 @@
+"""Endpoints the gateway routes to, and what it currently believes about each one.
+
+An endpoint's ``name`` is ``host:port``: the key of every per-endpoint index (prefix LRU,
+encoder-cache LRU, in-flight load) and the value of the ``x-mmgate-endpoint`` response header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from mmgate.datalayer.health import Health
+from mmgate.datalayer.metrics import MetricsSnapshot
+
+
+@dataclass(slots=True, frozen=True)
+class Endpoint:
+    """One model server: where it is and what role it plays (``None`` = serves everything)."""
+
+    name: str
+    url: str
+    role: str | None = None
+
+
+def parse_endpoint(text: str, *, role: str | None = None) -> Endpoint:
+    """``host:port``, ``http://host:port`` or ``https://host:port[/]`` → :class:`Endpoint`.
+
+    Raises ``ValueError`` with the offending text when it is not a usable address.
+    """
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty endpoint address")
+    spec = raw if "://" in raw else f"http://{raw}"
+    parts = urlsplit(spec)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"endpoint {raw!r}: scheme must be http or https")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"endpoint {raw!r}: {exc}") from None
+    if not parts.hostname or port is None:
+        raise ValueError(f"endpoint {raw!r}: expected host:port (e.g. 127.0.0.1:8000)")
+    if parts.path not in ("", "/"):
+        raise ValueError(f"endpoint {raw!r}: give the server root, not a path")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return Endpoint(name=f"{host}:{port}", url=f"{parts.scheme}://{host}:{port}", role=role)
+
+
+def parse_endpoints(texts: Iterable[str]) -> list[Endpoint]:
+    """Parse a list of addresses, dropping duplicates but keeping the first order."""
+    seen: dict[str, Endpoint] = {}
+    for text in texts:
+        endpoint = parse_endpoint(text)
+        seen.setdefault(endpoint.name, endpoint)
+    return list(seen.values())
+
+
+@dataclass(slots=True)
+class EndpointRecord:
+    """The gateway's live knowledge of one endpoint: health, last metrics, served models."""
+
+    endpoint: Endpoint
+    health: Health = field(default_factory=Health)
+    metrics: MetricsSnapshot | None = None
+    models: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.endpoint.name
+
+    def fresh_metrics(self, now: float, staleness_s: float) -> MetricsSnapshot | None:
+        """The last snapshot if younger than ``staleness_s``, else ``None`` (not to be trusted)."""
+        snap = self.metrics
+        if snap is None or now - snap.scraped_at > staleness_s:
+            return None
+        return snap
+
+
+Listener = Callable[[Endpoint], None]
+
+
+class EndpointRegistry:
+    """The current endpoint set. Discovery calls :meth:`sync`; others subscribe to changes.
+
+    Removal listeners are how per-endpoint state elsewhere (scheduler indexes, scrape loops,
+    connection pools) forgets an endpoint: nothing keeps a removed endpoint alive.
+    """
+
+    def __init__(self, *, failure_threshold: int = 3) -> None:
+        self.failure_threshold = failure_threshold
+        self._records: dict[str, EndpointRecord] = {}
+        self._on_add: list[Listener] = []
+        self._on_remove: list[Listener] = []
+
+    def on_add(self, listener: Listener) -> None:
+        self._on_add.append(listener)
+
+    def on_remove(self, listener: Listener) -> None:
+        self._on_remove.append(listener)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._records
+
+    def get(self, name: str) -> EndpointRecord | None:
+        return self._records.get(name)
+
+    def records(self) -> list[EndpointRecord]:
+        return list(self._records.values())
+
+    def add(self, endpoint: Endpoint) -> EndpointRecord:
+        record = self._records.get(endpoint.name)
+        if record is not None:
+            if record.endpoint != endpoint:  # role or scheme changed: keep health, update address
+                record.endpoint = endpoint
+            return record
+        record = EndpointRecord(endpoint, Health(failure_threshold=self.failure_threshold))
+        self._records[endpoint.name] = record
+        for listener in self._on_add:
+            listener(endpoint)
+        return record
+
+    def remove(self, name: str) -> bool:
+        record = self._records.pop(name, None)
+        if record is None:
+            return False
+        for listener in self._on_remove:
+            listener(record.endpoint)
+        return True
+
+    def sync(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
+        """Make the set equal to ``endpoints``; return the names added and removed."""
+        wanted = {e.name: e for e in endpoints}
+        removed = [name for name in self._records if name not in wanted]
+        for name in removed:
+            self.remove(name)
+        added = [name for name in wanted if name not in self._records]
+        for endpoint in wanted.values():
+            self.add(endpoint)
+        return added, removed

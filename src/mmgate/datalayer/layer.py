@@ -1,0 +1,70 @@
+"""The data layer as one object the gateway starts and stops: discovery + registry + scraping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mmgate.datalayer.discovery import FileDiscovery, StaticDiscovery
+from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
+from mmgate.datalayer.scraper import MetricsScraper
+
+
+@dataclass(slots=True)
+class DataLayerConfig:
+    """Knobs with llm-d's defaults: 50 ms refresh, 2 s staleness threshold."""
+
+    endpoints: list[Endpoint] = field(default_factory=list)
+    endpoints_file: Path | None = None
+    scrape_interval_s: float = 0.05
+    scrape_timeout_s: float = 1.0
+    staleness_s: float = 2.0
+    file_poll_s: float = 1.0
+    models_interval_s: float = 10.0
+    failure_threshold: int = 3
+
+
+class DataLayer:
+    def __init__(self, config: DataLayerConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.registry = EndpointRegistry(failure_threshold=config.failure_threshold)
+        self.scraper = MetricsScraper(
+            self.registry,
+            interval_s=config.scrape_interval_s,
+            timeout_s=config.scrape_timeout_s,
+            models_interval_s=config.models_interval_s,
+            clock=clock,
+        )
+        # With a file, the static endpoints are kept beside whatever the file lists.
+        self.source: StaticDiscovery | FileDiscovery = (
+            FileDiscovery(config.endpoints_file, poll_interval_s=config.file_poll_s, static=config.endpoints)
+            if config.endpoints_file is not None
+            else StaticDiscovery(config.endpoints)
+        )
+
+    async def start(self) -> None:
+        await self.scraper.start()
+        await self.source.start(self.registry)
+
+    async def stop(self) -> None:
+        await self.source.stop()
+        await self.scraper.stop()
+
+    def routable(self) -> list[EndpointRecord]:
+        """Endpoints that may receive traffic now (healthy, or not yet proven unhealthy)."""
+        return [r for r in self.registry.records() if r.health.healthy]
+
+    def ready(self) -> bool:
+        """At least one endpoint has answered a scrape and is healthy."""
+        return any(r.health.healthy and r.health.ever_succeeded for r in self.registry.records())
+
+    def models(self) -> list[str]:
+        """The union of the models the fleet serves, in first-seen order."""
+        seen: dict[str, None] = {}
+        for record in self.registry.records():
+            for model in record.models:
+                seen.setdefault(model, None)
+        return list(seen)

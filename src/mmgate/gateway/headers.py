@@ -1,0 +1,92 @@
+"""Which request and response headers cross the gateway, and which never do.
+
+Routing headers tell a sidecar or an Envoy where to send work (llm-d's names, plus our own
+``x-mmgate-`` family). Only the gateway may set them: a client that sends one could steer its
+request to any host the sidecar can reach, so every client copy is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+
+# llm-d's routing headers (pkg/common/routing) and the GIE destination header.
+LLMD_ROUTING_HEADERS = frozenset(
+    {
+        "x-gateway-destination-endpoint",
+        "x-gateway-destination-endpoint-served",
+        "x-prefiller-host-port",
+        "x-encoder-hosts-ports",
+        "x-data-parallel-host-port",
+        "x-kv-cache-source-host-port",
+        "test-epp-endpoint-selection",
+    }
+)
+MMGATE_PREFIX = "x-mmgate-"
+# Clients may *ask* for the debug scores; this one is read, then dropped like the others.
+DEBUG_REQUEST_HEADER = "x-mmgate-debug"
+
+# RFC 9110 §7.6.1 connection-specific headers, plus those aiohttp computes for us.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+RESPONSE_ENDPOINT = "x-mmgate-endpoint"
+RESPONSE_TOKENS = "x-mmgate-request-tokens"
+RESPONSE_SCORES = "x-mmgate-scores"
+REQUEST_ID = "x-request-id"
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+
+
+def is_routing_header(lower_name: str) -> bool:
+    return lower_name in LLMD_ROUTING_HEADERS or lower_name.startswith(MMGATE_PREFIX)
+
+
+def upstream_headers(client: Iterable[tuple[str, str]], request_id: str) -> dict[str, str]:
+    """The headers sent upstream: the client's, minus hop-by-hop and routing ones.
+
+    ``Authorization`` and other end-to-end headers pass through untouched (never logged).
+    """
+    out: dict[str, str] = {}
+    for name, value in client:
+        lower = name.lower()
+        if lower in HOP_BY_HOP or is_routing_header(lower) or lower == REQUEST_ID:
+            continue
+        out[name] = value
+    out[REQUEST_ID] = request_id
+    return out
+
+
+def response_headers(upstream: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The upstream response headers a client may see (framing is recomputed by aiohttp)."""
+    out: dict[str, str] = {}
+    for name, value in upstream:
+        lower = name.lower()
+        if lower in HOP_BY_HOP and lower != "content-length":
+            continue
+        if lower.startswith(MMGATE_PREFIX) or lower in ("server", "date"):
+            continue
+        out[name] = value
+    return out
+
+
+def request_id_from(headers: Mapping[str, str]) -> str:
+    """The client's ``x-request-id`` when it is a short safe token, else a fresh one."""
+    given = headers.get(REQUEST_ID)
+    if given and _SAFE_ID.fullmatch(given):
+        return given
+    return uuid.uuid4().hex

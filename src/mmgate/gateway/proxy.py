@@ -1,0 +1,288 @@
+"""Forwarding one request: pick, send the original bytes, stream the answer back, retry early.
+
+The body is sent as the very ``bytes`` object the client sent (no re-serialisation, no copy).
+The client sees nothing until the chosen endpoint has sent its first *body* chunk: until then a
+failure (connect error, reset, 5xx, 429, or a pod dying with only headers sent) is retried on the
+next-best endpoint, within ``max_attempts`` per request and the fleet-wide :class:`RetryBudget`.
+Once the first chunk has gone to the client, chunks are relayed as they arrive (no buffering)
+and an upstream failure is passed on as it came: the client connection is cut, not patched up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from mmgate.datalayer.endpoints import EndpointRecord
+from mmgate.datalayer.layer import DataLayer
+from mmgate.gateway.budget import RetryBudget
+from mmgate.gateway.headers import (
+    RESPONSE_ENDPOINT,
+    RESPONSE_SCORES,
+    RESPONSE_TOKENS,
+    REQUEST_ID,
+    response_headers,
+    upstream_headers,
+)
+from mmgate.gateway.responses import error_response
+from mmgate.gateway.routing import Decision, NoEndpoint, Router
+from mmgate.gateway.telemetry import Telemetry
+from mmgate.request.view import RequestView
+
+log = logging.getLogger("mmgate.gateway")
+
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(slots=True)
+class ProxySettings:
+    max_attempts: int = 3  # the first try plus up to two retries
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 300.0  # longest silence allowed between upstream bytes (incl. queueing)
+    request_timeout_s: float = 600.0
+    pool_limit: int = 4096  # keep-alive connections to all endpoints together
+    retry_ratio: float = 0.2
+    retry_min_per_s: float = 10.0
+    debug_scores: bool = False  # honour ``x-mmgate-debug`` from clients
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one request, for the request log and the metrics."""
+
+    status: int = 0
+    endpoint: str = ""
+    attempts: int = 0
+    decision: Decision | None = None
+    decision_s: float = 0.0
+    first_byte_s: float | None = None
+    errors: list[str] = field(default_factory=list)
+    label: str = ""  # metrics status label when it is not an HTTP status (aborted, client_closed)
+
+
+class _RetryableError(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class Proxy:
+    def __init__(
+        self,
+        data: DataLayer,
+        router: Router,
+        telemetry: Telemetry,
+        settings: ProxySettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.data = data
+        self.router = router
+        self.telemetry = telemetry
+        self.settings = settings
+        self.clock = clock
+        self.budget = RetryBudget(ratio=settings.retry_ratio, min_per_s=settings.retry_min_per_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        s = self.settings
+        connector = aiohttp.TCPConnector(limit=s.pool_limit, limit_per_host=0, keepalive_timeout=60)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,  # bytes pass through exactly as the endpoint encoded them
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            timeout=aiohttp.ClientTimeout(
+                total=s.request_timeout_s, sock_connect=s.connect_timeout_s, sock_read=s.read_timeout_s
+            ),
+        )
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _decide(
+        self,
+        request: web.Request,
+        view: RequestView,
+        candidates: Sequence[EndpointRecord],
+        request_id: str,
+        debug: bool,
+        out: Outcome,
+    ) -> Decision:
+        started = time.perf_counter()
+        decision = self.router.decide(
+            view, candidates, self.clock(), request_id=request_id, headers=request.headers, debug=debug
+        )
+        elapsed = time.perf_counter() - started
+        out.decision_s += elapsed
+        self.telemetry.record_decision(decision, elapsed, first_attempt=out.attempts == 0)
+        return decision
+
+    async def forward(
+        self,
+        request: web.Request,
+        body: bytes,
+        view: RequestView,
+        candidates: list[EndpointRecord],
+        request_id: str,
+        received: float,
+        out: Outcome,
+    ) -> web.StreamResponse:
+        """Proxy ``request`` (its ``body`` already parsed into ``view``) to one of ``candidates``."""
+        assert self._session is not None, "start() first"
+        self.budget.on_request()
+        headers = upstream_headers(request.headers.items(), request_id)
+        want_scores = self.settings.debug_scores and "x-mmgate-debug" in request.headers
+        pending = list(candidates)
+        last_error = "no endpoint could be reached"
+        while pending:
+            try:
+                decision = self._decide(request, view, pending, request_id, want_scores, out)
+            except NoEndpoint as exc:
+                last_error = str(exc) or "no endpoint passed the scheduler's filters"
+                break
+            out.decision = decision
+            out.endpoint = decision.endpoint
+            out.attempts += 1
+            pending = [r for r in pending if r.name != decision.endpoint]
+            record = self.data.registry.get(decision.endpoint)
+            if record is None:  # removed between the decision and now
+                continue
+            is_last = out.attempts >= self.settings.max_attempts or not pending
+            try:
+                return await self._attempt(
+                    request, body, record, decision, headers, is_last, want_scores, received, request_id, out
+                )
+            except _RetryableError as exc:
+                out.errors.append(f"{decision.endpoint}: {exc}")
+                last_error = str(exc)
+                self.telemetry.upstream_errors.labels(decision.endpoint, exc.reason).inc()
+                if is_last or not self.budget.try_retry():
+                    break
+                self.telemetry.retries.labels(exc.reason).inc()
+        out.status = 502
+        return error_response(
+            502,
+            f"no endpoint answered after {out.attempts} attempt(s): {last_error}",
+            code="upstream_unavailable",
+            headers={REQUEST_ID: request_id},
+        )
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        body: bytes,
+        record: EndpointRecord,
+        decision: Decision,
+        headers: dict[str, str],
+        is_last: bool,
+        want_scores: bool,
+        received: float,
+        request_id: str,
+        out: Outcome,
+    ) -> web.StreamResponse:
+        assert self._session is not None
+        send_headers = {**headers, **decision.headers} if decision.headers else headers
+        url = record.endpoint.url + request.path_qs
+        self.router.started(decision)
+        if decision.pre_request is not None:
+            asyncio.get_running_loop().call_soon(_run_hook, decision.pre_request)
+        ok = False
+        try:
+            try:
+                upstream = await self._session.post(url, data=body, headers=send_headers)
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                record.health.record_failure(self.clock(), f"connect: {exc}")
+                raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
+            except (aiohttp.ClientError, OSError) as exc:
+                raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
+            except TimeoutError:
+                raise _RetryableError("timeout", "no response headers in time") from None
+            try:
+                if upstream.status in _RETRY_STATUS and not is_last:
+                    raise _RetryableError(str(upstream.status), f"HTTP {upstream.status}")
+                try:
+                    first = await upstream.content.readany()
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise _RetryableError("reset", f"failed before the first byte: {exc}") from None
+                except TimeoutError:
+                    raise _RetryableError("timeout", "no first byte in time") from None
+                record.health.record_success(self.clock())
+                out.first_byte_s = self.clock() - received
+                self.router.first_token(decision)
+                response, ok = await self._relay(
+                    request, upstream, first, decision, want_scores, request_id, out
+                )
+                return response
+            finally:
+                if ok:
+                    upstream.release()
+                else:
+                    upstream.close()
+        finally:
+            self.router.finished(decision, ok=ok)
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        first: bytes,
+        decision: Decision,
+        want_scores: bool,
+        request_id: str,
+        out: Outcome,
+    ) -> tuple[web.StreamResponse, bool]:
+        """Commit to this upstream: send status and headers, then every chunk as it arrives.
+
+        Returns the response and whether the stream completed.
+        """
+        headers = CIMultiDict(response_headers(upstream.headers.items()))
+        headers[RESPONSE_ENDPOINT] = decision.endpoint
+        headers[RESPONSE_TOKENS] = str(decision.request_tokens)
+        headers[REQUEST_ID] = request_id
+        if want_scores and decision.scores is not None:
+            headers[RESPONSE_SCORES] = _scores_header(decision.scores)
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        out.status = upstream.status
+        chunk = first
+        try:
+            await response.prepare(request)
+            while chunk:
+                await response.write(chunk)
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    out.label = "aborted"
+                    out.errors.append(f"{decision.endpoint}: stream broke: {type(exc).__name__}: {exc}")
+                    if request.transport is not None:
+                        request.transport.abort()  # the client must see a broken stream, not an end
+                    return response, False
+            await response.write_eof()
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            out.label = "client_closed"  # closing the upstream connection cancels the work there
+            return response, False
+        return response, True
+
+
+def _run_hook(hook: Callable[[], None]) -> None:
+    try:
+        hook()
+    except Exception:
+        log.exception("PreRequest hook failed")
+
+
+def _scores_header(scores: dict[str, dict[str, float]]) -> str:
+    """``endpoint: scorer=0.50,scorer=1.00; endpoint: ...`` — ASCII, one line, bounded."""
+    parts = []
+    for endpoint, by_scorer in scores.items():
+        inner = ",".join(f"{name}={value:.3f}" for name, value in by_scorer.items())
+        parts.append(f"{endpoint}: {inner}")
+    return "; ".join(parts)[:4096]

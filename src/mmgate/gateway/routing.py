@@ -1,0 +1,79 @@
+"""The seam between the data plane and the endpoint picker.
+
+The proxy needs four things from whatever picks endpoints: a decision for a request over the
+current candidates, the lifecycle calls that keep in-flight load right, PreRequest hooks to run
+after forwarding has begun, and a way to forget a removed endpoint. :class:`Router` names them;
+:mod:`mmgate.gateway.scheduler_router` implements it over :class:`mmgate.scheduling.Scheduler`,
+tests may implement it with a few lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mmgate.datalayer.endpoints import EndpointRecord
+from mmgate.request.view import RequestView
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where one attempt of a request goes, and what the gateway reports about it.
+
+    ``handle`` is opaque to the proxy and handed back in the lifecycle calls. ``headers`` are
+    routing headers the picker wants set upstream (e.g. ``x-prefiller-host-port``).
+    ``encoder_items``/``encoder_hits`` are per modality, for the chosen endpoint: the media items
+    queried and those the picker believed that endpoint had encoded. ``prefix_match`` is the
+    fraction of the prompt's blocks believed cached there (``None`` when not computed).
+    """
+
+    endpoint: str
+    request_tokens: int = 0
+    tokens_by_modality: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, dict[str, float]] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    encoder_items: dict[str, int] = field(default_factory=dict)
+    encoder_hits: dict[str, int] = field(default_factory=dict)
+    prefix_match: float | None = None
+    pre_request: Callable[[], None] | None = None
+    handle: object = None
+
+
+class NoEndpoint(Exception):
+    """No candidate survived the filters (distinct from 'no endpoints at all')."""
+
+
+class Router(Protocol):
+    def decide(
+        self,
+        view: RequestView,
+        candidates: Sequence[EndpointRecord],
+        now: float,
+        *,
+        request_id: str,
+        headers: Mapping[str, str],
+        debug: bool,
+    ) -> Decision:
+        """Pick an endpoint among ``candidates`` (non-empty). Raises :class:`NoEndpoint`.
+
+        Called again with the remaining candidates when an attempt fails before the first byte,
+        so the retry goes to the next best endpoint under the state of that moment.
+        """
+        ...
+
+    def started(self, decision: Decision) -> None:
+        """The request was sent to ``decision.endpoint`` (in-flight load goes up)."""
+        ...
+
+    def first_token(self, decision: Decision) -> None:
+        """The first response bytes arrived (prefill is over)."""
+        ...
+
+    def finished(self, decision: Decision, *, ok: bool) -> None:
+        """The attempt ended, successfully or not (in-flight load goes down)."""
+        ...
+
+    def forget(self, endpoint: str) -> None:
+        """``endpoint`` left the fleet: every per-endpoint index must drop it."""
+        ...

@@ -1,0 +1,159 @@
+"""The gateway's Prometheus metrics and its JSON request log.
+
+Each gateway owns a :class:`prometheus_client.CollectorRegistry`, so several gateways in one
+process (tests, the demo) never share counters. Endpoint health is read at scrape time by a
+collector instead of being pushed on every change.
+
+Logs are one JSON object per line, built from explicit fields only: bodies, media payloads and
+headers (API keys) are never passed to the logger, so they cannot leak into it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mmgate.datalayer.endpoints import EndpointRegistry
+from mmgate.gateway.routing import Decision
+
+RATIO_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))
+DECISION_BUCKETS = (25e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1.6e-3, 3.2e-3, 6.4e-3, 0.0128, 0.0256, 0.1)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class _EndpointCollector(Collector):
+    def __init__(self, registry: EndpointRegistry, clock: Callable[[], float]) -> None:
+        self.registry = registry
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        healthy = GaugeMetricFamily(
+            "mmgate_endpoint_healthy", "1 if the endpoint receives traffic, else 0", labels=["endpoint"]
+        )
+        age = GaugeMetricFamily(
+            "mmgate_endpoint_metrics_age_seconds",
+            "Seconds since the endpoint's /metrics was last scraped successfully",
+            labels=["endpoint"],
+        )
+        waiting = GaugeMetricFamily(
+            "mmgate_endpoint_waiting_requests",
+            "Waiting queue last scraped from the endpoint",
+            labels=["endpoint"],
+        )
+        now = self.clock()
+        for record in self.registry.records():
+            healthy.add_metric([record.name], 1.0 if record.health.healthy else 0.0)
+            if record.metrics is not None:
+                age.add_metric([record.name], max(0.0, now - record.metrics.scraped_at))
+                if record.metrics.waiting is not None:
+                    waiting.add_metric([record.name], record.metrics.waiting)
+        yield healthy
+        yield age
+        yield waiting
+
+
+class Telemetry:
+    def __init__(self, endpoints: EndpointRegistry, clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "mmgate_requests", "Requests answered, by model, HTTP status and endpoint",
+            ["model", "status", "endpoint"], registry=r,
+        )  # fmt: skip
+        self.inflight = Gauge("mmgate_inflight_requests", "Requests being proxied now", registry=r)
+        self.decision_latency = Histogram(
+            "mmgate_decision_latency_seconds", "Time to pick an endpoint (parse and pricing excluded)",
+            buckets=DECISION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.request_latency = Histogram(
+            "mmgate_request_duration_seconds", "Time from request received to last byte sent",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ttfb = Histogram(
+            "mmgate_time_to_first_byte_seconds", "Time from request received to first upstream byte",
+            ["model"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.priced_tokens = Counter(
+            "mmgate_priced_tokens", "Prompt tokens as priced by the gateway, by modality",
+            ["modality"], registry=r,
+        )  # fmt: skip
+        self.encoder_queries = Counter(
+            "mmgate_encoder_cache_queries", "Media items routed, by chosen pod and modality",
+            ["pod", "modality"], registry=r,
+        )  # fmt: skip
+        self.encoder_hits = Counter(
+            "mmgate_encoder_cache_hits", "Media items routed to a pod believed to hold their encoding",
+            ["pod", "modality"], registry=r,
+        )  # fmt: skip
+        self.encoder_hit_ratio = Histogram(
+            "mmgate_encoder_cache_hit_ratio", "Per request: media items believed cached on the chosen pod",
+            buckets=RATIO_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.prefix_match = Histogram(
+            "mmgate_prefix_match_ratio", "Per request: prompt blocks believed cached on the chosen pod",
+            buckets=RATIO_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "mmgate_retries", "Attempts re-sent to another endpoint before the first byte, by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.upstream_errors = Counter(
+            "mmgate_upstream_errors", "Failed attempts, by endpoint and reason",
+            ["endpoint", "reason"], registry=r,
+        )  # fmt: skip
+        r.register(_EndpointCollector(endpoints, clock))
+
+    def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
+        self.decision_latency.observe(seconds)
+        if not first_attempt:
+            return
+        for modality, tokens in decision.tokens_by_modality.items():
+            self.priced_tokens.labels(modality).inc(tokens)
+        queried = sum(decision.encoder_items.values())
+        if queried:
+            hits = 0
+            for modality, items in decision.encoder_items.items():
+                hit = decision.encoder_hits.get(modality, 0)
+                hits += hit
+                self.encoder_queries.labels(decision.endpoint, modality).inc(items)
+                self.encoder_hits.labels(decision.endpoint, modality).inc(hit)
+            self.encoder_hit_ratio.observe(hits / queried)
+        if decision.prefix_match is not None:
+            self.prefix_match.observe(decision.prefix_match)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, plus the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": round(record.created, 6),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            doc.update(fields)
+        if record.exc_info:
+            doc["error"] = self.formatException(record.exc_info)
+        return orjson.dumps(doc, default=str).decode()
+
+
+def configure_logging(level: str = "info", *, json: bool = True) -> None:
+    """Route mmgate's loggers to stderr, as JSON lines unless ``json`` is False."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonFormatter() if json else logging.Formatter("%(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger("mmgate")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

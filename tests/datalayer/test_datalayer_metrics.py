@@ -1,0 +1,47 @@
+from mmgate.datalayer.metrics import parse_metrics
+
+VLLM_PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="qwen"} 3.0
+vllm:num_requests_running{engine="1",model_name="qwen"} 2.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="qwen"} 7.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="qwen",reason="capacity"} 99.0
+vllm:kv_cache_usage_perc{engine="0",model_name="qwen"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="qwen"} 0.5
+vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="2048"} 1.0
+vllm:time_to_first_token_seconds_bucket{le="0.001",model_name="qwen"} 0.0
+"""
+
+
+def test_vllm_counts_are_summed_usage_is_the_max_and_prefix_names_do_not_collide() -> None:
+    snap = parse_metrics(VLLM_PAGE, now=12.5)
+    assert snap.engine == "vllm"
+    assert snap.running == 5.0
+    assert snap.waiting == 7.0  # not 106: ..._by_reason is another family
+    assert snap.kv_usage == 0.5
+    assert (snap.block_size, snap.num_gpu_blocks) == (16, 2048)
+    assert snap.age(13.0) == 0.5
+
+
+def test_sglang_family_is_recognised() -> None:
+    page = (
+        b'sglang:num_running_reqs{model_name="m"} 4\nsglang:num_queue_reqs{model_name="m"} 9\n'
+        b'sglang:token_usage{model_name="m"} 0.75\n'
+    )
+    snap = parse_metrics(page)
+    assert (snap.engine, snap.running, snap.waiting, snap.kv_usage) == ("sglang", 4.0, 9.0, 0.75)
+
+
+def test_missing_and_malformed_values_are_unknown_not_zero() -> None:
+    page = b"vllm:num_requests_running garbage\nvllm:num_requests_waiting 2 1700000000000\nvllm:kv_cache_usage_perc NaN\n"
+    snap = parse_metrics(page)
+    assert snap.running is None
+    assert snap.waiting == 2.0  # a trailing timestamp is allowed
+    assert snap.kv_usage is None
+    assert snap.block_size is None
+
+
+def test_deprecated_vllm_usage_name_still_read() -> None:
+    assert parse_metrics(b"vllm:gpu_cache_usage_perc 0.4\n").kv_usage == 0.4

@@ -1,0 +1,240 @@
+"""The proxy against scriptable upstreams on loopback: bytes, headers, retries, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+from multidict import CIMultiDict
+from gw_support import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
+
+from mmgate.gateway.server import Gateway
+
+BODY = b'{"model": "m",   "messages": [{"role": "user", "content": "hi \\u00e9"}]}'
+
+
+@pytest.fixture
+async def upstreams() -> AsyncIterator[list[Upstream]]:
+    ups = [Upstream(), Upstream()]
+    for u in ups:
+        await u.start()
+    yield ups
+    for u in ups:
+        await u.stop()
+
+
+class Env:
+    def __init__(
+        self, gateway: Gateway, url: str, router: OrderRouter, session: aiohttp.ClientSession
+    ) -> None:
+        self.gateway = gateway
+        self.url = url
+        self.router = router
+        self.session = session
+
+    async def post(
+        self, body: bytes = BODY, path: str = "/v1/chat/completions", **headers: str
+    ) -> tuple[int, CIMultiDict[str], bytes]:
+        async with self.session.post(self.url + path, data=body, headers=headers) as resp:
+            return resp.status, CIMultiDict(resp.headers), await resp.read()
+
+
+async def make_env(addresses: list[str], order: list[str], **kwargs: object) -> tuple[Env, web.AppRunner]:
+    router = OrderRouter(order=order)
+    gateway, runner, url = await start_gateway(addresses, router, **kwargs)  # type: ignore[arg-type]
+    return Env(gateway, url, router, aiohttp.ClientSession()), runner
+
+
+@pytest.fixture
+async def env(upstreams: list[Upstream]) -> AsyncIterator[Env]:
+    e, runner = await make_env([u.address for u in upstreams], [upstreams[0].address])
+    yield e
+    await e.session.close()
+    await runner.cleanup()
+
+
+async def test_original_bytes_are_forwarded_and_the_decision_is_reported(
+    env: Env, upstreams: list[Upstream]
+) -> None:
+    status, headers, body = await env.post(
+        BODY,
+        **{
+            "Authorization": "Bearer sk-test",
+            "x-gateway-destination-endpoint": "10.9.9.9:1",
+            "X-Encoder-Hosts-Ports": "10.9.9.9:2",
+            "x-mmgate-endpoint": "forged",
+            "x-request-id": "req-123",
+        },
+    )
+    assert status == 200
+    assert upstreams[0].bodies == [BODY]  # byte for byte, whitespace and escapes included
+    sent = {k.lower(): v for k, v in upstreams[0].headers[0].items()}
+    assert sent["authorization"] == "Bearer sk-test"
+    assert sent["x-request-id"] == "req-123"
+    assert "x-gateway-destination-endpoint" not in sent
+    assert "x-encoder-hosts-ports" not in sent
+    assert "x-mmgate-endpoint" not in sent
+    assert sent["x-prefiller-host-port"] == "10.0.0.1:1"  # set by the router, not the client
+    assert headers["x-mmgate-endpoint"] == upstreams[0].address
+    assert headers["x-mmgate-request-tokens"] == "42"
+    assert headers["x-request-id"] == "req-123"
+    assert "x-mmgate-scores" not in headers  # debug scores only when asked
+    assert env.router.calls == [("started", upstreams[0].address), ("first_token", upstreams[0].address),
+                                ("finished", upstreams[0].address)]  # fmt: skip
+    await asyncio.sleep(0)
+    assert env.router.hooks == 1
+
+
+async def test_debug_scores_on_request(env: Env) -> None:
+    _, headers, _ = await env.post(BODY, **{"x-mmgate-debug": "1"})
+    assert "test-scorer=1.000" in headers["x-mmgate-scores"]
+
+
+@pytest.mark.parametrize("failure", [500, 503, 429])
+async def test_a_failing_endpoint_is_retried_on_the_next_one(
+    env: Env, upstreams: list[Upstream], failure: int
+) -> None:
+    upstreams[0].behaviour = status_behaviour(failure)
+    status, headers, _ = await env.post()
+    assert status == 200
+    assert headers["x-mmgate-endpoint"] == upstreams[1].address
+    assert len(upstreams[0].bodies) == 1 and upstreams[1].bodies == [BODY]
+    assert [c[0] for c in env.router.calls] == ["started", "failed", "started", "first_token", "finished"]
+    metrics = (await env.session.get(env.url + "/metrics")).content
+    text = (await metrics.read()).decode()
+    assert f'mmgate_retries_total{{reason="{failure}"}} 1.0' in text
+
+
+async def test_when_every_endpoint_fails_the_last_answer_is_passed_through(
+    env: Env, upstreams: list[Upstream]
+) -> None:
+    for u in upstreams:
+        u.behaviour = status_behaviour(503)
+    status, headers, body = await env.post()
+    assert status == 503
+    assert b"upstream says 503" in body
+    assert headers["x-mmgate-endpoint"] == upstreams[1].address
+
+
+async def test_connection_refused_is_retried_and_all_refused_is_a_502(upstreams: list[Upstream]) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    e, runner = await make_env([dead, upstreams[0].address], [dead])
+    try:
+        status, headers, _ = await e.post()
+        assert status == 200 and headers["x-mmgate-endpoint"] == upstreams[0].address
+    finally:
+        await e.session.close()
+        await runner.cleanup()
+    e, runner = await make_env([dead], [dead])
+    try:
+        status, _, body = await e.post()
+        assert status == 502
+        assert b'"type":"upstream_error"' in body and b"ClientConnectorError" in body
+    finally:
+        await e.session.close()
+        await runner.cleanup()
+
+
+async def test_sse_chunks_arrive_one_by_one(env: Env, upstreams: list[Upstream]) -> None:
+    chunks = [f'data: {{"i": {i}}}\n\n'.encode() for i in range(5)] + [b"data: [DONE]\n\n"]
+    upstreams[0].behaviour = sse_behaviour(chunks, delay=0.05)
+    loop = asyncio.get_running_loop()
+    arrivals: list[tuple[float, bytes]] = []
+    async with env.session.post(env.url + "/v1/chat/completions", data=BODY) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        async for chunk in resp.content.iter_any():
+            arrivals.append((loop.time(), chunk))
+    assert b"".join(c for _, c in arrivals) == b"".join(chunks)
+    assert len(arrivals) >= 5  # not buffered into one piece
+    assert arrivals[-1][0] - arrivals[0][0] >= 0.15  # spread over the upstream's own pacing
+
+
+async def test_a_stream_that_breaks_midway_is_cut_not_completed(env: Env, upstreams: list[Upstream]) -> None:
+    async def broken(request: web.Request, _body: bytes) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"i": 0}\n\n')
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
+    upstreams[0].behaviour = broken
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async with env.session.post(env.url + "/v1/chat/completions", data=BODY) as resp:
+            assert resp.status == 200
+            await resp.read()
+    assert upstreams[1].bodies == []  # streaming had begun: no retry
+    await asyncio.sleep(0.05)
+    assert ("failed", upstreams[0].address) in env.router.calls
+
+
+async def test_a_pod_dying_after_headers_but_before_the_first_byte_is_retried(
+    env: Env, upstreams: list[Upstream]
+) -> None:
+    async def dies(request: web.Request, _body: bytes) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
+    upstreams[0].behaviour = dies
+    status, headers, _ = await env.post()
+    assert status == 200 and headers["x-mmgate-endpoint"] == upstreams[1].address
+
+
+async def test_client_errors_are_openai_shaped_4xx(env: Env, upstreams: list[Upstream]) -> None:
+    status, _, body = await env.post(b"{not json")
+    assert status == 400 and b'"param":"body"' in body
+    status, _, body = await env.post(b'{"model": "nope", "messages": []}')
+    assert status in (200, 404)  # models not fetched yet: routed; once known, refused
+    for _ in range(100):
+        if all(r.models for r in env.gateway.data.registry.records()):
+            break
+        await asyncio.sleep(0.02)
+    status, _, body = await env.post(b'{"model": "nope", "messages": []}')
+    assert status == 404 and b'"code":"model_not_found"' in body and b'"param":"model"' in body
+    status, _, body = await env.post(b'{"model": "m", "pad": "' + b"x" * (2 << 20) + b'"}')
+    assert status == 413 and b'"param":"body"' in body
+    async with env.session.get(env.url + "/v1/nothing") as resp:
+        assert resp.status == 404 and "error" in await resp.json()
+    async with env.session.get(env.url + "/v1/chat/completions") as resp:
+        assert resp.status == 405 and "error" in await resp.json()
+    assert sum(len(u.bodies) for u in upstreams) <= 1
+
+
+async def test_health_ready_models_and_metrics(env: Env, upstreams: list[Upstream]) -> None:
+    async with env.session.get(env.url + "/health") as resp:
+        assert resp.status == 200
+    for _ in range(100):
+        async with env.session.get(env.url + "/ready") as resp:
+            if resp.status == 200:
+                break
+        await asyncio.sleep(0.02)
+    assert resp.status == 200
+    for _ in range(100):
+        async with env.session.get(env.url + "/v1/models") as resp:
+            models = await resp.json()
+        if models["data"]:
+            break
+        await asyncio.sleep(0.02)
+    assert [m["id"] for m in models["data"]] == ["m"]
+    await env.post()
+    async with env.session.get(env.url + "/metrics") as resp:
+        text = await resp.text()
+    a = upstreams[0].address
+    assert f'mmgate_requests_total{{endpoint="{a}",model="m",status="200"}} 1.0' in text
+    assert f'mmgate_endpoint_healthy{{endpoint="{a}"}} 1.0' in text
+    assert f'mmgate_encoder_cache_hits_total{{modality="image",pod="{a}"}} 1.0' in text
+    assert 'mmgate_priced_tokens_total{modality="image"} 2.0' in text
+    assert "mmgate_decision_latency_seconds_count 1.0" in text
+    assert 'mmgate_prefix_match_ratio_bucket{le="0.5"} 1.0' in text
+
+
+async def test_removing_an_endpoint_makes_the_router_forget_it(env: Env, upstreams: list[Upstream]) -> None:
+    env.gateway.data.registry.remove(upstreams[1].address)
+    assert env.router.forgotten == [upstreams[1].address]

@@ -1,0 +1,90 @@
+"""The real Scheduler behind the gateway: lifecycle accounting, retries, debug scores, forgetting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from gw_support import Upstream, free_port, sse_behaviour, start_gateway
+
+from mmgate.config import load_config_text
+from mmgate.gateway.proxy import ProxySettings
+from mmgate.gateway.scheduler_router import SchedulerRouter
+from mmgate.scheduling import build_scheduler
+
+ROUND_ROBIN = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: round-robin-picker
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: round-robin-picker
+  - pluginRef: queue-scorer
+"""
+
+BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hello there"}]}'
+
+
+@pytest.fixture
+async def upstreams() -> AsyncIterator[list[Upstream]]:
+    ups = [Upstream() for _ in range(3)]
+    for u in ups:
+        await u.start()
+    yield ups
+    for u in ups:
+        await u.stop()
+
+
+def make_router() -> SchedulerRouter:
+    config = load_config_text(ROUND_ROBIN)
+    return SchedulerRouter(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
+
+
+async def test_round_robin_spreads_and_inflight_returns_to_zero(upstreams: list[Upstream]) -> None:
+    router = make_router()
+    gateway, runner, url = await start_gateway([u.address for u in upstreams], router)
+    for u in upstreams:
+        u.behaviour = sse_behaviour([b"data: 1\n\n", b"data: [DONE]\n\n"], delay=0.02)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def one() -> tuple[str, str]:
+                async with session.post(url + "/v1/chat/completions", data=BODY) as resp:
+                    await resp.read()
+                    return resp.headers["x-mmgate-endpoint"], resp.headers["x-mmgate-request-tokens"]
+
+            results = await asyncio.gather(*(one() for _ in range(9)))
+        assert sorted(n for n, _ in results) == sorted([u.address for u in upstreams] * 3)
+        assert all(int(t) > 0 for _, t in results)  # priced even without a token-producer
+        assert router.scheduler.active_requests == 0
+        assert all(s.inflight.requests == 0 for s in router._states.values())
+    finally:
+        await runner.cleanup()
+
+
+async def test_retry_releases_the_failed_attempt_and_scores_are_reported(upstreams: list[Upstream]) -> None:
+    router = make_router()
+    dead = f"127.0.0.1:{free_port()}"
+    gateway, runner, url = await start_gateway(
+        [dead, upstreams[0].address], router, proxy=ProxySettings(debug_scores=True)
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(4):
+                async with session.post(
+                    url + "/v1/chat/completions", data=BODY, headers={"x-mmgate-debug": "1"}
+                ) as r:
+                    assert r.status == 200
+                    assert r.headers["x-mmgate-endpoint"] == upstreams[0].address
+                    assert "queue-scorer=" in r.headers["x-mmgate-scores"]
+        assert router.scheduler.active_requests == 0
+        assert all(s.inflight.requests == 0 for s in router._states.values())
+        gateway.data.registry.remove(dead)
+        assert dead not in router._states
+    finally:
+        await runner.cleanup()
