@@ -35,7 +35,11 @@ def test_sglang_family_is_recognised() -> None:
 
 
 def test_missing_and_malformed_values_are_unknown_not_zero() -> None:
-    page = b"vllm:num_requests_running garbage\nvllm:num_requests_waiting 2 1700000000000\nvllm:kv_cache_usage_perc NaN\n"
+    page = (
+        b"vllm:num_requests_running garbage\n"
+        b"vllm:num_requests_waiting 2 1700000000000\n"
+        b"vllm:kv_cache_usage_perc NaN\n"
+    )
     snap = parse_metrics(page)
     assert snap.running is None
     assert snap.waiting == 2.0  # a trailing timestamp is allowed

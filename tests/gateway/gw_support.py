@@ -148,7 +148,8 @@ def tiny_parse(body: bytes, headers: Mapping[str, str], api: Api) -> RequestView
         raise RequestError("body is not valid JSON", param="body") from None
     if not isinstance(doc.get("model"), str):
         raise RequestError("'model' is required", param="model")
-    return RequestView(api=api, model=doc["model"], parts=[body.decode()], body=body, stream=bool(doc.get("stream")))
+    stream = bool(doc.get("stream"))
+    return RequestView(api=api, model=doc["model"], parts=[body.decode()], body=body, stream=stream)
 
 
 async def start_gateway(

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from aiohttp import web
-from multidict import CIMultiDict
 from gw_support import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
+from multidict import CIMultiDict
 
 from mmgate.gateway.server import Gateway
 
@@ -59,7 +59,7 @@ async def env(upstreams: list[Upstream]) -> AsyncIterator[Env]:
 async def test_original_bytes_are_forwarded_and_the_decision_is_reported(
     env: Env, upstreams: list[Upstream]
 ) -> None:
-    status, headers, body = await env.post(
+    status, headers, _ = await env.post(
         BODY,
         **{
             "Authorization": "Bearer sk-test",

@@ -47,7 +47,7 @@ def make_router() -> SchedulerRouter:
 
 async def test_round_robin_spreads_and_inflight_returns_to_zero(upstreams: list[Upstream]) -> None:
     router = make_router()
-    gateway, runner, url = await start_gateway([u.address for u in upstreams], router)
+    _, runner, url = await start_gateway([u.address for u in upstreams], router)
     for u in upstreams:
         u.behaviour = sse_behaviour([b"data: 1\n\n", b"data: [DONE]\n\n"], delay=0.02)
     try:

@@ -112,25 +112,22 @@ def parse_metrics(page: bytes, *, now: float = 0.0) -> MetricsSnapshot:
 
     Never raises on odd input: unknown or malformed lines are simply not read.
     """
-    if b"\nsglang:" in page or page.startswith(b"sglang:"):
-        usage = _total(page, _SGLANG_USAGE, reduce_max=True)
-        return MetricsSnapshot(
-            engine="sglang",
-            waiting=_total(page, _SGLANG_WAITING),
-            running=_total(page, _SGLANG_RUNNING),
-            kv_usage=None if usage is None else min(1.0, max(0.0, usage)),
-            scraped_at=now,
-        )
+    sglang = b"\nsglang:" in page or page.startswith(b"sglang:")
+    waiting, running, usage_names = (
+        (_SGLANG_WAITING, _SGLANG_RUNNING, _SGLANG_USAGE)
+        if sglang
+        else (_VLLM_WAITING, _VLLM_RUNNING, _VLLM_USAGE)
+    )
     block_size = num_blocks = None
-    info = _lines_of(page, _VLLM_CACHE_INFO)
+    info = [] if sglang else _lines_of(page, _VLLM_CACHE_INFO)
     if info:
         block_size = _int_label(info[0], b"block_size")
         num_blocks = _int_label(info[0], b"num_gpu_blocks")
-    usage = _total(page, _VLLM_USAGE, reduce_max=True)
+    usage = _total(page, usage_names, reduce_max=True)
     return MetricsSnapshot(
-        engine="vllm",
-        waiting=_total(page, _VLLM_WAITING),
-        running=_total(page, _VLLM_RUNNING),
+        engine="sglang" if sglang else "vllm",
+        waiting=_total(page, waiting),
+        running=_total(page, running),
         kv_usage=None if usage is None else min(1.0, max(0.0, usage)),
         block_size=block_size,
         num_gpu_blocks=num_blocks,

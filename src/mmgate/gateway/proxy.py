@@ -24,10 +24,10 @@ from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.datalayer.layer import DataLayer
 from mmgate.gateway.budget import RetryBudget
 from mmgate.gateway.headers import (
+    REQUEST_ID,
     RESPONSE_ENDPOINT,
     RESPONSE_SCORES,
     RESPONSE_TOKENS,
-    REQUEST_ID,
     response_headers,
     upstream_headers,
 )
