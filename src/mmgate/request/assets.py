@@ -1,0 +1,258 @@
+"""Turning media parts into :class:`MediaAsset` s: identity, probing, request headers, limits.
+
+:class:`PromptBuilder` collects the prompt in order. Text pieces are merged so that the same
+conversation always renders to the same strings; each media part becomes an asset where it stands.
+A repeated payload is recognised by its identity and reuses the first probe instead of redoing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+from mmgate.errors import RequestError
+from mmgate.request.limits import Limits
+from mmgate.request.payload import Buffer, check_base64, identity_of, parse_data_uri
+from mmgate.request.probe import AUDIO_FORMATS, IMAGE_FORMATS, VIDEO_FORMATS, Base64Reader, probe
+from mmgate.request.probe.result import ProbeResult
+from mmgate.request.view import MediaAsset, Modality, Source
+
+# Which sniffed formats count as probed for a part of each modality (an MP4/WebM may carry audio).
+_FORMATS_FOR = {
+    Modality.IMAGE: IMAGE_FORMATS,
+    Modality.VIDEO: VIDEO_FORMATS,
+    Modality.AUDIO: AUDIO_FORMATS | VIDEO_FORMATS,
+}
+_MIME_PREFIX = {Modality.IMAGE: "image/", Modality.VIDEO: "video/", Modality.AUDIO: "audio/"}
+
+_ARTICLE = {Modality.IMAGE: "an", Modality.VIDEO: "a", Modality.AUDIO: "an"}
+
+VIDEO_FPS = "x-llm-d-video-fps"
+VIDEO_DURATION = "x-llm-d-video-duration-seconds"
+VIDEO_RESOLUTION = "x-llm-d-video-resolution"
+AUDIO_DURATION = "x-llm-d-audio-duration-seconds"
+_HINT_HEADERS = (VIDEO_FPS, VIDEO_DURATION, VIDEO_RESOLUTION, AUDIO_DURATION)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hints:
+    """What llm-d's request headers declare about the request's videos and audio."""
+
+    video_fps: float | None = None
+    video_duration_s: float | None = None
+    video_size: tuple[int, int] | None = None
+    audio_duration_s: float | None = None
+
+
+def read_hints(headers: Mapping[str, str], limits: Limits) -> Hints:
+    """Parse the ``x-llm-d-*`` media headers (case-insensitive names); malformed values are 400s."""
+    found: dict[str, str] = {}
+    for key, value in headers.items():
+        low = key.lower()
+        if low in _HINT_HEADERS:
+            found[low] = value.strip()
+    if not found:
+        return Hints()
+    size = None
+    if VIDEO_RESOLUTION in found:
+        w, sep, h = found[VIDEO_RESOLUTION].lower().partition("x")
+        if not (sep and w.strip().isdigit() and h.strip().isdigit()):
+            raise RequestError(
+                f"Header {VIDEO_RESOLUTION} must be WIDTHxHEIGHT, got {found[VIDEO_RESOLUTION]!r}.",
+                param=VIDEO_RESOLUTION,
+            )
+        size = (int(w), int(h))
+        check_size(size[0], size[1], limits, VIDEO_RESOLUTION, "declares")
+    return Hints(
+        video_fps=_positive(found, VIDEO_FPS, math.inf),
+        video_duration_s=_positive(found, VIDEO_DURATION, limits.max_duration_s),
+        video_size=size,
+        audio_duration_s=_positive(found, AUDIO_DURATION, limits.max_duration_s),
+    )
+
+
+def _positive(found: dict[str, str], name: str, limit: float) -> float | None:
+    if name not in found:
+        return None
+    try:
+        value = float(found[name])
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise RequestError(f"Header {name} must be a positive number, got {found[name]!r}.", param=name)
+    if value > limit:
+        raise RequestError(f"Header {name} declares {value:g} s; the limit is {limit:g} s.", param=name)
+    return value
+
+
+def check_size(width: int, height: int, limits: Limits, param: str, verb: str = "is") -> None:
+    """Refuse dimensions beyond the limits (a decompression bomb or a lying header)."""
+    side = max(width, height)
+    if side > limits.max_dimension or width * height > limits.max_pixels:
+        raise RequestError(
+            f"The media at '{param}' {verb} {width}x{height} pixels; the limit is "
+            f"{limits.max_dimension} pixels per side and {limits.max_pixels} pixels in total.",
+            param=param,
+        )
+
+
+class PromptBuilder:
+    """Accumulates the prompt in order: merged text strings and media assets."""
+
+    def __init__(self, headers: Mapping[str, str], limits: Limits) -> None:
+        self.parts: list[str | MediaAsset] = []
+        self.unprobed = 0
+        self.decoded_bytes = 0  # base64 bytes decoded by probing, over all assets
+        self._text: list[str] = []
+        self._headers = headers
+        self._hints: Hints | None = None
+        self._limits = limits
+        self._seen: dict[str, MediaAsset] = {}
+        self._count = 0
+
+    def text(self, piece: str) -> None:
+        if piece:
+            self._text.append(piece)
+
+    def finish(self) -> list[str | MediaAsset]:
+        self._flush()
+        return self.parts
+
+    def _flush(self) -> None:
+        if self._text:
+            self.parts.append("".join(self._text))
+            self._text.clear()
+
+    def media(
+        self,
+        modality: Modality,
+        param: str,
+        *,
+        uri: Buffer | None = None,
+        base64: Buffer | None = None,
+        mime: str | None = None,
+        uuid: str | int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Add one media part. ``uri`` is a data: URI or URL; ``base64`` a bare base64 payload."""
+        self._count += 1
+        if self._count > self._limits.max_assets:
+            raise RequestError(
+                f"Too many media items: at most {self._limits.max_assets} per request.", param=param
+            )
+        url: str | None = None
+        payload: Buffer | None = base64
+        if uri is not None and len(uri):
+            if bytes(uri[:5]).lower() == b"data:":
+                data = parse_data_uri(uri, param)
+                mime, payload = data.mime, data.payload
+            else:
+                url = self._url(uri, param)
+        if payload is not None and not len(payload):
+            payload = None
+        if payload is None and url is None and uuid is None:
+            raise RequestError(f"Missing media payload at '{param}'.", param=param)
+        if payload is not None and modality is not Modality.EMBEDS:
+            self._check_mime(modality, mime, param)
+        source = Source.INLINE if payload is not None else Source.URL if url is not None else Source.UUID
+        hashed = payload if payload is not None else url or ""
+        identity = str(uuid) if uuid is not None else identity_of(hashed)
+        self._flush()
+        first = self._seen.get(identity)
+        if first is not None:  # a repeat: same asset, already validated and probed
+            self.parts.append(dataclasses.replace(first, field=param, detail=detail))
+            self.unprobed += not first.probed and modality is not Modality.EMBEDS
+            return
+        asset = MediaAsset(
+            modality=modality,
+            source=source,
+            identity=identity,
+            field=param,
+            mime=mime,
+            payload_size=len(payload) if payload is not None else len(url or ""),
+            url=url,
+            detail=detail,
+        )
+        if payload is not None and modality is not Modality.EMBEDS:
+            self._probe(asset, payload, param)
+        if modality in (Modality.VIDEO, Modality.AUDIO):
+            self._apply_hints(asset)
+        asset.probed = _complete(asset)
+        self.unprobed += not asset.probed and modality is not Modality.EMBEDS
+        self._seen[identity] = asset
+        self.parts.append(asset)
+
+    def _url(self, uri: Buffer, param: str) -> str:
+        url = bytes(uri).decode("utf-8", "replace")
+        scheme = url.partition(":")[0].lower()
+        if scheme not in self._limits.url_schemes:
+            allowed = ", ".join(sorted(self._limits.url_schemes))
+            raise RequestError(
+                f"Unsupported URL scheme {scheme + ':'!r} in '{param}'; use a base64 data: URI or {allowed}.",
+                param=param,
+            )
+        return url
+
+    def _check_mime(self, modality: Modality, mime: str | None, param: str) -> None:
+        if mime is None or mime.startswith(_MIME_PREFIX[modality]) or mime == "application/octet-stream":
+            return
+        raise RequestError(
+            f"Unsupported media type {mime!r} for {_ARTICLE[modality]} {modality.value} part at '{param}'; "
+            f"expected {_MIME_PREFIX[modality]}*.",
+            param=param,
+        )
+
+    def _probe(self, asset: MediaAsset, payload: Buffer, param: str) -> None:
+        if self._limits.validate_base64:
+            payload = check_base64(payload, param)
+        reader = Base64Reader(payload)
+        fmt, result = probe(reader)
+        self.decoded_bytes += reader.decoded
+        asset.detected_format = fmt
+        if result is None or fmt not in _FORMATS_FOR[asset.modality]:
+            return
+        _fill(asset, result)
+        if asset.width and asset.height:
+            check_size(asset.width, asset.height, self._limits, param, "claims")
+        if asset.duration_s is not None and asset.duration_s > self._limits.max_duration_s:
+            raise RequestError(
+                f"The media at '{param}' lasts {asset.duration_s:g} s; the limit is "
+                f"{self._limits.max_duration_s:g} s.",
+                param=param,
+            )
+
+    def _apply_hints(self, asset: MediaAsset) -> None:
+        if self._hints is None:
+            self._hints = read_hints(self._headers, self._limits)
+        hints = self._hints
+        if asset.modality is Modality.AUDIO:
+            if asset.duration_s is None:
+                asset.duration_s = hints.audio_duration_s
+            return
+        if (asset.width is None or asset.height is None) and hints.video_size is not None:
+            asset.width, asset.height = hints.video_size
+        if asset.duration_s is None:
+            asset.duration_s = hints.video_duration_s
+        if asset.fps is None:
+            asset.fps = hints.video_fps
+
+
+def _fill(asset: MediaAsset, result: ProbeResult) -> None:
+    asset.width = result.width if result.width and result.width > 0 else None
+    asset.height = result.height if result.height and result.height > 0 else None
+    asset.duration_s = result.duration_s if result.duration_s and result.duration_s > 0 else None
+    asset.fps = result.fps or None
+    asset.sample_rate = result.sample_rate or None
+    asset.channels = result.channels or None
+
+
+def _complete(asset: MediaAsset) -> bool:
+    """Whether everything pricing needs is known: size (images), size and length (video), length (audio)."""
+    if asset.modality is Modality.IMAGE:
+        return asset.width is not None and asset.height is not None
+    if asset.modality is Modality.VIDEO:
+        return asset.width is not None and asset.height is not None and asset.duration_s is not None
+    if asset.modality is Modality.AUDIO:
+        return asset.duration_s is not None
+    return False

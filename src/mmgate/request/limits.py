@@ -1,0 +1,21 @@
+"""What a request may carry before the gateway refuses it (all client errors, never 500s)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds checked while parsing. The defaults fit large multimodal models; tighten per fleet."""
+
+    max_body_bytes: int = 64 * 1024 * 1024  # 413 above this, before any decoding
+    max_assets: int = 128  # media parts per request, repeats included (each is encoded)
+    max_dimension: int = 16384  # width or height, probed or declared in a header
+    max_pixels: int = 16384 * 16384  # width * height
+    max_duration_s: float = 4 * 3600.0  # video/audio, probed or declared
+    validate_base64: bool = True  # check every inline payload's alphabet (one fast pass)
+    url_schemes: frozenset[str] = frozenset({"http", "https"})  # others (file:, ftp:) are refused
+
+
+DEFAULT_LIMITS = Limits()

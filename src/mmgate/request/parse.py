@@ -1,0 +1,258 @@
+"""``parse_request``: one skeleton decode of a chat, completions or Anthropic messages body.
+
+The prompt is rendered in order into :attr:`RequestView.parts`. Chat turns start with a role
+header (``<|user|>\\n``) and end with ``\\n``, the same for OpenAI and Anthropic bodies, so equal
+conversation prefixes always give equal part sequences, which prefix-affinity routing relies on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TypeVar
+
+import msgspec
+
+from mmgate.errors import RequestError
+from mmgate.request import schema
+from mmgate.request.assets import PromptBuilder
+from mmgate.request.limits import DEFAULT_LIMITS, Limits
+from mmgate.request.payload import json_string
+from mmgate.request.view import Api, Modality, RequestView
+
+T = TypeVar("T")
+_MISSING = re.compile(r"Object missing required field `([^`]+)`")
+_TEXT_TYPES = frozenset({"text", "input_text", "refusal"})
+_URL_PARTS = {
+    "image_url": Modality.IMAGE,
+    "input_image": Modality.IMAGE,
+    "video_url": Modality.VIDEO,
+    "audio_url": Modality.AUDIO,
+}
+_EMBEDS = ("image_embeds", "audio_embeds", "video_embeds")
+
+
+def role_header(role: str) -> str:
+    """The text that opens a chat turn in :attr:`RequestView.parts`."""
+    return f"<|{role}|>\n"
+
+
+def parse_request(
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    api: Api = Api.CHAT,
+    limits: Limits | None = None,
+) -> RequestView:
+    """Understand a request body once; raises :class:`RequestError` for anything a client got wrong."""
+    limits = limits or DEFAULT_LIMITS
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(
+            f"Request body is {len(body)} bytes; the limit is {limits.max_body_bytes} bytes.", status=413
+        )
+    builder = PromptBuilder(headers, limits)
+    if api is Api.CHAT:
+        view = _chat(_decode(schema.CHAT, body), builder)
+    elif api is Api.COMPLETIONS:
+        view = _completions(_decode(schema.COMPLETIONS, body), builder)
+    else:
+        view = _messages(_decode(schema.MESSAGES, body), builder)
+    view.body = body
+    view.unprobed_assets = builder.unprobed
+    if builder.decoded_bytes:
+        view.extra["decoded_bytes"] = builder.decoded_bytes
+    return view
+
+
+def _decode(decoder: msgspec.json.Decoder[T], data: bytes, prefix: str = "") -> T:
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(str(exc), prefix) from None
+    except msgspec.DecodeError as exc:
+        raise RequestError(f"The request body is not valid JSON ({exc}).") from None
+
+
+def _validation_error(text: str, prefix: str) -> RequestError:
+    message, _, where = text.partition(" - at `")
+    path = where.rstrip("`").removeprefix("$")
+    param = (prefix + path) if prefix else path.removeprefix(".")
+    missing = _MISSING.fullmatch(message)
+    if missing:
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+        return RequestError(f"Missing required field '{param}'.", param=param)
+    if not param:
+        return RequestError(f"Invalid request body: {message}.")
+    return RequestError(f"Invalid value for '{param}': {message}.", param=param)
+
+
+# --- OpenAI chat completions -------------------------------------------------------------------
+
+
+def _chat(req: schema.ChatBody, b: PromptBuilder) -> RequestView:
+    for i, msg in enumerate(req.messages):
+        b.text(role_header(msg.role))
+        content = msg.content
+        if isinstance(content, str):
+            b.text(content)
+        elif content is not None:
+            for j, part in enumerate(content):
+                _chat_part(part, f"messages[{i}].content[{j}]", b)
+        for call in msg.tool_calls or ():
+            if call.function is not None:
+                b.text(f"{call.function.name}({call.function.arguments})")
+        b.text("\n")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    return RequestView(
+        api=Api.CHAT,
+        model=req.model,
+        parts=b.finish(),
+        stream=bool(req.stream),
+        max_tokens=max_tokens,
+        cache_salt=req.cache_salt,
+    )
+
+
+def _part_type(part: schema.ChatPart, param: str) -> str:
+    """The declared type, or the one implied by the single field of a type-less simple form."""
+    if part.type is not None:
+        return part.type
+    for name in ("text", "image_url", "video_url", "audio_url", "input_audio", *_EMBEDS):
+        value = getattr(part, name)
+        if value is not None and not (isinstance(value, msgspec.Raw) and not len(value)):
+            return name
+    raise RequestError(f"Content part at '{param}' has no 'type'.", param=f"{param}.type")
+
+
+def _chat_part(part: schema.ChatPart, param: str, b: PromptBuilder) -> None:
+    kind = _part_type(part, param)
+    if kind in _TEXT_TYPES:
+        text = part.refusal if kind == "refusal" else part.text
+        if text is None:
+            raise RequestError(f"Missing '{param}.{kind}'.", param=f"{param}.{kind}")
+        b.text(text)
+    elif kind in _URL_PARTS:
+        field = "image_url" if kind == "input_image" else kind
+        ref = getattr(part, field)
+        where = f"{param}.{field}"
+        if isinstance(ref, str):
+            uri: bytes | memoryview | None = ref.encode()
+            detail = part.detail
+        elif ref is None:
+            uri, detail = None, part.detail
+        else:
+            where += ".url"
+            uri, detail = json_string(ref.url, where), ref.detail or part.detail
+        b.media(_URL_PARTS[kind], where if uri is not None else param, uri=uri, uuid=part.uuid, detail=detail)
+    elif kind == "input_audio":
+        audio = part.input_audio
+        where = f"{param}.input_audio.data"
+        data = json_string(audio.data, where) if audio is not None else None
+        fmt = audio.format if audio is not None else None
+        mime = f"audio/{fmt.lower()}" if fmt else None
+        b.media(Modality.AUDIO, where if data is not None else param, base64=data, mime=mime, uuid=part.uuid)
+    elif kind in _EMBEDS:
+        raw = getattr(part, kind)
+        b.media(Modality.EMBEDS, f"{param}.{kind}", base64=memoryview(raw) or None, uuid=part.uuid)
+    else:
+        raise RequestError(f"Unsupported content part type {kind!r} at '{param}'.", param=f"{param}.type")
+
+
+# --- OpenAI completions ------------------------------------------------------------------------
+
+
+def _completions(req: schema.CompletionBody, b: PromptBuilder) -> RequestView:
+    if not len(req.prompt):
+        raise RequestError("Missing required field 'prompt'.", param="prompt")
+    prompt = _decode(schema.PROMPT, bytes(req.prompt), prefix="prompt")
+    token_ids: list[int] | None = None
+    count = 1
+    if isinstance(prompt, str):
+        b.text(prompt)
+    elif all(isinstance(p, str) for p in prompt):  # a batch of prompts: one text part each
+        for p in prompt:
+            b.text(str(p))
+            b.finish()
+        count = len(prompt)
+    elif all(isinstance(p, int) for p in prompt):
+        token_ids = [int(p) for p in prompt if isinstance(p, int)]
+    elif all(isinstance(p, list) for p in prompt):  # a batch of token-id prompts, concatenated
+        token_ids = [t for p in prompt if isinstance(p, list) for t in p]
+        count = len(prompt)
+    else:
+        raise RequestError(
+            "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists.",
+            param="prompt",
+        )
+    view = RequestView(
+        api=Api.COMPLETIONS,
+        model=req.model,
+        parts=b.finish(),
+        stream=bool(req.stream),
+        max_tokens=req.max_tokens,
+        cache_salt=req.cache_salt,
+        prompt_token_ids=token_ids,
+    )
+    if count != 1:
+        view.extra["prompt_count"] = count
+    return view
+
+
+# --- Anthropic messages ------------------------------------------------------------------------
+
+
+def _messages(req: schema.MessagesBody, b: PromptBuilder) -> RequestView:
+    if req.system is not None:
+        b.text(role_header("system"))
+        if isinstance(req.system, str):
+            b.text(req.system)
+        else:
+            _blocks(req.system, "system", b)
+        b.text("\n")
+    for i, msg in enumerate(req.messages):
+        b.text(role_header(msg.role))
+        if isinstance(msg.content, str):
+            b.text(msg.content)
+        else:
+            _blocks(msg.content, f"messages[{i}].content", b)
+        b.text("\n")
+    return RequestView(
+        api=Api.MESSAGES,
+        model=req.model,
+        parts=b.finish(),
+        stream=bool(req.stream),
+        max_tokens=req.max_tokens,
+    )
+
+
+def _blocks(blocks: list[schema.AnthropicBlock], param: str, b: PromptBuilder) -> None:
+    for j, block in enumerate(blocks):
+        where = f"{param}[{j}]"
+        if block.type == "text":
+            b.text(block.text or "")
+        elif block.type == "image":
+            _anthropic_image(block, where, b)
+        elif block.type == "tool_use":
+            b.text(f"{block.name or ''}({bytes(block.input).decode('utf-8', 'replace')})")
+        elif block.type == "tool_result":
+            if isinstance(block.content, str):
+                b.text(block.content)
+            elif block.content is not None:
+                _blocks(block.content, f"{where}.content", b)
+        # other block types (thinking, document, ...) carry nothing the router prices
+
+
+def _anthropic_image(block: schema.AnthropicBlock, where: str, b: PromptBuilder) -> None:
+    src = block.source
+    if src is None:
+        raise RequestError(f"Missing '{where}.source'.", param=f"{where}.source")
+    if src.type == "base64":
+        data = json_string(src.data, f"{where}.source.data")
+        b.media(Modality.IMAGE, f"{where}.source.data", base64=data, mime=src.media_type)
+    elif src.type == "url":
+        url = (src.url or "").encode()
+        b.media(Modality.IMAGE, f"{where}.source.url", uri=url)
+    elif src.type == "file":
+        b.media(Modality.IMAGE, f"{where}.source.file_id", uuid=src.file_id)
+    else:
+        raise RequestError(f"Unsupported image source type {src.type!r}.", param=f"{where}.source.type")
