@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from mmgate.tokens.families.audio import QWEN2_AUDIO, WHISPER
+from mmgate.tokens.families.gemma import GEMMA3, GEMMA4
+from mmgate.tokens.families.idefics import IDEFICS3, SMOLVLM
+from mmgate.tokens.families.internvl import INTERNVL
+from mmgate.tokens.families.llama4 import LLAMA4
+from mmgate.tokens.families.llava import LLAVA_1_5, LLAVA_NEXT
+from mmgate.tokens.families.phi import PHI3_5_VISION, PHI4_MM
+from mmgate.tokens.families.pixtral import PIXTRAL
 from mmgate.tokens.families.qwen import QWEN2_5_VL, QWEN2_VL, QWEN3_VL
 from mmgate.tokens.rules import Family, unknown
 
@@ -13,10 +21,38 @@ FAMILIES: dict[str, Family[Any]] = {
         QWEN2_VL,
         QWEN2_5_VL,
         QWEN3_VL,
+        GEMMA3,
+        GEMMA4,
+        IDEFICS3,
+        SMOLVLM,
+        LLAVA_1_5,
+        LLAVA_NEXT,
+        INTERNVL,
+        PIXTRAL,
+        LLAMA4,
+        PHI3_5_VISION,
+        PHI4_MM,
+        WHISPER,
+        QWEN2_AUDIO,
     )
 }
 
-ALIASES = {"qwen2_vl": "qwen2-vl", "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl"}
+# Spellings people use (HF model_type, marketing names) for the same rules.
+ALIASES = {
+    "qwen2_vl": "qwen2-vl",
+    "qwen2_5_vl": "qwen2.5-vl",
+    "qwen3_vl": "qwen3-vl",
+    "gemma-3": "gemma3",
+    "gemma-4": "gemma4",
+    "llava": "llava-1.5",
+    "llava_next": "llava-next",
+    "llava-1.6": "llava-next",
+    "phi3_v": "phi-3.5-vision",
+    "phi4mm": "phi-4-multimodal",
+    "phi4_multimodal": "phi-4-multimodal",
+    "qwen2_audio": "qwen2-audio",
+    "mllama4": "llama4",
+}
 
 
 def get_family(name: str) -> Family[Any]:

@@ -111,10 +111,20 @@ def qwen3_video(p: QwenVLParams, width: int, height: int, duration_s: float, fps
     return Count(groups * per_group, groups * (2 + p.timestamp_tokens))
 
 
+def qwen2_sampled_frames(p: QwenVLParams, total_frames: int, src_fps: float) -> int:
+    """Qwen2-VL's ``sample_frames`` with ``fps``: clamped, then floored to whole temporal patches."""
+    t = p.temporal_patch_size
+    max_frames = math.floor(min(p.max_frames, total_frames) / t) * t
+    n = min(max(total_frames / src_fps * p.fps, p.min_frames), max_frames, total_frames)
+    n = math.floor(n / t) * t
+    # Indices are arange(0, total, total / n): float rounding can yield one extra frame.
+    return math.ceil(total_frames / (total_frames / n)) if n > 0 else 0
+
+
 def qwen2_video(p: QwenVLParams, width: int, height: int, duration_s: float, fps: float) -> Count:
-    """Qwen2-VL/2.5-VL video: the image ``smart_resize`` per frame with the video pixel limits."""
+    """Qwen2-VL/2.5-VL video: frames sampled at ``p.fps``, the image ``smart_resize`` per frame."""
     total = max(1, round(duration_s * fps))
-    n = max(sampled_frames(p, total, fps), p.temporal_patch_size)
+    n = max(qwen2_sampled_frames(p, total, fps), p.temporal_patch_size)
     h, w = smart_resize(height, width, p.patch_size * p.merge_size, p.video_min_pixels, p.video_max_pixels)
     groups = (n + -n % p.temporal_patch_size) // p.temporal_patch_size
     return Count(groups * (h // p.patch_size) * (w // p.patch_size) // (p.merge_size**2), 2)
