@@ -178,7 +178,7 @@ def test_unknown_provider_and_model_name_the_choices() -> None:
 def test_bad_sizes_are_refused_for_every_image_family(size: tuple[object, object]) -> None:
     for fam in FAMILIES.values():
         if fam.image is not None:
-            with pytest.raises(RequestError, match="width|height"):
+            with pytest.raises(RequestError, match=r"width|height"):
                 fam.count_image(*size)  # type: ignore[arg-type]
 
 
