@@ -1,0 +1,163 @@
+"""Assembling a gateway from a config file, and running it on uvloop until told to stop.
+
+:func:`build_gateway` is shared by ``mmgate serve``, ``mmgate demo`` and the end-to-end tests, so
+all three run exactly the same wiring: config → scheduler → router → gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from mmgate.config import GatewayConfig, MmgateSection
+from mmgate.config.schema import EndpointSpec
+from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
+from mmgate.datalayer.layer import DataLayerConfig
+from mmgate.gateway.proxy import ProxySettings
+from mmgate.gateway.scheduler_router import SchedulerRouter
+from mmgate.gateway.server import Gateway, GatewaySettings
+from mmgate.request import Api, RequestView
+from mmgate.request.limits import Limits
+from mmgate.request.parse import parse_request
+from mmgate.scheduling import build_scheduler
+from mmgate.tokens import PricingConfig
+
+log = logging.getLogger("mmgate.gateway")
+
+
+def endpoints_of(section: MmgateSection) -> list[Endpoint]:
+    out: list[Endpoint] = []
+    for item in section.endpoints:
+        if isinstance(item, EndpointSpec):
+            out.append(parse_endpoint(item.url, role=item.role))
+        else:
+            out.append(parse_endpoint(item))
+    return out
+
+
+def settings_of(section: MmgateSection) -> GatewaySettings:
+    """The ``mmgate:`` section as runtime settings (flags were already applied to it)."""
+    return GatewaySettings(
+        host=section.host,
+        port=section.port,
+        data=DataLayerConfig(
+            endpoints=endpoints_of(section),
+            endpoints_file=Path(section.endpointsFile) if section.endpointsFile else None,
+            scrape_interval_s=section.scrapeIntervalMs / 1000.0,
+            staleness_s=section.metricsStalenessMs / 1000.0,
+        ),
+        proxy=ProxySettings(
+            max_attempts=section.maxRetries + 1,
+            request_timeout_s=section.requestTimeoutS,
+            debug_scores=section.debugHeaders,
+        ),
+        max_body_bytes=section.limits.maxBodyBytes,
+    )
+
+
+def make_parser(limits: Limits) -> Callable[[bytes, Mapping[str, str], Api], RequestView]:
+    def parse(body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
+        return parse_request(body, headers, api=api, limits=limits)
+
+    return parse
+
+
+def build_gateway(config: GatewayConfig) -> Gateway:
+    """A gateway for ``config`` (not started). Raises ``ConfigError``/``ValueError`` on bad config."""
+    section = config.mmgate
+    scheduler = build_scheduler(config.picker, mmgate=section)
+    pricing = PricingConfig(family=section.pricing.family) if section.pricing.family else PricingConfig()
+    router = SchedulerRouter(scheduler, pricing=pricing)
+    limits = Limits(max_body_bytes=section.limits.maxBodyBytes, max_assets=section.limits.maxMediaItems)
+    return Gateway(settings_of(section), router, make_parser(limits))
+
+
+@dataclass(slots=True)
+class Running:
+    """A started gateway: where it listens and how to stop it."""
+
+    gateway: Gateway
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start(gateway: Gateway, host: str | None = None, port: int | None = None) -> Running:
+    """Bind and start serving (``port=0`` picks a free port; :attr:`Running.port` tells which)."""
+    host = host if host is not None else gateway.settings.host
+    port = port if port is not None else gateway.settings.port
+    runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False, shutdown_timeout=10.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    bound = int(sockets[0].getsockname()[1]) if sockets else port
+    return Running(gateway, runner, host, bound)
+
+
+async def serve_until_signal(gateway: Gateway, on_ready: Callable[[Running], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then drain and stop."""
+    running = await start(gateway)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        if on_ready is not None:
+            on_ready(running)
+        await stop.wait()
+    finally:
+        log.info("shutting down", extra={"fields": {"port": running.port}})
+        await running.stop()
+
+
+def run_forever(main: Callable[[], object], *, use_uvloop: bool = True) -> None:
+    """Run ``main()`` (a coroutine factory) on uvloop when available."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if use_uvloop:
+        try:
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+            factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())  # type: ignore[arg-type]
+
+
+def apply_flags(
+    section: MmgateSection,
+    *,
+    endpoints: Sequence[str] | None,
+    port: int | None,
+    host: str | None,
+    endpoints_file: str | None,
+) -> MmgateSection:
+    """Command-line flags override the file's ``mmgate:`` section."""
+    import msgspec
+
+    changes: dict[str, object] = {}
+    if endpoints is not None:
+        changes["endpoints"] = list(endpoints)
+    if port is not None:
+        changes["port"] = port
+    if host is not None:
+        changes["host"] = host
+    if endpoints_file is not None:
+        changes["endpointsFile"] = endpoints_file
+    return msgspec.structs.replace(section, **changes) if changes else section

@@ -1,0 +1,93 @@
+"""``mmgate serve``: run the gateway in front of a fleet of OpenAI-compatible model servers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import msgspec
+
+from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
+from mmgate.gateway.app import Running, apply_flags, build_gateway, run_forever, serve_until_signal
+from mmgate.gateway.telemetry import configure_logging
+
+log = logging.getLogger("mmgate.gateway")
+
+EPILOG = """\
+examples:
+  mmgate serve --endpoints 127.0.0.1:8001,127.0.0.1:8002
+  mmgate serve --config examples/aggregated.yaml --port 8080
+  mmgate serve --config my.yaml --endpoints-file /etc/mmgate/endpoints.yaml
+
+The config file is an llm-d EndpointPickerConfig (apiVersion llm-d.ai/v1alpha1 or v1) with an
+optional `mmgate:` section (host, port, endpoints, endpointsFile, limits, pricing, ...).
+Flags override the file. Endpoints are host:port or http(s)://host:port.
+Routes: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health,
+/ready, /metrics. See docs/gateway.md and docs/operations.md.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--config", metavar="FILE.yaml", help="EndpointPickerConfig + mmgate section")
+    parser.add_argument(
+        "--endpoints",
+        metavar="URL,URL,...",
+        help="comma-separated model servers; replaces the file's mmgate.endpoints",
+    )
+    parser.add_argument(
+        "--endpoints-file",
+        metavar="FILE",
+        help="a watched file listing endpoints (YAML list or one per line)",
+    )
+    parser.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-format", default="json", choices=["json", "text"], help="request log format (default json)"
+    )
+    parser.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+
+
+def load(args: argparse.Namespace) -> GatewayConfig:
+    config = load_config(args.config) if args.config else parse_config({}, source="<defaults>")
+    endpoints = None
+    if args.endpoints is not None:
+        endpoints = [e for e in args.endpoints.split(",") if e.strip()]
+    section = apply_flags(
+        config.mmgate, endpoints=endpoints, port=args.port, host=args.host, endpoints_file=args.endpoints_file
+    )
+    return msgspec.structs.replace(config, mmgate=section)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, json=args.log_format == "json")
+    try:
+        config = load(args)
+        gateway = build_gateway(config)
+    except (ConfigError, ValueError) as exc:
+        print(f"mmgate serve: {exc}", file=sys.stderr)
+        return 2
+    if not config.mmgate.endpoints and not config.mmgate.endpointsFile:
+        print(
+            "mmgate serve: no endpoints; give --endpoints HOST:PORT,... or mmgate.endpoints in the config",
+            file=sys.stderr,
+        )
+        return 2
+    gateway.settings.access_log = not args.no_access_log
+
+    def ready(running: Running) -> None:
+        fields = {"url": running.url, "port": running.port, "endpoints": len(gateway.data.registry)}
+        log.info("listening", extra={"fields": fields})
+
+    try:
+        run_forever(lambda: serve_until_signal(gateway, ready))
+    except FileNotFoundError as exc:
+        print(f"mmgate serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0
