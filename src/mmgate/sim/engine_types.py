@@ -1,0 +1,189 @@
+"""The data the simulated engine takes and gives: requests, configuration, step outputs, KV
+events and the stats snapshot. Plain values, so a server, a discrete-event loop and tests can
+all use them without knowing the engine's internals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mmgate.kvhash import BlockHash, MediaSpanLike
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "EngineConfig",
+    "EngineStats",
+    "FinishedRequest",
+    "KVEvent",
+    "MediaSpan",
+    "SimRequest",
+    "StepOutput",
+    "TokenSequenceLike",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MediaSpan:
+    """One media item in a token sequence: its identity (content hash or client uuid) and its
+    run of ``length`` placeholder tokens at ``offset``. ``length`` is also the item's encoder
+    output size (embeddings), which the encoder cache counts."""
+
+    identity: str
+    offset: int
+    length: int
+    modality: str = "image"
+
+
+class TokenSequenceLike(Protocol):
+    """``mmgate.tokens.sequence.TokenSequence`` or anything shaped like it."""
+
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+    @property
+    def mm_items(self) -> Sequence[MediaSpanLike]: ...
+
+
+@dataclass(slots=True)
+class SimRequest:
+    """A request as the engine sees it. ``mm_items`` must be sorted by offset, must not overlap
+    and must lie inside ``token_ids``. The engine always generates ``max_tokens`` tokens (as with
+    ``ignore_eos``); output token ids are synthetic (``EngineConfig.output_token_id``)."""
+
+    request_id: str
+    token_ids: Sequence[int]
+    mm_items: Sequence[MediaSpanLike] = ()
+    max_tokens: int = 16
+    cache_salt: str | None = None
+
+    @classmethod
+    def from_sequence(
+        cls, request_id: str, sequence: TokenSequenceLike, max_tokens: int, cache_salt: str | None = None
+    ) -> SimRequest:
+        return cls(request_id, sequence.token_ids, sequence.mm_items, max_tokens, cache_salt)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """vLLM flags the engine mirrors. ``None`` means: the profile's value (or vLLM's default).
+
+    - ``encoder_cache_tokens``: encoder-cache capacity in embeddings; None = vLLM's default
+      (max_num_batched_tokens, at least the largest item); 0 = no reuse across requests.
+    - ``encoder_budget_tokens``: encoder compute budget per step (vLLM: max_num_batched_tokens).
+    - ``mm_processor_cache_gb``: processor cache size; 0 disables it (vLLM default 4).
+    - ``prefix_caching_hash_algo`` / ``hash_seed``: see :mod:`mmgate.kvhash`; seed None follows
+      vLLM (``$PYTHONHASHSEED``, else a fixed seed for sha256, a random one for xxhash).
+    - ``kv_events``: produce KV events in step outputs (costs a little time per cached block).
+    - ``noise``: relative sd of Gaussian noise on durations (None = the profile's), ``seed``
+      seeds it.
+    - ``preprocess_workers``: how many requests the frontend preprocesses at once (vLLM's API
+      server runs the HF processor inline, i.e. one at a time).
+    """
+
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool = True
+    prefix_caching_hash_algo: str = "sha256"
+    hash_seed: str | None = None
+    encoder_cache_tokens: int | None = None
+    encoder_budget_tokens: int | None = None
+    mm_processor_cache_gb: float = 4.0
+    preprocess_workers: int = 1
+    kv_events: bool = False
+    noise: float | None = None
+    seed: int = 0
+    output_token_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRequest:
+    """A request that emitted its last token in this step (``usage`` for the response)."""
+
+    request_id: str
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    finish_reason: str = "length"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    """Blocks newly cached in one allocation (vLLM's ``BlockStored``). Hashes are raw digests;
+    convert with :func:`mmgate.kvhash.event_hash` for the default int wire form. ``extra_keys``
+    has one entry per block in vLLM's untagged event form (or None for a block without)."""
+
+    block_hashes: list[BlockHash]
+    parent_block_hash: BlockHash | None
+    token_ids: list[int]
+    block_size: int
+    extra_keys: list[list[Any] | None]
+    medium: str = "GPU"
+    lora_id: int | None = None
+    lora_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    """A cached block evicted (one event per evicted hash, as vLLM emits them)."""
+
+    block_hashes: list[BlockHash]
+    medium: str = "GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    """The prefix cache was reset."""
+
+
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """What one step did. Tokens are emitted at ``now + duration`` (the step's end).
+
+    ``first_token``: requests whose first token this step produced. ``next_tokens``: requests
+    that got one more (non-first) token; the same tuple object is returned while the set of
+    decoding requests is unchanged, so it costs nothing per step. ``finished`` ⊆ those two.
+    ``encoder_seconds`` is the part of ``duration`` spent in the vision encoder (it runs first).
+    An idle step (nothing schedulable) has ``duration == 0``.
+    """
+
+    duration: float = 0.0
+    encoder_seconds: float = 0.0
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    encoded_items: int = 0
+    first_token: list[str] = field(default_factory=list)
+    next_tokens: Sequence[str] = ()
+    finished: list[FinishedRequest] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    events: list[KVEvent] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A snapshot for ``/metrics``. Cache counters are cumulative; prefix cache in tokens,
+    encoder and processor caches in items. ``kv_cache_usage`` is vLLM's
+    ``1 - free_blocks / (num_gpu_blocks - 1)`` (cached-but-unused blocks count as free)."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    encoder_cache_queries: int
+    encoder_cache_hits: int
+    processor_cache_queries: int
+    processor_cache_hits: int
+    num_gpu_blocks: int
+    block_size: int
+    num_preemptions: int
+    encoder_cache_used_tokens: int
+    encoder_cache_capacity_tokens: int
+    prompt_tokens: int
+    generation_tokens: int

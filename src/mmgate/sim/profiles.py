@@ -1,0 +1,209 @@
+"""Timing profiles (model x hardware) for the simulated engine, as data.
+
+A profile says how long things take on one model server: a scheduler step as a function of
+what the step runs (prefill chunks, decoding sequences and their context lengths), the vision
+encoder per media item as a function of its tokens, and CPU preprocessing per item. It also
+carries the engine defaults that belong to the model and GPU (KV capacity, token budgets).
+
+Profiles ship as YAML under ``src/mmgate/sim/profiles/``; :func:`load_profile` takes a shipped
+name (``qwen2-vl-2b-rtx4060``) or a path to a user's own file. Decoding is strict: an unknown or
+misspelt field is an error naming it. docs/sim.md explains every field and how to fit one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import msgspec
+import yaml
+
+__all__ = [
+    "EngineDefaults",
+    "KVMemory",
+    "Noise",
+    "Poly",
+    "Preprocess",
+    "Profile",
+    "ProfileError",
+    "StepTiming",
+    "available_profiles",
+    "fit_poly",
+    "load_profile",
+]
+
+
+class ProfileError(ValueError):
+    """A profile could not be found or decoded."""
+
+
+class Poly(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``c0 + c1*t + c2*t^2`` milliseconds for an item of ``t`` tokens."""
+
+    c0_ms: float = 0.0
+    c1_ms_per_token: float = 0.0
+    c2_ms_per_token2: float = 0.0
+
+    def ms(self, tokens: int) -> float:
+        return self.c0_ms + tokens * (self.c1_ms_per_token + tokens * self.c2_ms_per_token2)
+
+
+class StepTiming(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Milliseconds of one scheduler step (the LM forward pass and sampling).
+
+    step = base_ms
+         + [any prefill] prefill_fixed_ms
+         + sum over prefill chunks of  L * (prefill_ms_per_token
+                                            + prefill_attention_ms * (start + L/2))
+         + decode_ms_per_seq * decoding sequences
+         + decode_ms_per_context_token * (sum of their context lengths)
+         + decode_ms_per_max_context_token * (longest context among them)
+
+    where a chunk computes ``L`` new tokens after ``start`` already-computed ones, so the
+    attention term is the number of (query, key) pairs. Encoder time is added on top.
+    """
+
+    base_ms: float
+    prefill_fixed_ms: float = 0.0
+    prefill_ms_per_token: float = 0.0
+    prefill_attention_ms: float = 0.0
+    decode_ms_per_seq: float = 0.0
+    decode_ms_per_context_token: float = 0.0
+    decode_ms_per_max_context_token: float = 0.0
+
+
+class Preprocess(Poly, frozen=True, forbid_unknown_fields=True):
+    """CPU preprocessing (HF processor) per media item, plus a fixed per-request part.
+    ``bytes_per_token`` sizes an item's processed tensors in the processor cache."""
+
+    per_request_ms: float = 0.0
+    bytes_per_token: int = 18_816
+
+
+class KVMemory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """KV capacity from memory arithmetic, as vLLM sizes it:
+    ``(gpu_memory_gb * utilization - weights_gb - reserved_gb) * 1e9 / kv_bytes_per_token``."""
+
+    gpu_memory_gb: float
+    utilization: float
+    weights_gb: float
+    kv_bytes_per_token: int
+    reserved_gb: float = 0.0
+
+    def tokens(self) -> int:
+        free = (self.gpu_memory_gb * self.utilization - self.weights_gb - self.reserved_gb) * 1e9
+        return max(0, int(free // self.kv_bytes_per_token))
+
+
+class EngineDefaults(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """vLLM settings this model/GPU pair runs with unless the engine config overrides them.
+    KV capacity is either ``kv_tokens`` or ``kv_memory`` (not both)."""
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    block_size: int = 16
+    kv_tokens: int | None = None
+    kv_memory: KVMemory | None = None
+    max_model_len: int = 32_768
+
+    def kv_capacity_tokens(self) -> int:
+        if self.kv_memory is not None:
+            return self.kv_memory.tokens()
+        if self.kv_tokens is not None:
+            return self.kv_tokens
+        raise ProfileError("engine needs kv_tokens or kv_memory")
+
+
+class Noise(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Gaussian noise: every duration is multiplied by ``1 + N(0, relative_sd)`` (seeded)."""
+
+    relative_sd: float = 0.0
+
+
+class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    step: StepTiming
+    encoder: Poly
+    preprocess: Preprocess
+    engine: EngineDefaults
+    noise: Noise = Noise()
+    model: str = ""
+    hardware: str = ""
+    description: str = ""
+    sources: str = ""
+
+    def __post_init__(self) -> None:
+        e = self.engine
+        if e.kv_tokens is not None and e.kv_memory is not None:
+            raise ProfileError(f"profile {self.name!r}: give engine.kv_tokens or engine.kv_memory, not both")
+        if e.kv_tokens is None and e.kv_memory is None:
+            raise ProfileError(f"profile {self.name!r}: engine needs kv_tokens or kv_memory")
+        if min(e.max_num_batched_tokens, e.max_num_seqs, e.block_size) <= 0:
+            raise ProfileError(f"profile {self.name!r}: engine sizes must be positive")
+
+    def num_gpu_blocks(self, block_size: int | None = None) -> int:
+        """KV blocks for ``block_size`` (the profile's by default), counting vLLM's null block."""
+        bs = block_size or self.engine.block_size
+        return self.engine.kv_capacity_tokens() // bs
+
+
+def _profile_dir() -> Path:
+    return Path(str(resources.files("mmgate.sim").joinpath("profiles")))
+
+
+def available_profiles() -> list[str]:
+    """Names of the shipped profiles."""
+    return sorted(p.stem for p in _profile_dir().glob("*.yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """Load a shipped profile by name, or any profile YAML by path."""
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.is_file()):
+        path = _profile_dir() / f"{text}.yaml"
+        if not path.is_file():
+            raise ProfileError(
+                f"unknown profile {text!r}; shipped profiles: {', '.join(available_profiles())}"
+            )
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc}") from exc
+    try:
+        return msgspec.convert(data, Profile)
+    except msgspec.ValidationError as exc:
+        raise ProfileError(f"invalid profile {path}: {exc}") from exc
+
+
+def fit_poly(points: Sequence[tuple[float, float]], degree: int = 2) -> tuple[float, ...]:
+    """Least-squares polynomial ``c0 + c1*x (+ c2*x^2)`` through measured ``(x, ms)`` points.
+
+    With as many points as coefficients the fit is exact. This is how the shipped profiles'
+    encoder and preprocessing constants were fitted; see docs/sim.md for the step constants.
+    """
+    if degree not in (1, 2):
+        raise ValueError("degree must be 1 or 2")
+    k = degree + 1
+    if len(points) < k:
+        raise ValueError(f"need at least {k} points for degree {degree}")
+    # Normal equations, solved by Gaussian elimination with partial pivoting (k <= 3).
+    a = [[sum(x ** (i + j) for x, _ in points) for j in range(k)] for i in range(k)]
+    b = [sum(y * x**i for x, y in points) for i in range(k)]
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda r: abs(a[r][col]))
+        if math.isclose(a[pivot][col], 0.0, abs_tol=1e-300):
+            raise ValueError("points do not determine the polynomial (repeated x values?)")
+        a[col], a[pivot] = a[pivot], a[col]
+        b[col], b[pivot] = b[pivot], b[col]
+        for r in range(col + 1, k):
+            f = a[r][col] / a[col][col]
+            for c in range(col, k):
+                a[r][c] -= f * a[col][c]
+            b[r] -= f * b[col]
+    coef = [0.0] * k
+    for r in range(k - 1, -1, -1):
+        coef[r] = (b[r] - sum(a[r][c] * coef[c] for c in range(r + 1, k))) / a[r][r]
+    return tuple(coef)
