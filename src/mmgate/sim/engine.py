@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from mmgate.kvhash import BlockHash, BlockHasher, block_extra_keys, event_extra_keys
@@ -319,14 +320,14 @@ class Engine:
         encoded = 0
         t = self._t
 
-        # 2. Running requests still prefilling, in admission order.
-        for r in list(self._prefilling.values()):
+        # 2. Running requests still prefilling (admission order), then 3. waiting ones.
+        for r, from_waiting in self._prefill_candidates(out):
             if budget <= 0:
                 break
-            if r.id not in self._prefilling:
-                continue
-            res = self._schedule_prefill(r, budget, enc_budget, False, out)
+            res = self._schedule_prefill(r, budget, enc_budget, from_waiting, out)
             if res is None:
+                if from_waiting:
+                    break
                 continue
             n, enc_tokens, ms, items = res
             budget -= n
@@ -335,22 +336,6 @@ class Engine:
             encoded += items
             prefill_ms += n * (t.prefill_ms_per_token + t.prefill_attention_ms * (r.computed + n / 2))
             scheduled.append((r, n))
-
-        # 3. Waiting requests, unless this step had to preempt.
-        if not out.preempted:
-            waiting = self._waiting
-            while budget > 0 and waiting and len(self._running) < self.max_num_seqs:
-                r = waiting[0]
-                res = self._schedule_prefill(r, budget, enc_budget, True, out)
-                if res is None:
-                    break
-                n, enc_tokens, ms, items = res
-                budget -= n
-                enc_budget -= enc_tokens
-                encode_ms += ms
-                encoded += items
-                prefill_ms += n * (t.prefill_ms_per_token + t.prefill_attention_ms * (r.computed + n / 2))
-                scheduled.append((r, n))
 
         n_dec = len(self._decoding)
         if not scheduled and n_dec == 0:
@@ -396,6 +381,17 @@ class Engine:
         return out
 
     # ------------------------------------------------------------------ scheduling
+
+    def _prefill_candidates(self, out: StepOutput) -> Iterator[tuple[_Req, bool]]:
+        """Running prefills in admission order; then, if this step preempted nobody, the head
+        of the waiting queue for as long as the caller keeps admitting and seats remain."""
+        for r in list(self._prefilling.values()):
+            if r.id in self._prefilling:
+                yield r, False
+        if out.preempted:
+            return
+        while self._waiting and len(self._running) < self.max_num_seqs:
+            yield self._waiting[0], True
 
     def _schedule_prefill(
         self,
