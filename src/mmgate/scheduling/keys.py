@@ -11,25 +11,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mmgate.scheduling.types import DataKey
-
-
-@dataclass(slots=True, frozen=True)
-class MediaSpan:
-    """One media item's place in the pseudo-token stream (llm-d's ``MultiModalFeature``)."""
-
-    identity: str
-    modality: str
-    offset: int
-    length: int
+from mmgate.tokens import MMItem
 
 
 @dataclass(slots=True)
 class TokenizedPrompt:
-    """The request as tokens: ``token_ids`` is the pseudo-token stream media identities are part
-    of; ``total_tokens`` is what the request costs to prefill (text + media)."""
+    """The request as tokens: ``token_ids`` is the pseudo-token stream (``mmgate.tokens``) that
+    media identities are part of, ``media`` each item's span in it (llm-d's
+    ``MultiModalFeatures``), ``total_tokens`` what the request costs to prefill (text + media)."""
 
     token_ids: Sequence[int]
-    media: list[MediaSpan]
+    media: list[MMItem]
     total_tokens: int
     media_tokens: int
     cache_salt: str | None = None

@@ -1,23 +1,43 @@
 """Built-in plugins, one module per llm-d type name. Importing this package registers them all."""
 
 from mmgate.scheduling.plugins import (
+    active_request_scorer,
+    approx_prefix_cache_producer,
+    inflight_load_producer,
     kv_cache_utilization_scorer,
     load_aware_scorer,
     max_score_picker,
+    mm_embeddings_cache_producer,
+    mm_embeddings_cache_scorer,
+    no_hit_lru_scorer,
+    prefix_cache_affinity_filter,
+    prefix_cache_scorer,
     queue_scorer,
     random_picker,
     round_robin_picker,
     single_profile_handler,
+    token_load_scorer,
+    token_producer,
     weighted_random_picker,
 )
 
 __all__ = [
+    "active_request_scorer",
+    "approx_prefix_cache_producer",
+    "inflight_load_producer",
     "kv_cache_utilization_scorer",
     "load_aware_scorer",
     "max_score_picker",
+    "mm_embeddings_cache_producer",
+    "mm_embeddings_cache_scorer",
+    "no_hit_lru_scorer",
+    "prefix_cache_affinity_filter",
+    "prefix_cache_scorer",
     "queue_scorer",
     "random_picker",
     "round_robin_picker",
     "single_profile_handler",
+    "token_load_scorer",
+    "token_producer",
     "weighted_random_picker",
 ]

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from mmgate.scheduling.framework import Picker, PluginHandle
-from mmgate.scheduling.plugins._picking import PickerParams
+from mmgate.scheduling.plugins._picking import BasePicker
 from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState
 
 
 @plugin("random-picker")
-class RandomPicker(Picker):
-    Params = PickerParams
-
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
-        super().__init__(name, params, handle)
-        self._k: int = params.maxNumOfEndpoints
-        self._rng = handle.rng
-
+class RandomPicker(BasePicker):
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
         if self._k == 1:
             return [endpoints[self._rng.randrange(len(endpoints))]]

@@ -3,23 +3,13 @@ key = U^(1/score), largest keys win). All-zero scores fall back to a uniform cho
 
 from __future__ import annotations
 
-from typing import Any
-
-from mmgate.scheduling.framework import Picker, PluginHandle
-from mmgate.scheduling.plugins._picking import PickerParams
+from mmgate.scheduling.plugins._picking import BasePicker
 from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState
 
 
 @plugin("weighted-random-picker")
-class WeightedRandomPicker(Picker):
-    Params = PickerParams
-
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
-        super().__init__(name, params, handle)
-        self._k: int = params.maxNumOfEndpoints
-        self._rng = handle.rng
-
+class WeightedRandomPicker(BasePicker):
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
         rng = self._rng
         k = min(self._k, len(endpoints))

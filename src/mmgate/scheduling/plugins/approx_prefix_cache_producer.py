@@ -1,0 +1,151 @@
+"""``approx-prefix-cache-producer``: which endpoints probably hold this request's prefix in KV cache.
+
+The pseudo-token stream from ``token-producer`` is cut into blocks and hashed as llm-d does
+(``prefixhash/hashing.go``): seed = xxh64(model ‖ cache_salt); each block's hash is
+xxh64(le64(xxh64(block's uint32 tokens)) ‖ le64(previous hash)); the last block may be partial.
+Media items are runs of an identity-derived token inside that stream, so a block holding part of
+an image hashes that image's content identity, and everything after it chains on it.
+
+After a decision, ``pre_request`` records the hashes as held by the primary profile's first target
+(and the ``prefill`` profile's, if any), in that endpoint's own LRU. The gateway never sees the
+engine's cache, hence "approximate"; the LRU capacity follows the endpoint's KV size when
+``autoTune`` can read ``vllm:cache_config_info``.
+
+Differences from llm-d, on purpose: a match counts only *consecutive* blocks from the first (llm-d
+counts every block an endpoint holds until no endpoint holds one), and the auto-tuned capacity is
+rescaled to the routing block size (``num_gpu_blocks × engine block size ÷ routing block size``)
+where llm-d uses the engine's block count as is, which overstates capacity 4× for 16-token engine
+blocks hashed at 64.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import xxhash
+
+from mmgate.scheduling.affinity_index import AffinityIndex
+from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
+from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
+
+DEFAULT_BLOCK_SIZE_TOKENS = 16
+DEFAULT_LRU_CAPACITY_PER_SERVER = 31250  # llm-d: "500K tokens / 16"
+PREFILL_PROFILE = "prefill"
+
+_pack2 = struct.Struct("<QQ").pack
+_hash = xxhash.xxh64_intdigest
+
+
+class ApproxPrefixParams(msgspec.Struct, forbid_unknown_fields=True):
+    autoTune: bool = True
+    blockSizeTokens: int = DEFAULT_BLOCK_SIZE_TOKENS
+    maxPrefixTokensToMatch: int = 131072
+    maxPrefixBlocksToMatch: int = 2048
+    lruCapacityPerServer: int = DEFAULT_LRU_CAPACITY_PER_SERVER
+    blockSize: int = 0  # deprecated llm-d spelling of blockSizeTokens
+    minBlockSizeTokens: int = 64  # mmgate: llm-d's hard-coded floor, exposed
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int, seed_text: str, max_blocks: int) -> list[int]:
+    """llm-d's chained block hashes of a token stream (see the module docstring)."""
+    if not token_ids or block_size <= 0:
+        return []
+    buf = array("I", token_ids)
+    if sys.byteorder != "little":
+        buf.byteswap()
+    view = memoryview(buf).cast("B")
+    step = block_size * 4
+    total = len(view)
+    prev = _hash(seed_text.encode())
+    out: list[int] = []
+    for start in range(0, total, step):
+        if len(out) >= max_blocks:
+            break
+        prev = _hash(_pack2(_hash(view[start : start + step]), prev))
+        out.append(prev)
+    return out
+
+
+@plugin("approx-prefix-cache-producer")
+class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
+    Params = ApproxPrefixParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        p: ApproxPrefixParams = params
+        if p.blockSize > 0 and p.blockSizeTokens == DEFAULT_BLOCK_SIZE_TOKENS:
+            p.blockSizeTokens = p.blockSize
+        if not p.autoTune and p.blockSizeTokens <= 0:
+            raise ValueError("blockSizeTokens must be > 0 when autoTune is disabled")
+        if p.maxPrefixTokensToMatch < 0 or p.maxPrefixBlocksToMatch < 0:
+            raise ValueError("maxPrefixTokensToMatch and maxPrefixBlocksToMatch must be >= 0")
+        if p.minBlockSizeTokens <= 0:
+            raise ValueError("minBlockSizeTokens must be > 0")
+        self.index: AffinityIndex[int] = AffinityIndex()
+        self._keys: tuple[DataKey[Any], ...] = (PREFIX_MATCH,)
+        if name != self.type_name:
+            self._keys += (PREFIX_MATCH.scoped(name),)
+
+    def produces(self) -> tuple[DataKey[Any], ...]:
+        return self._keys
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        return (TOKENIZED_PROMPT,)
+
+    def block_size(self, endpoints: Sequence[EndpointState]) -> int:
+        p: ApproxPrefixParams = self.params
+        size = p.blockSizeTokens
+        if p.autoTune:
+            for ep in endpoints:
+                m = ep.metrics
+                if m is not None and m.block_size:
+                    size = m.block_size
+                    break
+        return max(size, p.minBlockSizeTokens)
+
+    def max_blocks(self, block_size: int) -> int:
+        p: ApproxPrefixParams = self.params
+        if p.maxPrefixTokensToMatch > 0:
+            return p.maxPrefixTokensToMatch // block_size
+        return p.maxPrefixBlocksToMatch or sys.maxsize
+
+    def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
+        tp: TokenizedPrompt | None = request.get(TOKENIZED_PROMPT)
+        size = self.block_size(endpoints)
+        if tp is None:
+            info = PrefixMatch(size, 0, 0, [], {})
+        else:
+            seed = request.view.model + (tp.cache_salt or "")
+            hashes = block_hashes(tp.token_ids, size, seed, self.max_blocks(size))
+            matched = self.index.longest_prefix(hashes) if hashes else {}
+            info = PrefixMatch(size, len(hashes), len(tp.token_ids), hashes, matched)
+        for key in self._keys:
+            request.put(key, info)
+
+    def capacity(self, endpoint: EndpointState, block_size: int) -> int:
+        p: ApproxPrefixParams = self.params
+        m = endpoint.metrics
+        if p.autoTune and m is not None and m.num_gpu_blocks:
+            engine_block = m.block_size or block_size
+            return max(1, m.num_gpu_blocks * engine_block // block_size)
+        return p.lruCapacityPerServer if p.lruCapacityPerServer > 0 else DEFAULT_LRU_CAPACITY_PER_SERVER
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        info = request.get(self._keys[-1])
+        if info is None or not info.hashes:
+            return
+        targets = result.targets_of(result.primary_profile)[:1]
+        if result.primary_profile != PREFILL_PROFILE:
+            targets += result.targets_of(PREFILL_PROFILE)[:1]
+        for ep in targets:
+            self.index.add(ep.name, info.hashes, self.capacity(ep, info.block_size))
+
+    def remove_endpoint(self, name: str) -> None:
+        self.index.remove_endpoint(name)

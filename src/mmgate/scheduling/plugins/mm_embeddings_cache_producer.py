@@ -1,0 +1,93 @@
+"""``mm-embeddings-cache-producer``: which endpoints probably hold this request's media in their
+encoder cache (vLLM's encoder-output cache), so the ViT need not run again.
+
+Each endpoint has its own LRU of media content identities; capacity is
+``cacheSizeInMBPerServer`` MiB ÷ 2 MiB per item (llm-d's sizing: 2048 items by default). For
+every endpoint the producer publishes how many of the request's distinct items it holds, and how
+many of their tokens (for the size-weighted score).
+
+After a decision the identities are recorded for the endpoints that actually ran the encoder: the
+targets of the ``encode`` profile (``encodeProfile``) when that profile ran, otherwise the primary
+profile's targets. llm-d at HEAD always records the primary (decode) profile — bug #2626 — so in
+an E/PD topology its encode-profile scorer never sees a hit; mmgate records the encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from mmgate.scheduling.affinity_index import AffinityIndex
+from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
+from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, TOKENIZED_PROMPT, EncoderCacheMatch
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
+
+BYTES_PER_ITEM = 2 * 1024 * 1024  # llm-d's assumed size of one item's embeddings
+
+
+class MMEmbeddingsParams(msgspec.Struct, forbid_unknown_fields=True):
+    cacheSizeInMBPerServer: int = 4096
+    encodeProfile: str = "encode"  # mmgate (as llm-d PR #2627 proposes)
+
+
+@plugin("mm-embeddings-cache-producer")
+class MMEmbeddingsCacheProducer(Producer, PreRequest, EndpointAware):
+    Params = MMEmbeddingsParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        if params.cacheSizeInMBPerServer <= 0:
+            raise ValueError(f"cacheSizeInMBPerServer must be > 0, got {params.cacheSizeInMBPerServer}")
+        self.capacity = max(1, params.cacheSizeInMBPerServer * 1024 * 1024 // BYTES_PER_ITEM)
+        self.index: AffinityIndex[str] = AffinityIndex()
+        self._keys: tuple[DataKey[Any], ...] = (ENCODER_CACHE_MATCH,)
+        if name != self.type_name:
+            self._keys += (ENCODER_CACHE_MATCH.scoped(name),)
+
+    def produces(self) -> tuple[DataKey[Any], ...]:
+        return self._keys
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        return (TOKENIZED_PROMPT,)
+
+    def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
+        tp = request.get(TOKENIZED_PROMPT)
+        identities: list[str] = []
+        modalities: list[str] = []
+        tokens: list[int] = []
+        items: dict[str, int] = {}
+        for item in tp.media if tp is not None else ():
+            if item.identity in items:
+                continue
+            items[item.identity] = len(identities)
+            identities.append(item.identity)
+            modalities.append(str(item.modality))
+            tokens.append(item.length)
+        matched_items: dict[str, int] = {}
+        matched_tokens: dict[str, int] = {}
+        for i, identity in enumerate(identities):
+            for ep in self.index.holders(identity) or ():
+                matched_items[ep] = matched_items.get(ep, 0) + 1
+                matched_tokens[ep] = matched_tokens.get(ep, 0) + tokens[i]
+        info = EncoderCacheMatch(identities, modalities, tokens, matched_items, matched_tokens)
+        for key in self._keys:
+            request.put(key, info)
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        info = request.get(self._keys[-1])
+        if info is None or not info.identities:
+            return
+        encode = result.profiles.get(self.params.encodeProfile)
+        targets = (
+            encode.targets
+            if encode is not None and encode.targets
+            else result.targets_of(result.primary_profile)
+        )
+        for ep in targets:
+            self.index.add(ep.name, info.identities, self.capacity)
+
+    def remove_endpoint(self, name: str) -> None:
+        self.index.remove_endpoint(name)

@@ -1,0 +1,96 @@
+"""``token-producer``: price the request in tokens and lay it out as a pseudo-token stream.
+
+Everything downstream reads what this publishes (``TokenizedPrompt``): prefix hashing, in-flight
+token load, encoder-cache affinity. Pricing is :func:`mmgate.tokens.price` and the stream is
+:func:`mmgate.tokens.build_sequence`, so every media identity is part of the stream and two
+requests that differ only in an image hash differently from that image on.
+
+Parameters keep llm-d's ``estimate`` block (image/video modes, default resolution, frames). mmgate
+adds ``family`` (an exact model-family rule such as ``qwen3-vl``, with ``familyParams``
+overrides) and ``provider`` (a hosted API rule). With none set, the ``mmgate.pricing.family`` of
+the config applies, and without that llm-d's estimate defaults. llm-d's ``vllm`` render backend
+is not offered: it puts a network call on the routing hot path, which mmgate avoids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from mmgate.scheduling.framework import PluginHandle, Producer
+from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
+from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, price
+
+
+class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):
+    estimate: EstimateConfig | None = None
+    family: str | None = None
+    familyParams: dict[str, Any] = msgspec.field(default_factory=dict)
+    provider: str | None = None
+    # llm-d backends mmgate does not run; accepted only to say so clearly.
+    vllm: Any = None
+    modelName: str | None = None
+    udsTokenizerConfig: Any = None
+
+
+def pricing_config(params: TokenProducerParams, default_family: str | None) -> PricingConfig:
+    """Resolve the parameters to one pricing rule (raises ValueError on a conflict)."""
+    if params.vllm is not None or params.modelName is not None or params.udsTokenizerConfig is not None:
+        raise ValueError(
+            "the vllm / modelName / udsTokenizerConfig render backends are not supported by mmgate "
+            "(a render call on the routing path); use estimate, family or provider"
+        )
+    chosen = [
+        k
+        for k, v in (("estimate", params.estimate), ("family", params.family), ("provider", params.provider))
+        if v
+    ]
+    if len(chosen) > 1:
+        raise ValueError(f"set only one of estimate, family, provider (got {', '.join(chosen)})")
+    if params.familyParams and not params.family:
+        raise ValueError("familyParams needs family")
+    if params.provider:
+        return PricingConfig(family=None, provider=params.provider)
+    if params.family:
+        return PricingConfig(family=params.family, params=params.familyParams)
+    if params.estimate is None and default_family:
+        return PricingConfig(family=default_family)
+    return PricingConfig(family=None, estimate=params.estimate or EstimateConfig())
+
+
+@plugin("token-producer", aliases=("tokenizer",))
+class TokenProducer(Producer):
+    Params = TokenProducerParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        default_family = handle.settings.get("pricing_family")
+        self.pricing = pricing_config(params, default_family if isinstance(default_family, str) else None)
+        self._keys: tuple[DataKey[Any], ...] = (TOKENIZED_PROMPT,)
+        if name != self.type_name:
+            self._keys += (TOKENIZED_PROMPT.scoped(name),)
+
+    def produces(self) -> tuple[DataKey[Any], ...]:
+        return self._keys
+
+    def tokenize(self, request: SchedulingRequest) -> TokenizedPrompt:
+        view = request.view
+        pricing = price(view, self.pricing)
+        seq = build_sequence(view, pricing)
+        return TokenizedPrompt(
+            token_ids=seq.token_ids,
+            media=seq.mm_items,
+            total_tokens=pricing.total_tokens,
+            media_tokens=pricing.total_tokens - pricing.text_tokens,
+            cache_salt=view.cache_salt,
+            pricing=pricing,
+        )
+
+    def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
+        tp = self.tokenize(request)
+        for key in self._keys:
+            request.put(key, tp)

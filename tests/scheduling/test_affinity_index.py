@@ -1,0 +1,35 @@
+"""The per-endpoint LRU + reverse index behind the affinity plugins."""
+
+from __future__ import annotations
+
+from mmgate.scheduling.affinity_index import AffinityIndex
+
+
+def test_longest_prefix_counts_consecutive_keys_per_endpoint() -> None:
+    idx: AffinityIndex[int] = AffinityIndex()
+    idx.add("a", [1, 2, 3], capacity=10)
+    idx.add("b", [1, 2], capacity=10)
+    idx.add("c", [2, 3], capacity=10)  # holds later keys but not the first
+    assert idx.longest_prefix([1, 2, 3, 4]) == {"a": 3, "b": 2}
+    assert idx.longest_prefix([9, 1]) == {}
+
+
+def test_eviction_is_per_endpoint_and_keeps_the_reverse_index_exact() -> None:
+    idx: AffinityIndex[str] = AffinityIndex()
+    idx.add("a", ["x", "y"], capacity=2)
+    idx.add("b", ["x"], capacity=2)
+    idx.add("a", ["x"], capacity=2)  # refresh x: y is now the oldest on a
+    idx.add("a", ["z"], capacity=2)
+    assert idx.holds("a", "x") and idx.holds("a", "z") and not idx.holds("a", "y")
+    assert idx.holders("y") is None
+    assert idx.holders("x") == {"a", "b"}
+
+
+def test_remove_endpoint_drops_all_its_keys() -> None:
+    idx: AffinityIndex[int] = AffinityIndex()
+    idx.add("a", range(5), capacity=100)
+    idx.add("b", [0], capacity=100)
+    idx.remove_endpoint("a")
+    idx.remove_endpoint("missing")
+    assert idx.held_keys() == [0] and idx.holders(0) == {"b"}
+    assert idx.endpoints() == ["b"] and idx.size("a") == 0

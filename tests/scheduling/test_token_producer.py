@@ -1,0 +1,81 @@
+"""token-producer: prices with mmgate.tokens and publishes the pseudo-token stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from mmgate.config import ConfigError, parse_config
+from mmgate.request.view import MediaAsset
+from mmgate.scheduling import build_scheduler
+from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
+from mmgate.scheduling.plugins.token_producer import TokenProducer
+
+from .helpers import endpoints, image, request, scheduler
+
+ESTIMATE = {"estimate": {"image": {"mode": "dynamic", "dynamic": {"factor": 1024}}}}
+
+
+def produce(params: dict[str, object] | None, *parts: str | MediaAsset) -> TokenizedPrompt:
+    s = scheduler([{"type": "token-producer", "parameters": params}, {"type": "random-picker"}])
+    req = request(*parts)
+    s.schedule(req, endpoints(1), 0.0)
+    tp = req.get(TOKENIZED_PROMPT)
+    assert tp is not None
+    return tp
+
+
+def test_estimate_prices_a_720p_image_at_900_tokens() -> None:
+    tp = produce(ESTIMATE, "describe ", image("a" * 32), " please")
+    (item,) = tp.media
+    assert item.identity == "a" * 32
+    assert item.length == 900
+    assert tp.media_tokens == 900
+    assert tp.total_tokens > 900
+    span = tp.token_ids[item.offset : item.offset + item.length]
+    assert len(set(span)) == 1  # one identity-derived id repeated
+
+
+def test_different_images_give_different_streams_same_length() -> None:
+    a = produce(ESTIMATE, "x", image("a" * 32))
+    b = produce(ESTIMATE, "x", image("b" * 32))
+    assert len(a.token_ids) == len(b.token_ids)
+    assert a.token_ids != b.token_ids
+
+
+def test_family_option_prices_by_model_family() -> None:
+    est = produce(ESTIMATE, image("a" * 32, 1280, 720))
+    fam = produce({"family": "qwen2-vl"}, image("a" * 32, 1280, 720))
+    assert fam.pricing is not None
+    assert fam.media_tokens != est.media_tokens
+
+
+def test_mmgate_section_family_is_the_default() -> None:
+    cfg = parse_config(
+        {"plugins": [{"type": "token-producer"}], "mmgate": {"pricing": {"family": "qwen2-vl"}}}
+    )
+    s = build_scheduler(cfg.picker, mmgate=cfg.mmgate)
+    producer = s.plugins["token-producer"]
+    assert isinstance(producer, TokenProducer)
+    assert producer.pricing.family == "qwen2-vl"
+
+
+def test_tokenizer_alias_and_auto_creation() -> None:
+    s = scheduler([{"type": "tokenizer"}])
+    assert isinstance(s.plugins["tokenizer"], TokenProducer)
+    s = scheduler([{"type": "token-load-scorer"}])
+    assert "token-producer" in s.plugins
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"vllm": {"url": "http://x"}}, "not supported"),
+        ({"family": "qwen2-vl", "estimate": {}}, "only one"),
+        ({"familyParams": {"a": 1}}, "familyParams needs family"),
+        ({"estimate": {"image": {"mode": "dinamic"}}}, "plugins[0].parameters.estimate.image.mode"),
+    ],
+)
+def test_bad_parameters(params: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        scheduler([{"type": "token-producer", "parameters": params}])
+    assert message in str(err.value)
