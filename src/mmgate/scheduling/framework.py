@@ -75,6 +75,10 @@ class Plugin:
 class Producer(Plugin):
     """Computes per-request data (llm-d DataProducer) before any profile runs."""
 
+    def own_keys(self, key: DataKey[Any]) -> tuple[DataKey[Any], ...]:
+        """``key``, plus its name-scoped twin when the instance is named other than its type."""
+        return (key,) if self.name == self.type_name else (key, key.scoped(self.name))
+
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
         raise NotImplementedError
 

@@ -89,9 +89,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
         if p.minBlockSizeTokens <= 0:
             raise ValueError("minBlockSizeTokens must be > 0")
         self.index: AffinityIndex[int] = AffinityIndex()
-        self._keys: tuple[DataKey[Any], ...] = (PREFIX_MATCH,)
-        if name != self.type_name:
-            self._keys += (PREFIX_MATCH.scoped(name),)
+        self._keys = self.own_keys(PREFIX_MATCH)
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys

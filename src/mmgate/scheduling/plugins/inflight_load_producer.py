@@ -74,9 +74,7 @@ class InflightLoadProducer(Producer, RequestLifecycle):
         if params.maxEstimatedOutputTokens is not None and params.maxEstimatedOutputTokens < 0:
             raise ValueError("maxEstimatedOutputTokens must be non-negative")
         self._prefix_key: DataKey[PrefixMatch] = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName)
-        self._keys: tuple[DataKey[Any], ...] = (INFLIGHT_LOAD,)
-        if name != self.type_name:
-            self._keys += (INFLIGHT_LOAD.scoped(name),)
+        self._keys = self.own_keys(INFLIGHT_LOAD)
         self._held: dict[str, list[_Held]] = {}
 
     def produces(self) -> tuple[DataKey[Any], ...]:

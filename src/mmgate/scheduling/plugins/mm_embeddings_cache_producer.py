@@ -43,9 +43,7 @@ class MMEmbeddingsCacheProducer(Producer, PreRequest, EndpointAware):
             raise ValueError(f"cacheSizeInMBPerServer must be > 0, got {params.cacheSizeInMBPerServer}")
         self.capacity = max(1, params.cacheSizeInMBPerServer * 1024 * 1024 // BYTES_PER_ITEM)
         self.index: AffinityIndex[str] = AffinityIndex()
-        self._keys: tuple[DataKey[Any], ...] = (ENCODER_CACHE_MATCH,)
-        if name != self.type_name:
-            self._keys += (ENCODER_CACHE_MATCH.scoped(name),)
+        self._keys = self.own_keys(ENCODER_CACHE_MATCH)
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys

@@ -70,9 +70,7 @@ class TokenProducer(Producer):
         super().__init__(name, params, handle)
         default_family = handle.settings.get("pricing_family")
         self.pricing = pricing_config(params, default_family if isinstance(default_family, str) else None)
-        self._keys: tuple[DataKey[Any], ...] = (TOKENIZED_PROMPT,)
-        if name != self.type_name:
-            self._keys += (TOKENIZED_PROMPT.scoped(name),)
+        self._keys = self.own_keys(TOKENIZED_PROMPT)
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
