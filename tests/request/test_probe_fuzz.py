@@ -11,37 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mmgate.request.probe import (
+    PROBERS,
     Base64Reader,
     BytesReader,
     ProbeResult,
     Reader,
     Truncated,
-    audio,
-    ebml,
-    image,
-    isobmff,
     probe,
 )
 
 from .bodies import image as pillow_image
 
 DATA = Path(__file__).parent / "data"
-
-PROBERS: dict[str, Callable[[Reader], ProbeResult]] = {
-    "png": image.png,
-    "jpeg": image.jpeg,
-    "gif": image.gif,
-    "webp": image.webp,
-    "bmp": image.bmp,
-    "tiff": image.tiff,
-    "heif": lambda r: isobmff.heif(r, "heic"),
-    "mp4": lambda r: isobmff.mp4(r, "mp4"),
-    "webm": ebml.webm,
-    "wav": audio.wav,
-    "flac": audio.flac,
-    "mp3": audio.mp3,
-    "ogg": audio.ogg,
-}
 
 SAMPLES = [
     pillow_image("PNG", 33, 17),
