@@ -1,0 +1,247 @@
+"""``mmgate sim``: run simulated vLLM-compatible pods (one port each) in this process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mmgate.sim.faults import FaultSettings
+from mmgate.sim.kvevents import WireFormat, parse_kv_events_config
+from mmgate.sim.roles import Role, role_from_kv_transfer_config
+from mmgate.sim.spec import PodSpec, expand, load_fleet
+
+EPILOG = """\
+examples:
+  mmgate sim --profile qwen3-vl-32b-h200-tp2 --pods 8 --base-port 8100
+  mmgate sim --pods 2 --kv-events-config '{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557",
+             "replay_endpoint": "tcp://*:5657", "topic": "kv"}'
+  mmgate sim --fleet fleet.yaml --time-scale 0.5      # every pod twice as fast as real time
+  mmgate sim --mm-encoder-only --base-port 8200       # an encode-only pod for E/PD topologies
+  curl -s -XPOST localhost:8100/admin/faults -d '{"rate_503": 0.2, "stall_for": 5}'
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    fleet = parser.add_argument_group("fleet")
+    fleet.add_argument("--profile", default="qwen3-vl-32b-h200-tp2", help="timing profile name or YAML path")
+    fleet.add_argument("--pods", type=int, default=1, help="number of identical pods (default 1)")
+    fleet.add_argument("--base-port", type=int, default=8100, help="port of the first pod; the rest follow")
+    fleet.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    fleet.add_argument(
+        "--fleet", metavar="FILE.yaml", help="fleet description; flags given override defaults"
+    )
+    fleet.add_argument("--model", help="served model name (default: the profile's model)")
+    fleet.add_argument("--family", help="model family for media token counts (default: the profile's)")
+    fleet.add_argument(
+        "--time-scale",
+        type=float,
+        help="wall seconds per simulated second; 0.5 runs twice as fast (default 1)",
+    )
+    fleet.add_argument("--seed", type=int, help="seed for timing noise and fault draws")
+    fleet.add_argument(
+        "--natural-output-tokens",
+        type=int,
+        help="answer length when the client sets no limit or ignore_eos is false (default 256)",
+    )
+    fleet.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    fleet.add_argument(
+        "--endpoints-file", metavar="PATH", help="write the pods' endpoints as JSON here once they listen"
+    )
+
+    engine = parser.add_argument_group("engine (vLLM flag names)")
+    engine.add_argument(
+        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None, help="KV prefix cache"
+    )
+    engine.add_argument(
+        "--encoder-cache-tokens", type=int, help="encoder-cache capacity in embeddings; 0 = off"
+    )
+    engine.add_argument("--mm-processor-cache-gb", type=float, help="processor cache size in GiB; 0 = off")
+    engine.add_argument("--block-size", type=int, help="KV block size in tokens")
+    engine.add_argument("--num-gpu-blocks", type=int, help="override the profile's KV capacity in blocks")
+    engine.add_argument("--max-num-seqs", type=int, help="max running sequences")
+    engine.add_argument("--max-num-batched-tokens", type=int, help="per-step token budget")
+
+    roles = parser.add_argument_group("disaggregation")
+    roles.add_argument("--role", choices=[r.value for r in Role], help="deployment role (default both)")
+    roles.add_argument("--mm-encoder-only", action="store_true", help="encode only; same as --role encode")
+    roles.add_argument("--kv-transfer-config", metavar="JSON", help="vLLM's JSON; kv_role sets the role")
+    roles.add_argument(
+        "--kv-transfer-time-per-token", type=float, help="seconds to pull one token's KV (default 2e-5)"
+    )
+
+    events = parser.add_argument_group("KV events")
+    events.add_argument("--kv-events-config", metavar="JSON", help="vLLM's --kv-events-config JSON")
+    events.add_argument(
+        "--kv-events-format",
+        choices=[f.value for f in WireFormat],
+        help="current: tagged maps (vLLM >= 0.11); legacy: tagged arrays (older vLLM, llm-d default)",
+    )
+    events.add_argument(
+        "--kv-events-raw-hashes",
+        action="store_true",
+        help="publish raw digests (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)",
+    )
+
+    faults = parser.add_argument_group("fault injection (also at run time: POST /admin/faults)")
+    faults.add_argument("--fail-rate-429", type=float, help="fraction of requests answered 429")
+    faults.add_argument("--fail-rate-500", type=float, help="fraction of requests answered 500")
+    faults.add_argument("--fail-rate-503", type=float, help="fraction of requests answered 503")
+    faults.add_argument("--fail-rate-reset", type=float, help="fraction reset after the first streamed token")
+    faults.add_argument("--slowdown", type=float, help="stretch every engine step by this factor")
+    faults.add_argument(
+        "--stall", action="store_true", help="start stalled: accept requests, produce nothing"
+    )
+
+
+ENGINE_FLAGS = (
+    "enable_prefix_caching",
+    "encoder_cache_tokens",
+    "mm_processor_cache_gb",
+    "block_size",
+    "num_gpu_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The pod settings the flags set (only those given, so a fleet file's defaults survive)."""
+    out: dict[str, Any] = {}
+    for name in ("profile", "host", "model", "family", "time_scale", "seed", "natural_output_tokens"):
+        value = getattr(args, name)
+        if value is not None:
+            out[name] = value
+    engine = {k: getattr(args, k) for k in ENGINE_FLAGS if getattr(args, k) is not None}
+    if engine:
+        out["engine"] = engine
+    role = args.role
+    if args.kv_transfer_config:
+        config = json.loads(args.kv_transfer_config)
+        if not isinstance(config, dict):
+            raise ValueError("--kv-transfer-config must be a JSON object")
+        role = role or role_from_kv_transfer_config(config).value
+    if args.mm_encoder_only:
+        role = Role.ENCODE.value
+    if role is not None:
+        out["role"] = role
+    if args.kv_transfer_time_per_token is not None:
+        out["kv_transfer_s_per_token"] = args.kv_transfer_time_per_token
+    if args.kv_events_config:
+        out["kv_events"] = parse_kv_events_config(args.kv_events_config)
+    if args.kv_events_format:
+        out["kv_events_format"] = args.kv_events_format
+    if args.kv_events_raw_hashes:
+        out["kv_events_int_hashes"] = False
+    faults = {
+        "rate_429": args.fail_rate_429,
+        "rate_500": args.fail_rate_500,
+        "rate_503": args.fail_rate_503,
+        "rate_reset": args.fail_rate_reset,
+        "slowdown": args.slowdown,
+        "stalled": True if args.stall else None,
+    }
+    if any(v is not None for v in faults.values()):
+        out["faults"] = FaultSettings(**{k: v for k, v in faults.items() if v is not None})
+    return out
+
+
+def specs_from_args(args: argparse.Namespace) -> list[PodSpec]:
+    overrides = overrides_from_args(args)
+    if args.fleet:
+        return load_fleet(args.fleet, overrides)
+    if args.pods < 1:
+        raise ValueError("--pods must be at least 1")
+    return expand(overrides, [], base_port=args.base_port, pods=args.pods)
+
+
+def print_fleet(console: Console, fleet: Any) -> None:
+    table = Table(title=f"mmgate sim: {len(fleet)} pod(s)", title_justify="left")
+    for col in ("pod", "role", "model", "profile", "url", "kv events", "replay"):
+        table.add_column(col, overflow="fold")
+    for pod in fleet:
+        table.add_row(
+            pod.name,
+            pod.spec.role.value,
+            pod.model,
+            pod.spec.profile,
+            pod.url,
+            pod.kv_endpoint or "-",
+            pod.kv_replay_endpoint or "-",
+        )
+    console.print(table)
+    console.print("endpoints: /v1/chat/completions /v1/completions /v1/models /health /metrics /admin/faults")
+
+
+def endpoints_doc(fleet: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": pod.name,
+            "role": pod.spec.role.value,
+            "model": pod.model,
+            "url": pod.url,
+            "kv_events": pod.kv_endpoint,
+            "kv_replay": pod.kv_replay_endpoint,
+        }
+        for pod in fleet
+    ]
+
+
+async def _serve(
+    specs: list[PodSpec], duration: float | None, console: Console, endpoints_file: str | None = None
+) -> None:
+    from mmgate.sim.fleet import SimFleet
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with SimFleet(specs) as fleet:
+        print_fleet(console, fleet)
+        if endpoints_file:
+            tmp = Path(endpoints_file + ".tmp")
+            tmp.write_text(json.dumps(endpoints_doc(fleet), indent=2))
+            tmp.replace(endpoints_file)  # atomic: a reader never sees half a file
+        console.print(
+            "[dim]Ctrl-C to stop[/dim]" if duration is None else f"[dim]running for {duration:g}s[/dim]"
+        )
+        sys.stdout.flush()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), duration)
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop where available (the pods' hot path is socket I/O)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        specs = specs_from_args(args)
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]mmgate sim: {exc}[/red]")
+        return 2
+    try:
+        run_loop(_serve(specs, args.duration, console, args.endpoints_file))
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]mmgate sim: {exc}[/red]")
+        return 1
+    return 0

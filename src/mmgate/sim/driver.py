@@ -1,0 +1,196 @@
+"""Runs one pod's pure engine in real time and hands its tokens to the waiting HTTP streams.
+
+The engine is clock-free: ``step(now)`` says how long the step takes on the simulated GPU. The
+driver runs steps back to back while there is work, sleeping each step's duration (× slowdown ×
+time scale) against a running deadline so sleep overshoot does not accumulate, and delivers every
+token a step produced to its stream when the step ends: one wake-up per stream per step, not per
+token. Time in metrics is simulated seconds (wall seconds / time scale), as a real pod would report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mmgate.sim.engine import Engine
+from mmgate.sim.engine_types import SimRequest, StepOutput
+from mmgate.sim.faults import Faults
+from mmgate.sim.metrics import PodMetrics
+
+# How far behind schedule the loop may fall before it stops trying to catch up (then it drifts).
+MAX_CATCH_UP_S = 0.25
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """One request in the engine, as its HTTP handler sees it."""
+
+    request_id: str
+    prompt_tokens: int
+    arrival: float  # simulated seconds
+    emitted: int = 0
+    cached_tokens: int = 0
+    finished: bool = False
+    reason: str = "length"
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    _waiter: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    async def wait(self) -> None:
+        """Until the next step that gives this request tokens or finishes it."""
+        if self.finished:
+            return
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class Driver:
+    """The engine loop of one pod."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        metrics: PodMetrics,
+        faults: Faults,
+        time_scale: float = 1.0,
+        on_step: Callable[[StepOutput], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.faults = faults
+        self.time_scale = time_scale
+        self.on_step = on_step
+        self.flights: dict[str, Flight] = {}
+        self.steps = 0
+        self._loop = asyncio.get_running_loop()
+        self._t0 = self._loop.time()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def now(self) -> float:
+        """Simulated seconds since the pod started."""
+        return (self._loop.time() - self._t0) / self.time_scale
+
+    def start(self) -> None:
+        self._task = self._loop.create_task(self._run(), name="sim-driver")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for f in self.flights.values():
+            f.finished = True
+            f.reason = "abort"
+            f.wake()
+
+    async def preprocess(self, request: SimRequest) -> float:
+        """Wait out the frontend's preprocessing (the HF processor; queued per pod, cached per item)
+        and return the request's arrival time in simulated seconds."""
+        arrival = self.now()
+        delay = self.engine.preprocess(request, arrival)
+        if delay > 0:
+            await asyncio.sleep(delay * self.faults.settings.slowdown * self.time_scale)
+        return arrival
+
+    def submit(self, request: SimRequest, arrival: float | None = None) -> Flight:
+        """Hand a preprocessed request to the engine (``ValueError`` if it can never run here)."""
+        now = self.now()
+        self.engine.add_request(request, now)
+        flight = Flight(request.request_id, len(request.token_ids), now if arrival is None else arrival)
+        self.flights[request.request_id] = flight
+        self.metrics.touch()
+        self._wake.set()
+        return flight
+
+    def abort(self, flight: Flight) -> None:
+        """The client went away: free the engine's resources for it."""
+        if self.flights.pop(flight.request_id, None) is not None and not flight.finished:
+            self.engine.abort(flight.request_id)
+            flight.finished = True
+            flight.reason = "abort"
+            self.metrics.request_success["abort"] += 1
+            self.metrics.touch()
+
+    def nudge(self) -> None:
+        """Re-check faults (e.g. a stall was lifted through the admin endpoint)."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        loop = self._loop
+        deadline = loop.time()
+        while True:
+            if not self.engine.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time()
+                continue
+            if self.faults.stalled():
+                self._wake.clear()
+                left = self.faults.stall_remaining()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), None if left in (None, float("inf")) else left)
+                deadline = loop.time()
+                continue
+            started = loop.time()
+            out = self.engine.step(self.now())
+            self.steps += 1
+            sim_s = out.duration * self.faults.settings.slowdown
+            deadline += sim_s * self.time_scale
+            late = loop.time() - deadline
+            if late > MAX_CATCH_UP_S:
+                deadline = loop.time()
+            if late < 0:
+                await asyncio.sleep(-late)
+            else:
+                await asyncio.sleep(0)  # let I/O run even when the loop is behind
+            self._deliver(out)
+            m = self.metrics
+            m.driver_lag = max(0.0, late) / self.time_scale
+            m.busy_sim_s += sim_s
+            m.busy_wall_s += (loop.time() - started) / self.time_scale
+
+    def _deliver(self, out: StepOutput) -> None:
+        now = self.now()
+        m = self.metrics
+        flights = self.flights
+        ttft, itl = m.ttft, m.itl
+        for rid in out.first_token:
+            f = flights.get(rid)
+            if f is not None:
+                f.first_token_at = f.last_token_at = now
+                f.emitted += 1
+                ttft.observe(now - f.arrival)
+                f.wake()
+        for rid in out.next_tokens:
+            f = flights.get(rid)
+            if f is not None and f.last_token_at is not None:
+                itl.observe(now - f.last_token_at)
+                f.last_token_at = now
+                f.emitted += 1
+                f.wake()
+        for done in out.finished:
+            f = flights.pop(done.request_id, None)
+            if f is None:
+                continue
+            f.finished = True
+            f.reason = done.finish_reason
+            f.cached_tokens = done.cached_tokens
+            m.e2e.observe(now - f.arrival)
+            m.request_success[done.finish_reason] = m.request_success.get(done.finish_reason, 0) + 1
+            f.wake()
+        if self.on_step is not None:
+            self.on_step(out)
+        m.touch()

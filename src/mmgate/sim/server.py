@@ -1,0 +1,371 @@
+"""One simulated vLLM pod: the OpenAI HTTP API, ``/metrics``, KV events, roles and faults.
+
+Every response carries ``x-mmgate-sim-pod: <name>`` so a test can see where a request landed.
+Client mistakes get OpenAI-shaped 4xx errors naming the field; injected faults get 429/500/503 or a
+reset connection; ``/admin/faults`` changes the faults while running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import struct
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from mmgate.errors import RequestError
+from mmgate.request.view import Api
+from mmgate.sim.driver import Driver, Flight
+from mmgate.sim.encode_only import EncodeOnly
+from mmgate.sim.engine import Engine
+from mmgate.sim.engine_types import EngineConfig, EngineStats, SimRequest, StepOutput
+from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
+from mmgate.sim.ingest import Ingested, ingest
+from mmgate.sim.kvevents import KVEventPublisher
+from mmgate.sim.metrics import PodMetrics
+from mmgate.sim.output import ResponseWriter, Usage
+from mmgate.sim.profiles import Profile, load_profile
+from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params
+from mmgate.sim.spec import PodSpec
+from mmgate.tokens import FAMILIES, PricingConfig
+
+POD_HEADER = "x-mmgate-sim-pod"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def error_response(err: RequestError, pod: str) -> web.Response:
+    return web.json_response(err.to_dict(), status=err.status, headers={POD_HEADER: pod})
+
+
+class SimPod:
+    """A simulated pod bound to one port. ``await start()``, then ``url``; ``await stop()``."""
+
+    def __init__(self, spec: PodSpec) -> None:
+        spec.validate()
+        self.spec = spec
+        self.name = spec.name
+        self.profile = load_profile(spec.profile)
+        self.model = spec.model or self.profile.model or self.profile.name
+        self.pricing = PricingConfig(family=spec.family or family_of(self.profile))
+        self.config = engine_config(spec)
+        self.engine = Engine(self.profile, self.config)
+        self.encoder = EncodeOnly(self.profile) if spec.role is Role.ENCODE else None
+        self.faults = Faults(spec.faults, seed=spec.seed)
+        self.metrics = PodMetrics(model_name=self.model, prefix_caching=self.config.enable_prefix_caching)
+        self.engine_id = f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        self.publisher: KVEventPublisher | None = None
+        self.driver: Driver | None = None
+        self.port = spec.port
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.spec.host}:{self.port}"
+
+    @property
+    def kv_endpoint(self) -> str | None:
+        return None if self.publisher is None else self.publisher.endpoint
+
+    @property
+    def kv_replay_endpoint(self) -> str | None:
+        return None if self.publisher is None else self.publisher.replay_endpoint
+
+    async def start(self) -> None:
+        kv = self.spec.kv_events
+        if kv is not None and kv.active:
+            self.publisher = KVEventPublisher(
+                kv, fmt=self.spec.kv_events_format, int_hashes=self.spec.kv_events_int_hashes
+            )
+            self.publisher.start()
+        self.driver = Driver(
+            self.engine,
+            metrics=self.metrics,
+            faults=self.faults,
+            time_scale=self.spec.time_scale,
+            on_step=self._after_step,
+        )
+        self.driver.start()
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/admin/faults", self._get_faults)
+        app.router.add_post("/admin/faults", self._set_faults)
+        app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.spec.host, self.spec.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        if self.spec.port == 0 and server is not None:
+            sockets = getattr(server, "sockets", None) or []
+            self.port = sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.driver is not None:
+            await self.driver.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.publisher is not None:
+            await self.publisher.close()
+
+    def _after_step(self, out: StepOutput) -> None:
+        if self.publisher is not None and out.events:
+            self.publisher.publish(out.events)
+
+    # --- small endpoints ---------------------------------------------------------------------
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(headers={POD_HEADER: self.name})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        doc = {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "vllm",
+                    "root": self.model,
+                    "parent": None,
+                    "max_model_len": self.profile.engine.max_model_len,
+                }
+            ],
+        }
+        return web.json_response(doc, headers={POD_HEADER: self.name})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = self.metrics.render(self._stats)
+        return web.Response(
+            body=body,
+            headers={POD_HEADER: self.name, "Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    def _stats(self) -> EngineStats:
+        stats = self.engine.stats()
+        if self.encoder is not None:
+            stats = self.encoder.merge_stats(stats)
+        return stats
+
+    async def _reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's dev endpoint: drop every cached block (refused while blocks are in use)."""
+        if not self.engine.reset_prefix_cache():
+            err = RequestError("prefix cache is in use by running requests", status=409, type="conflict")
+            return error_response(err, self.name)
+        self.metrics.touch()  # AllBlocksCleared goes out with the next step's batch, as in vLLM
+        return web.Response(headers={POD_HEADER: self.name})
+
+    async def _get_faults(self, request: web.Request) -> web.Response:
+        return web.json_response(self.faults.snapshot(), headers={POD_HEADER: self.name})
+
+    async def _set_faults(self, request: web.Request) -> web.Response:
+        try:
+            changes = json.loads(await request.read() or b"{}")
+            if not isinstance(changes, dict):
+                raise ValueError("body must be a JSON object")
+            self.faults.update(changes)
+        except ValueError as exc:
+            return error_response(RequestError(str(exc)), self.name)
+        if self.driver is not None:
+            self.driver.nudge()
+        return web.json_response(self.faults.snapshot(), headers={POD_HEADER: self.name})
+
+    # --- completions -------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, Api.CHAT)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, Api.COMPLETIONS)
+
+    async def _serve(self, request: web.Request, api: Api) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            job = ingest(
+                body,
+                request.headers,
+                api,
+                self.pricing,
+                natural_output_tokens=self.spec.natural_output_tokens,
+            )
+            if job.view.model and job.view.model != self.model:
+                raise RequestError(
+                    f"The model `{job.view.model}` does not exist.",
+                    param="model",
+                    status=404,
+                    type="NotFoundError",
+                    code="model_not_found",
+                )
+        except RequestError as err:
+            return error_response(err, self.name)
+        outcome = self.faults.draw()
+        if outcome in ERROR_STATUS:
+            fault = RequestError(
+                f"simulated fault: {outcome.value}", status=ERROR_STATUS[outcome], type=ERROR_TYPE[outcome]
+            )
+            return error_response(fault, self.name)
+        prefix = "chatcmpl" if api is Api.CHAT else "cmpl"
+        request_id = request.headers.get("x-request-id") or f"{prefix}-{self.name}-{next(self._ids)}"
+        if self.spec.role is Role.ENCODE:
+            return await self._encode_only(request, job, request_id)
+        return await self._generate(request, job, request_id, api, outcome is Outcome.RESET)
+
+    async def _generate(
+        self, request: web.Request, job: Ingested, request_id: str, api: Api, reset: bool
+    ) -> web.StreamResponse:
+        assert self.driver is not None
+        driver = self.driver
+        transfer = job.transfer
+        n_out = 1 if transfer.remote_decode else job.output_tokens
+        reason = "length" if transfer.remote_decode else job.reason
+        prompt_tokens = len(job.sequence)
+        block_size = self.engine.stats().block_size
+        if transfer.remote_prefill:
+            # The KV cache arrives over the wire instead of being computed here.
+            n = transfer.remote_num_tokens if transfer.remote_num_tokens is not None else prompt_tokens
+            await asyncio.sleep(n * self.spec.kv_transfer_s_per_token * self.spec.time_scale)
+        sim = SimRequest.from_sequence(request_id, job.sequence, n_out, job.view.cache_salt)
+        arrival = await driver.preprocess(sim)
+        try:
+            flight = driver.submit(sim, arrival)
+        except ValueError as exc:
+            return error_response(RequestError(str(exc), param="messages"), self.name)
+        writer = ResponseWriter(api, request_id, self.model, offset=hash(request_id) & 0xFF)
+        extra: dict[str, Any] | None = None
+        if transfer.remote_decode:
+            extra = {
+                "kv_transfer_params": prefill_response_params(
+                    engine_id=self.engine_id,
+                    request_id=request_id,
+                    host=self.spec.host,
+                    port=self.port,
+                    block_ids=list(range(-(-prompt_tokens // block_size))),
+                    num_tokens=prompt_tokens,
+                )
+            }
+        try:
+            if job.knobs.stream:
+                return await self._stream(request, flight, writer, job, reason, extra, reset)
+            while not flight.finished:
+                await flight.wait()
+            if flight.reason == "abort":
+                raise RequestError("request aborted", status=503, type="server_error")
+            usage = self._usage(flight, prompt_tokens)
+            if reset:
+                _reset(request)
+                raise asyncio.CancelledError
+            return web.Response(
+                body=writer.body(flight.emitted, reason, usage, extra),
+                headers={POD_HEADER: self.name},
+                content_type="application/json",
+            )
+        except RequestError as err:
+            return error_response(err, self.name)
+        finally:
+            driver.abort(flight)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        flight: Flight,
+        writer: ResponseWriter,
+        job: Ingested,
+        reason: str,
+        extra: dict[str, Any] | None,
+        reset: bool,
+    ) -> web.StreamResponse:
+        # Like vLLM, nothing (not even headers or the role chunk) goes out before the first token:
+        # a gateway may still retry elsewhere until then.
+        resp = web.StreamResponse(headers={**SSE_HEADERS, POD_HEADER: self.name})
+        sent = 0
+        while True:
+            await flight.wait()
+            n = flight.emitted - sent
+            if n > 0:
+                data = writer.tokens(sent, n)
+                if not sent:
+                    await resp.prepare(request)
+                    data = writer.role_chunk() + data
+                await resp.write(data)
+                sent += n
+                if reset:
+                    _reset(request)
+                    return resp
+            if flight.finished:
+                break
+        if flight.reason == "abort":
+            if not resp.prepared:
+                raise RequestError("the pod is shutting down", status=503, type="service_unavailable")
+            _reset(request)
+            return resp
+        usage = self._usage(flight, len(job.sequence)) if job.knobs.include_usage else None
+        await resp.write(writer.finish(reason, usage, extra))
+        await resp.write_eof()
+        return resp
+
+    def _usage(self, flight: Flight, prompt_tokens: int) -> Usage:
+        return Usage(prompt_tokens, flight.emitted, flight.cached_tokens)
+
+    async def _encode_only(self, request: web.Request, job: Ingested, request_id: str) -> web.StreamResponse:
+        """``--mm-encoder-only``: run the encoder for the items, answer with ``ec_transfer_params``."""
+        assert self.encoder is not None
+        items = [(item.identity, item.length) for item in job.sequence.mm_items]
+        await self.encoder.encode(items, self.faults, self.spec.time_scale)
+        self.metrics.touch()
+        triples = [(a.identity, a.modality.value, a.tokens) for a in job.pricing.assets]
+        params = encoder_response_params(triples, host=self.spec.host, port=self.port)
+        writer = ResponseWriter(job.view.api, request_id, self.model)
+        usage = Usage(len(job.sequence), 0, 0)
+        return web.Response(
+            body=writer.body(0, "length", usage, {"ec_transfer_params": params}),
+            headers={POD_HEADER: self.name},
+            content_type="application/json",
+        )
+
+
+def family_of(profile: Profile) -> str | None:
+    """The pricing family a profile's model belongs to: the longest family name its name starts
+    with (``qwen3-vl-32b-h200-tp2`` → ``qwen3-vl``); pricing's default when none matches."""
+    names = (profile.name.lower(), profile.model.lower().rsplit("/", 1)[-1])
+    matches = [f for f in FAMILIES for n in names if n.startswith(f)]
+    return max(matches, key=len) if matches else "qwen3-vl"
+
+
+def engine_config(spec: PodSpec) -> EngineConfig:
+    """The engine flags of a pod: its ``engine`` overrides, plus KV events and the seed."""
+    fields = {f for f in EngineConfig.__dataclass_fields__}
+    unknown = sorted(set(spec.engine) - fields)
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ValueError(f"pod {spec.name}: unknown engine setting(s) {', '.join(unknown)}; known: {known}")
+    settings = dict(spec.engine)
+    settings.setdefault("seed", spec.seed)
+    settings["kv_events"] = spec.kv_events is not None and spec.kv_events.active
+    try:
+        return EngineConfig(**settings)
+    except TypeError as exc:
+        raise ValueError(f"pod {spec.name}: {exc}") from None
+
+
+def _reset(request: web.Request) -> None:
+    """Drop the connection with a TCP reset (SO_LINGER 0), as a crashing server would."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()

@@ -1,0 +1,111 @@
+"""What one simulated pod is, and a fleet of them: CLI flags and fleet YAML decode into these.
+
+A fleet file lists pods (or groups of identical pods with ``count``) over shared ``defaults``::
+
+    defaults:
+      profile: qwen3-vl-32b-h200-tp2
+      kv_events: {enable_kv_cache_events: true, endpoint: "tcp://*:5557", replay_endpoint: "tcp://*:5657"}
+    pods:
+      - {name: encoder, role: encode, count: 2}
+      - {name: pd, count: 6, engine: {encoder_cache_tokens: 0}}
+
+Ports are ``base_port`` + the pod's index unless a pod sets ``port``; 0 means "any free port".
+KV-event endpoints of pods sharing one config are offset like vLLM's data-parallel ranks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from mmgate.sim.faults import FaultSettings
+from mmgate.sim.kvevents import KVEventsConfig, WireFormat
+from mmgate.sim.roles import Role
+
+
+class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Everything one simulated pod needs; every field has a usable default."""
+
+    name: str = "pod-0"
+    host: str = "127.0.0.1"
+    port: int = 0
+    profile: str = "fast"
+    model: str | None = None  # served model name; the profile's model when unset
+    family: str | None = None  # pricing family for media tokens; the profile's when unset
+    role: Role = Role.BOTH
+    time_scale: float = 1.0  # wall seconds per simulated second (0.5 = twice as fast)
+    seed: int = 0
+    natural_output_tokens: int = 256  # answer length when the client sets no max_tokens/ignore_eos
+    kv_transfer_s_per_token: float = 2e-5  # P/D: time to pull one token's KV on the decode side
+    kv_events: KVEventsConfig | None = None
+    kv_events_format: WireFormat = WireFormat.CURRENT
+    kv_events_int_hashes: bool = True  # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
+    faults: FaultSettings = msgspec.field(default_factory=FaultSettings)
+    engine: dict[str, Any] = msgspec.field(default_factory=dict)  # engine/profile overrides
+
+    def validate(self) -> None:
+        if self.time_scale <= 0:
+            raise ValueError(f"pod {self.name}: time_scale must be > 0")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"pod {self.name}: port {self.port} out of range")
+        if self.natural_output_tokens < 1:
+            raise ValueError(f"pod {self.name}: natural_output_tokens must be >= 1")
+        if self.kv_transfer_s_per_token < 0:
+            raise ValueError(f"pod {self.name}: kv_transfer_s_per_token must be >= 0")
+        self.faults.validate()
+
+
+class FleetFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    base_port: int = 0
+    defaults: dict[str, Any] = msgspec.field(default_factory=dict)
+    pods: list[dict[str, Any]] = msgspec.field(default_factory=list)
+
+
+def expand(
+    base: dict[str, Any], groups: list[dict[str, Any]], *, base_port: int = 0, pods: int | None = None
+) -> list[PodSpec]:
+    """Pod specs from shared settings and groups; ``pods`` N identical pods when no groups are given."""
+    if not groups:
+        groups = [{"count": pods or 1}]
+    specs: list[PodSpec] = []
+    index = 0
+    for gi, group in enumerate(groups):
+        group = dict(group)
+        count = group.pop("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"pods[{gi}].count must be a positive integer")
+        prefix = group.pop("name", None) or base.get("name") or "pod"
+        for i in range(count):
+            fields = {**base, **group}
+            fields["name"] = f"{prefix}-{i}" if count > 1 or not group else prefix
+            if "port" not in group:
+                fields["port"] = base_port + index if base_port else 0
+            elif count > 1 and fields["port"]:
+                fields["port"] = int(fields["port"]) + i
+            try:
+                spec = msgspec.convert(fields, PodSpec, strict=False)
+            except msgspec.ValidationError as exc:
+                raise ValueError(f"pods[{gi}]: {exc}") from None
+            spec.validate()
+            specs.append(spec)
+            index += 1
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"pod names must be unique; repeated: {', '.join(dupes)}")
+    return specs
+
+
+def load_fleet(path: str | Path, overrides: dict[str, Any] | None = None) -> list[PodSpec]:
+    """Read a fleet YAML; ``overrides`` (from CLI flags) apply over its ``defaults``."""
+    text = Path(path).read_text()
+    try:
+        raw = yaml.safe_load(text) or {}
+        doc = msgspec.convert(raw, FleetFile)
+    except (yaml.YAMLError, msgspec.ValidationError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    base = {**doc.defaults, **(overrides or {})}
+    return expand(base, doc.pods, base_port=doc.base_port)
