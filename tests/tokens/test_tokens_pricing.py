@@ -71,7 +71,7 @@ def test_absurd_probed_size_is_a_client_error_naming_the_field() -> None:
 
 
 def test_unknown_family_lists_valid_ones() -> None:
-    with pytest.raises(UnknownNameError, match=r"valid familys?: .*qwen3-vl"):
+    with pytest.raises(UnknownNameError, match=r"valid choices: .*qwen3-vl"):
         PricingConfig(family="qwen9-vl")
 
 

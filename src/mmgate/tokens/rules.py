@@ -43,7 +43,7 @@ class UnknownNameError(ValueError):
 
 
 def unknown(kind: str, name: str, valid: Iterable[str]) -> UnknownNameError:
-    return UnknownNameError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(valid))}")
+    return UnknownNameError(f"unknown {kind} {name!r}; valid choices: {', '.join(sorted(valid))}")
 
 
 def check_size(width: object, height: object, *, param: str | None = None) -> tuple[int, int]:

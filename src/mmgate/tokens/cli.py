@@ -1,0 +1,306 @@
+"""``mmgate tokens``: visual/audio token counts for images, videos, audio or bare sizes, side by side.
+
+Inputs are media files (size and duration read from their headers, nothing decoded) or literals:
+``1280x720`` (an image), ``1280x720:10s`` or ``1280x720:10s:30fps`` (a video), ``30s`` (audio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmgate.errors import RequestError
+from mmgate.request.view import Modality
+from mmgate.tokens.estimator import Estimator
+from mmgate.tokens.families import FAMILIES, get_family
+from mmgate.tokens.providers import OPENAI_MODELS, Provider, get_provider
+from mmgate.tokens.rules import Count, Family, UnknownNameError
+
+DEFAULT_VIDEO_FPS = 24.0
+_IMAGE = re.compile(r"^(\d+)[xX](\d+)$")
+_VIDEO = re.compile(r"^(\d+)[xX](\d+):(\d+(?:\.\d+)?)s(?::(\d+(?:\.\d+)?)fps)?$")
+_AUDIO = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    label: str
+    modality: Modality
+    width: int | None = None
+    height: int | None = None
+    duration_s: float | None = None
+    fps: float | None = None
+
+    @property
+    def shape(self) -> str:
+        if self.modality is Modality.AUDIO:
+            return f"{self.duration_s:g} s"
+        size = f"{self.width}x{self.height}"
+        if self.modality is Modality.VIDEO:
+            return f"{size}, {self.duration_s:g} s @ {self.fps:g} fps"
+        return size
+
+
+def parse_input(text: str) -> Input:
+    """A literal size/duration, or a media file whose header gives them."""
+    if m := _IMAGE.match(text):
+        return Input(text, Modality.IMAGE, int(m[1]), int(m[2]))
+    if m := _VIDEO.match(text):
+        fps = float(m[4]) if m[4] else DEFAULT_VIDEO_FPS
+        return Input(text, Modality.VIDEO, int(m[1]), int(m[2]), float(m[3]), fps)
+    if m := _AUDIO.match(text):
+        return Input(text, Modality.AUDIO, duration_s=float(m[1]))
+    path = Path(text)
+    if not path.is_file():
+        raise ValueError(
+            f"{text!r} is neither a file nor a size; "
+            "use WxH (image), WxH:SECONDSs[:FPSfps] (video) or SECONDSs (audio)"
+        )
+    return _probe_file(path)
+
+
+def _probe_file(path: Path) -> Input:
+    from mmgate.request.probe import AUDIO_FORMATS, IMAGE_FORMATS, probe_bytes
+
+    result = probe_bytes(path.read_bytes())
+    if result is None:
+        raise ValueError(f"{path}: not a media file mmgate can read the header of")
+    label = str(path)
+    if result.format in AUDIO_FORMATS or (result.width is None and result.duration_s is not None):
+        if not result.duration_s:
+            raise ValueError(f"{path}: {result.format} header has no duration")
+        return Input(label, Modality.AUDIO, duration_s=result.duration_s)
+    if not result.width or not result.height:
+        raise ValueError(f"{path}: {result.format} header has no dimensions")
+    if result.format in IMAGE_FORMATS or not result.duration_s:
+        return Input(label, Modality.IMAGE, result.width, result.height)
+    return Input(
+        label, Modality.VIDEO, result.width, result.height, result.duration_s, result.fps or DEFAULT_VIDEO_FPS
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One rule to count with: a family, a hosted API or llm-d's default estimate."""
+
+    name: str
+    kind: str  # "family" | "provider" | "estimate"
+    family: Family[Any] | None = None
+    provider: Provider | None = None
+
+    def count(self, item: Input) -> Count | None:
+        """The count, or None when this rule has nothing for the input's modality."""
+        w, h, d, f = item.width, item.height, item.duration_s, item.fps
+        if self.family is not None:
+            fam = self.family
+            if item.modality is Modality.IMAGE and fam.image is not None:
+                return fam.count_image(w, h)  # type: ignore[arg-type]
+            if item.modality is Modality.VIDEO and fam.video is not None:
+                return fam.count_video(w, h, d, f)  # type: ignore[arg-type]
+            if item.modality is Modality.AUDIO and fam.audio is not None:
+                return fam.count_audio(d)  # type: ignore[arg-type]
+            return None
+        if self.provider is not None:
+            p = self.provider
+            if item.modality is Modality.IMAGE:
+                return p.image(w, h, None)  # type: ignore[arg-type]
+            if item.modality is Modality.VIDEO and p.video is not None:
+                return p.video(w, h, d, f)  # type: ignore[arg-type]
+            if item.modality is Modality.AUDIO and p.audio is not None:
+                return p.audio(d)  # type: ignore[arg-type]
+            return None
+        est = Estimator()
+        if item.modality is Modality.IMAGE:
+            return est.image(w, h)
+        if item.modality is Modality.VIDEO:
+            return est.video(w, h, d, f)
+        return est.audio(d)
+
+
+def split_params(items: list[str]) -> list[tuple[str | None, str, str]]:
+    """``KEY=VALUE`` or ``FAMILY.KEY=VALUE`` -> (family or None, key, value)."""
+    out: list[tuple[str | None, str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {item!r}: expected KEY=VALUE or FAMILY.KEY=VALUE")
+        scope, dot, name = key.rpartition(".")
+        out.append((scope if dot else None, name, value))
+    return out
+
+
+def build_columns(
+    families: list[str], providers: list[str], params: list[str], estimate: bool
+) -> list[Column]:
+    names: list[str] = []
+    for group in families:
+        for name in filter(None, (n.strip() for n in group.split(","))):
+            names.extend(FAMILIES if name.lower() == "all" else [name])
+    fams = [get_family(n) for n in dict.fromkeys(names)]
+    provs = [get_provider(p.strip()) for group in providers for p in group.split(",") if p.strip()]
+    if not fams and not provs and not estimate:
+        fams = [get_family("qwen3-vl")]
+    overrides: dict[str, dict[str, str]] = {f.name: {} for f in fams}
+    for scope, key, value in split_params(params):
+        targets = [get_family(scope)] if scope else [f for f in fams if key in f.param_names()]
+        if scope and targets[0].name not in overrides:
+            raise ValueError(
+                f"--param {scope}.{key}: family {targets[0].name!r} is not selected with --family"
+            )
+        if not targets:
+            valid = sorted({p for f in fams for p in f.param_names()})
+            raise UnknownNameError(
+                f"--param {key}: no selected family has this parameter; valid: {', '.join(valid) or '(none)'}"
+            )
+        for fam in targets:
+            overrides[fam.name][key] = value
+    columns = [Column(f.name, "family", family=f.with_params(overrides[f.name])) for f in fams]
+    columns += [Column(p.name, "provider", provider=p) for p in provs]
+    if estimate:
+        columns.append(Column("llm-d-estimate", "estimate"))
+    return columns
+
+
+def count_all(inputs: list[Input], columns: list[Column]) -> list[dict[str, Any]]:
+    """One record per (input, column) where the column has a rule for the input."""
+    rows: list[dict[str, Any]] = []
+    for item in inputs:
+        for col in columns:
+            count = col.count(item)
+            if count is None:
+                continue
+            row: dict[str, Any] = {"input": item.label, "modality": item.modality.value}
+            row["provider" if col.kind == "provider" else "family"] = col.name
+            row.update(width=item.width, height=item.height)
+            if item.modality is not Modality.IMAGE:
+                row.update(duration_s=item.duration_s)
+            if item.modality is Modality.VIDEO:
+                row.update(fps=item.fps)
+            row.update(tokens=count.tokens, extra_tokens=count.extra)
+            rows.append(row)
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Count the tokens an image, video or audio clip costs per model family or hosted API.\n\n"
+        "INPUT is a media file (only its header is read) or a literal:\n"
+        "  1280x720              an image of that size\n"
+        "  1280x720:10s[:30fps]  a video (default 24 fps)\n"
+        "  30s                   an audio clip\n\n"
+        "examples:\n"
+        "  mmgate tokens 1920x1080 photo.png --family qwen3-vl,gemma4,llava-next\n"
+        "  mmgate tokens 1280x720 --provider anthropic --provider openai:gpt-4o --estimate\n"
+        "  mmgate tokens 1920x1080 --family qwen2.5-vl --param max_pixels=1003520\n"
+        "  mmgate tokens --list"
+    )
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="media file, WxH, WxH:Ns[:Ffps] or Ns")
+    parser.add_argument(
+        "--family",
+        "-f",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME]",
+        help="model family (repeatable, comma-separated, or 'all'); default qwen3-vl",
+    )
+    parser.add_argument(
+        "--provider",
+        "-p",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"hosted API: anthropic, gemini, openai:MODEL ({', '.join(OPENAI_MODELS)})",
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a family parameter (HF processor config names, e.g. max_pixels, max_soft_tokens); "
+        "FAMILY.KEY=VALUE targets one family",
+    )
+    parser.add_argument("--estimate", action="store_true", help="add llm-d's default token-producer estimate")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON: one object per (input, family/provider)"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the families, their parameters and defaults"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.list:
+            _print_families(args.json)
+            return 0
+        if not args.inputs:
+            print("mmgate tokens: error: give at least one INPUT (or --list); see --help", file=sys.stderr)
+            return 2
+        columns = build_columns(args.family, args.provider, args.param, args.estimate)
+        inputs = [parse_input(i) for i in args.inputs]
+        rows = count_all(inputs, columns)
+    except (RequestError, ValueError) as exc:
+        print(f"mmgate tokens: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_table(inputs, columns, rows)
+    return 0
+
+
+def _print_table(inputs: list[Input], columns: list[Column], rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="tokens per item (+ placeholder/separator tokens)", title_justify="left")
+    table.add_column("input", overflow="fold")
+    table.add_column("shape")
+    for col in columns:
+        table.add_column(col.name, justify="right")
+    cells = {(r["input"], r.get("family") or r.get("provider")): r for r in rows}
+    for item in inputs:
+        values = []
+        for col in columns:
+            r = cells.get((item.label, col.name))
+            values.append(
+                "—"
+                if r is None
+                else f"{r['tokens']:,}" + (f" (+{r['extra_tokens']})" if r["extra_tokens"] else "")
+            )
+        table.add_row(item.label, item.shape, *values)
+    Console(width=max(100, 24 + 16 * len(columns))).print(table)
+
+
+def _print_families(as_json: bool) -> None:
+    import dataclasses
+
+    records: list[dict[str, Any]] = [
+        {
+            "family": f.name,
+            "modalities": list(f.modalities),
+            "about": f.about,
+            "params": dataclasses.asdict(f.params),
+        }
+        for f in FAMILIES.values()
+    ]
+    if as_json:
+        print(json.dumps(records, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="families (mmgate tokens --family NAME; --param KEY=VALUE)", title_justify="left")
+    table.add_column("family")
+    table.add_column("prices")
+    table.add_column("reference and parameters (defaults)", overflow="fold")
+    for r in records:
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+        table.add_row(r["family"], " ".join(r["modalities"]), f"{r['about']}\n[dim]{params}[/dim]")
+    Console(width=120).print(table)

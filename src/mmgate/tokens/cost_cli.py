@@ -1,0 +1,163 @@
+"""``mmgate cost``: what n questions about one shared prefix cost, with and without prompt caching."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mmgate.tokens.cost import (
+    TTLS,
+    ModelPrice,
+    PriceTable,
+    Workload,
+    break_even,
+    cost_with_cache,
+    cost_without_cache,
+    load_price_table,
+)
+
+EXAMPLE_TABLE = Path(__file__).resolve().parents[3] / "examples" / "prices.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Cost of N questions that share a prefix (system prompt, document, images), with and without\n"
+        "prompt caching, and the number of questions from which caching pays.\n\n"
+        "With caching the first question writes the prefix (cache_write x input price) and every\n"
+        "later one reads it (cache_read x input price), assuming they arrive within the cache TTL.\n\n"
+        "example:\n"
+        "  mmgate cost --prefix-tokens 12000 --question-tokens 40 --output-tokens 300 --questions 10 \\\n"
+        "      --price-table examples/prices.yaml"
+    )
+    parser.add_argument(
+        "--prefix-tokens", type=int, required=True, metavar="T", help="tokens of the shared prefix"
+    )
+    parser.add_argument(
+        "--question-tokens", type=int, default=0, metavar="Q", help="new input tokens per question"
+    )
+    parser.add_argument(
+        "--output-tokens", type=int, default=0, metavar="O", help="output tokens per question"
+    )
+    parser.add_argument(
+        "--questions", type=int, default=10, metavar="N", help="number of questions (default 10)"
+    )
+    parser.add_argument(
+        "--price-table",
+        metavar="FILE",
+        default=None,
+        help="YAML price table (USD per million tokens); default: the shipped examples/prices.yaml",
+    )
+    parser.add_argument(
+        "--model", action="append", default=[], help="only these models of the table (repeatable)"
+    )
+    parser.add_argument(
+        "--per-question",
+        action="store_true",
+        help="also print cumulative cost after each question for each model",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def summarize(model: ModelPrice, w: Workload) -> dict[str, Any]:
+    without = cost_without_cache(model, w)
+    row: dict[str, Any] = {"model": model.name, "questions": w.questions, "without_cache": round(without, 6)}
+    for ttl in TTLS:
+        with_cache = cost_with_cache(model, w, ttl)
+        row[f"with_cache_{ttl}"] = round(with_cache, 6)
+        row[f"saving_{ttl}"] = round(1 - with_cache / without, 4) if without else 0.0
+        row[f"break_even_{ttl}"] = break_even(model, ttl)
+    return row
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.price_table is None and not EXAMPLE_TABLE.is_file():
+            raise ValueError("give a price table with --price-table FILE (see examples/prices.yaml)")
+        path = args.price_table or EXAMPLE_TABLE
+        table: PriceTable = load_price_table(path)
+        models = [table.get(m) for m in args.model] if args.model else list(table.models.values())
+        w = Workload(args.prefix_tokens, args.question_tokens, args.output_tokens, args.questions)
+    except ValueError as exc:
+        print(f"mmgate cost: error: {exc}", file=sys.stderr)
+        return 2
+    rows = [summarize(m, w) for m in models]
+    if args.json:
+        out: dict[str, Any] = {"workload": _workload(w), "models": rows}
+        if args.per_question:
+            out["per_question"] = {m.name: _cumulative(m, w) for m in models}
+        print(json.dumps(out, indent=2))
+        return 0
+    _print(rows, w, models, args.per_question, args.price_table or "examples/prices.yaml")
+    return 0
+
+
+def _workload(w: Workload) -> dict[str, int]:
+    return {
+        "prefix_tokens": w.prefix_tokens,
+        "question_tokens": w.question_tokens,
+        "output_tokens": w.output_tokens,
+        "questions": w.questions,
+    }
+
+
+def _cumulative(m: ModelPrice, w: Workload) -> list[dict[str, float]]:
+    return [
+        {
+            "n": n,
+            "without_cache": round(cost_without_cache(m, w, n), 6),
+            "with_cache_5m": round(cost_with_cache(m, w, "5m", n), 6),
+            "with_cache_1h": round(cost_with_cache(m, w, "1h", n), 6),
+        }
+        for n in range(1, w.questions + 1)
+    ]
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.4f}" if x < 10 else f"${x:,.2f}"
+
+
+def _print(
+    rows: list[dict[str, Any]], w: Workload, models: list[ModelPrice], per_q: bool, source: str
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=120)
+    title = (
+        f"{w.questions} questions on a {w.prefix_tokens:,}-token prefix "
+        f"(+{w.question_tokens:,} in / {w.output_tokens:,} out each) — prices from {source}"
+    )
+    table = Table(title=title, title_justify="left")
+    for name in ("model", "no cache", "cache 5m", "saving", "break-even", "cache 1h", "saving", "break-even"):
+        table.add_column(name, justify="left" if name == "model" else "right")
+    for r in rows:
+        table.add_row(
+            r["model"],
+            _usd(r["without_cache"]),
+            _usd(r["with_cache_5m"]),
+            f"{r['saving_5m']:.0%}",
+            _n(r["break_even_5m"]),
+            _usd(r["with_cache_1h"]),
+            f"{r['saving_1h']:.0%}",
+            _n(r["break_even_1h"]),
+        )
+    console.print(table)
+    console.print("break-even: the fewest questions (within the cache TTL) for which caching costs no more.")
+    if per_q:
+        for m in models:
+            t = Table(title=f"{m.name}: cumulative cost", title_justify="left")
+            for name in ("questions", "no cache", "cache 5m", "cache 1h"):
+                t.add_column(name, justify="right")
+            for c in _cumulative(m, w):
+                t.add_row(
+                    str(c["n"]), _usd(c["without_cache"]), _usd(c["with_cache_5m"]), _usd(c["with_cache_1h"])
+                )
+            console.print(t)
+
+
+def _n(value: int | None) -> str:
+    return "never" if value is None else f"n ≥ {value}"
