@@ -9,9 +9,9 @@ import wave
 from pathlib import Path
 
 import pytest
-from conftest import REPO, mmgate_command, subprocess_env
 from PIL import Image
 
+from conftest import REPO, mmgate_command, subprocess_env
 from mmgate.tokens import cli, cost_cli, get_family, get_provider
 
 
@@ -178,10 +178,10 @@ def test_cost_bad_price_tables(
 
 
 def test_cost_unknown_model_lists_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    table = str(REPO / "examples/prices.yaml")
     code, _, err = run_cli(
-        cost_cli, "--prefix-tokens", "10", "--price-table", str(REPO / "examples/prices.yaml"), "--model", "gpt-9",
-        capsys=capsys,
-    )  # fmt: skip
+        cost_cli, "--prefix-tokens", "10", "--price-table", table, "--model", "gpt-9", capsys=capsys
+    )
     assert code == 2 and "claude-sonnet-4" in err
 
 
