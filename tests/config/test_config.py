@@ -140,3 +140,19 @@ def test_mmgate_section_values() -> None:
     assert cfg.mmgate.endpoints[1].role == "encode"
     with pytest.raises(ConfigError, match="scrapeIntervalMs"):
         load_config_text("mmgate:\n  scrapeIntervalMs: 10\n")
+
+
+def test_config_check_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mmgate.config.__main__ import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([str(EXAMPLES[0].parent / "aggregated.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "max-score-picker (injected default)" in out
+    assert "affinityThreshold=0.6" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("plugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeToken: 64}\n")
+    assert main([str(bad)]) == 1
+    assert "did you mean 'blockSizeTokens'" in capsys.readouterr().err

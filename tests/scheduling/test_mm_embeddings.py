@@ -67,6 +67,8 @@ def test_score_is_matched_over_distinct_items() -> None:
     info = r.get(ENCODER_CACHE_MATCH)
     assert info is not None and info.identities == ["a", "c", "d"]
     assert sc.score(r, eps) == pytest.approx([1 / 3, 1 / 3, 0.0])
+    assert info.hits_by_modality(eps[0].name) == {"image": 1}
+    assert info.hits_by_modality(eps[2].name) == {}
 
 
 def test_size_weighted_variant_weighs_items_by_tokens() -> None:

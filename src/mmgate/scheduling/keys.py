@@ -61,6 +61,15 @@ class EncoderCacheMatch:
     tokens: list[int]
     matched_items: dict[str, int]
     matched_tokens: dict[str, int]
+    matched_indices: dict[str, list[int]]
+
+    def hits_by_modality(self, endpoint: str) -> dict[str, int]:
+        """Items ``endpoint`` holds, per modality (for encoder-cache hit metrics)."""
+        out: dict[str, int] = {}
+        for i in self.matched_indices.get(endpoint, ()):
+            m = self.modalities[i]
+            out[m] = out.get(m, 0) + 1
+        return out
 
     @property
     def total_items(self) -> int:

@@ -66,11 +66,15 @@ class MMEmbeddingsCacheProducer(Producer, PreRequest, EndpointAware):
             tokens.append(item.length)
         matched_items: dict[str, int] = {}
         matched_tokens: dict[str, int] = {}
+        matched_indices: dict[str, list[int]] = {}
         for i, identity in enumerate(identities):
             for ep in self.index.holders(identity) or ():
                 matched_items[ep] = matched_items.get(ep, 0) + 1
                 matched_tokens[ep] = matched_tokens.get(ep, 0) + tokens[i]
-        info = EncoderCacheMatch(identities, modalities, tokens, matched_items, matched_tokens)
+                matched_indices.setdefault(ep, []).append(i)
+        info = EncoderCacheMatch(
+            identities, modalities, tokens, matched_items, matched_tokens, matched_indices
+        )
         for key in self._keys:
             request.put(key, info)
 
