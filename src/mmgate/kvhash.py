@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, get_args
 
 import cbor2
@@ -32,8 +32,9 @@ import xxhash
 HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "builtin"]
 HASH_ALGOS: tuple[str, ...] = get_args(HashAlgo)
 
-BlockHash = bytes
-"""A block key as the prefix cache stores it (32 bytes for sha256, 16 for xxhash, 8 for builtin)."""
+BlockHash = bytes | int
+"""A block key as the prefix cache stores it: the digest (32 bytes for sha256, 16 for xxhash),
+or a Python int for ``builtin``."""
 
 ExtraKeys = tuple[Any, ...] | None
 
@@ -68,20 +69,16 @@ def _xxhash_cbor(obj: object) -> bytes:
     return xxhash.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
 
 
-def _builtin(obj: object) -> bytes:
-    return (hash(obj) & _MASK64).to_bytes(8, "big")
-
-
-_FUNCTIONS: dict[str, Callable[[object], bytes]] = {
+_FUNCTIONS: dict[str, Callable[[object], BlockHash]] = {
     "sha256": _sha256_pickle,
     "sha256_cbor": _sha256_cbor,
     "xxhash": _xxhash_pickle,
     "xxhash_cbor": _xxhash_cbor,
-    "builtin": _builtin,
+    "builtin": hash,
 }
 
 
-def hash_function(algo: str) -> Callable[[object], bytes]:
+def hash_function(algo: str) -> Callable[[object], BlockHash]:
     """The byte-digest function vLLM's ``--prefix-caching-hash-algo ALGO`` uses."""
     try:
         return _FUNCTIONS[algo]
@@ -111,6 +108,8 @@ def none_hash(algo: str, seed: str) -> BlockHash:
 def event_hash(block_hash: BlockHash) -> int:
     """The integer vLLM publishes in KV events (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1``, the
     default): the digest's last 8 bytes as a big-endian unsigned int."""
+    if isinstance(block_hash, int):
+        return block_hash & _MASK64
     return int.from_bytes(block_hash, "big") & _MASK64
 
 
@@ -145,6 +144,24 @@ def block_extra_keys(
     return (tuple(keys) if keys else None), i
 
 
+def extra_keys_by_block(
+    block_size: int, mm_items: Sequence[MediaSpanLike], cache_salt: str | None
+) -> dict[int, tuple[Any, ...]]:
+    """Extra keys of every block that has any, computed per item rather than per block (the
+    same keys :func:`block_extra_keys` gives, in the same order)."""
+    keys: dict[int, tuple[Any, ...]] = {}
+    for item in mm_items:
+        offset = item.offset
+        identity = item.identity
+        for b in range(offset // block_size, (offset + item.length - 1) // block_size + 1):
+            key = ("mm", identity, offset - b * block_size)
+            prior = keys.get(b)
+            keys[b] = (key,) if prior is None else (*prior, key)
+    if cache_salt:
+        keys[0] = (*keys.get(0, ()), ("cache_salt", cache_salt))
+    return keys
+
+
 def event_extra_keys(extra: ExtraKeys) -> list[Any] | None:
     """The untagged per-block form KV events carry: ``(identifier, offset)`` for media, the salt
     string for the cache salt."""
@@ -174,33 +191,7 @@ class BlockHasher:
         self.none_hash = self.fn(self.seed)
 
     def hash_block(self, parent: BlockHash | None, tokens: tuple[int, ...], extra: ExtraKeys) -> BlockHash:
-        return self.fn((parent or self.none_hash, tokens, extra))
-
-    def iter_blocks(
-        self,
-        token_ids: Sequence[int],
-        mm_items: Sequence[MediaSpanLike] = (),
-        cache_salt: str | None = None,
-        start_block: int = 0,
-        parent: BlockHash | None = None,
-    ) -> Iterator[tuple[BlockHash, tuple[int, ...], ExtraKeys]]:
-        """Yield ``(key, block_tokens, extra_keys)`` for every full block from ``start_block`` on;
-        ``parent`` is the key of block ``start_block - 1`` (None for the first block)."""
-        bs = self.block_size
-        fn = self.fn
-        prev = parent or self.none_hash
-        salt = cache_salt or None
-        item_index = 0
-        has_extra = bool(mm_items) or salt is not None
-        n_full = len(token_ids) // bs
-        for b in range(start_block, n_full):
-            start = b * bs
-            tokens = tuple(token_ids[start : start + bs])
-            extra: ExtraKeys = None
-            if has_extra:
-                extra, item_index = block_extra_keys(start, start + bs, mm_items, salt, item_index)
-            prev = fn((prev, tokens, extra))
-            yield prev, tokens, extra
+        return self.fn((self.none_hash if parent is None else parent, tokens, extra))
 
     def block_hashes(
         self,
@@ -208,5 +199,17 @@ class BlockHasher:
         mm_items: Sequence[MediaSpanLike] = (),
         cache_salt: str | None = None,
     ) -> list[BlockHash]:
-        """Keys of every full block of a sequence, first block first."""
-        return [h for h, _, _ in self.iter_blocks(token_ids, mm_items, cache_salt)]
+        """Keys of every full block of a sequence, first block first (the hot path of admission:
+        one tuple and one hash per block)."""
+        bs = self.block_size
+        fn = self.fn
+        prev = self.none_hash
+        extras = extra_keys_by_block(bs, mm_items, cache_salt or None) if mm_items or cache_salt else {}
+        get_extra = extras.get
+        out: list[BlockHash] = []
+        append = out.append
+        for b in range(len(token_ids) // bs):
+            start = b * bs
+            prev = fn((prev, tuple(token_ids[start : start + bs]), get_extra(b)))
+            append(prev)
+        return out

@@ -8,12 +8,15 @@ import pickle
 import cbor2
 import pytest
 import xxhash
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mmgate.kvhash import (
     BlockHasher,
     block_extra_keys,
     event_extra_keys,
     event_hash,
+    extra_keys_by_block,
     hash_function,
     none_hash,
     vllm_seed,
@@ -98,3 +101,23 @@ def test_event_forms() -> None:
     assert event_hash(digest) == int.from_bytes(digest[-8:], "big")
     assert event_extra_keys((("mm", "img", -3), ("cache_salt", "s"))) == [("img", -3), "s"]
     assert event_extra_keys(None) is None
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 40)), max_size=5),
+    st.sampled_from([None, "salt"]),
+    st.integers(1, 20),
+)
+def test_whole_sequence_walk_agrees_with_per_block_keys(
+    gaps: list[tuple[int, int]], salt: str | None, block_size: int
+) -> None:
+    items = []
+    pos = 0
+    for i, (gap, length) in enumerate(gaps):
+        items.append(MediaSpan(f"m{i}", pos + gap, length))
+        pos += gap + length
+    n = pos + 7
+    bs = block_size
+    by_block = extra_keys_by_block(bs, items, salt)
+    expected = [block_extra_keys(b * bs, (b + 1) * bs, items, salt)[0] for b in range(n // bs)]
+    assert [by_block.get(b) for b in range(n // bs)] == expected

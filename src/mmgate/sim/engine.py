@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from mmgate.kvhash import BlockHash, BlockHasher, block_extra_keys, event_extra_keys
+from mmgate.kvhash import BlockHash, BlockHasher, ExtraKeys, block_extra_keys, event_extra_keys
 from mmgate.sim.engine_caches import EncoderCache, ProcessorCache
 from mmgate.sim.engine_kv import BlockPool
 from mmgate.sim.engine_types import (
@@ -88,6 +88,7 @@ class _Req:
         "hashes",
         "id",
         "items",
+        "items_end",
         "max_tokens",
         "mm_next",
         "mm_queried",
@@ -106,6 +107,7 @@ class _Req:
         self.prompt_len = len(request.token_ids)
         self.spans = request.mm_items
         self.items = [(s.offset, s.length) for s in request.mm_items]
+        self.items_end = self.items[-1][0] + self.items[-1][1] if self.items else 0
         self.enc_keys = enc_keys
         self.enc_ms = enc_ms
         self.max_tokens = request.max_tokens
@@ -571,23 +573,32 @@ class Engine:
 
     def _hash_upto(self, r: _Req, n_blocks: int) -> None:
         """Extend ``r.hashes`` to ``n_blocks`` keys (blocks holding generated tokens)."""
-        bs = self.block_size
-        hasher = self.hasher
         while len(r.hashes) < n_blocks:
             i = len(r.hashes)
-            extra = None
-            if r.spans or (i == 0 and r.salt):
-                extra = block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt)[0]
             parent = r.hashes[-1] if r.hashes else None
-            r.hashes.append(hasher.hash_block(parent, self._block_tokens(r, i), extra))
+            r.hashes.append(self.hasher.hash_block(parent, self._block_tokens(r, i), self._extra_keys(r, i)))
+
+    def _extra_keys(self, r: _Req, i: int) -> ExtraKeys:
+        bs = self.block_size
+        if (i > 0 or not r.salt) and (not r.items or i * bs >= r.items_end):
+            return None
+        return block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt)[0]
 
     def _cache_full_blocks(self, r: _Req, n_full: int) -> None:
         first = r.n_cached_blocks
         if n_full <= first:
             return
         pool = self._pool
+        block_of = pool.block_of
+        hash_of = pool.hash_of
+        blocks = r.blocks
+        hashes = r.hashes
         for i in range(first, n_full):
-            pool.cache(r.blocks[i], r.hashes[i])
+            h = hashes[i]
+            b = blocks[i]
+            if h not in block_of and hash_of[b] is None:
+                block_of[h] = b
+                hash_of[b] = h
         r.n_cached_blocks = n_full
         if pool.events is None:
             return
@@ -596,10 +607,7 @@ class Engine:
         extras: list[list[object] | None] = []
         for i in range(first, n_full):
             token_ids.extend(self._block_tokens(r, i))
-            extra = None
-            if r.spans or (i == 0 and r.salt):
-                extra = block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt)[0]
-            extras.append(event_extra_keys(extra))
+            extras.append(event_extra_keys(self._extra_keys(r, i)))
         parent = r.hashes[first - 1] if first > 0 else None
         pool.events.append(BlockStored(r.hashes[first:n_full], parent, token_ids, bs, extras))
 
