@@ -157,3 +157,10 @@ def test_validation_can_be_switched_off_and_probing_still_copes() -> None:
     body = chat(image_part("data:image/png;base64," + b64(image("PNG", 2, 2))[:-8] + "!!!!!!!!"))
     view = parse_request(body, {}, limits=Limits(validate_base64=False))
     assert view.assets[0].width == 2  # the header is intact; the broken tail is never decoded
+
+
+def test_padding_in_the_middle_of_a_large_payload_is_refused() -> None:
+    text = bytearray(b64(bytes(range(256)) * 1200).encode())  # ~410 KB: validated in two chunks
+    text[(1 << 18) - 1] = ord("=")  # padding at the end of the first chunk
+    err = error(chat(image_part("data:image/png;base64," + text.decode())))
+    assert "base64" in err.message

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from mmgate.errors import RequestError
 from mmgate.request.limits import Limits
-from mmgate.request.payload import Buffer, check_base64, identity_of, parse_data_uri
+from mmgate.request.payload import Buffer, check_base64, identity_of, parse_data_uri, unescape
 from mmgate.request.probe import AUDIO_FORMATS, IMAGE_FORMATS, VIDEO_FORMATS, Base64Reader, probe
 from mmgate.request.probe.result import ProbeResult
 from mmgate.request.view import MediaAsset, Modality, Source
@@ -129,8 +129,8 @@ class PromptBuilder:
         modality: Modality,
         param: str,
         *,
-        uri: Buffer | None = None,
-        base64: Buffer | None = None,
+        uri: memoryview | None = None,
+        base64: memoryview | None = None,
         mime: str | None = None,
         uuid: str | int | None = None,
         detail: str | None = None,
@@ -153,13 +153,21 @@ class PromptBuilder:
             payload = None
         if payload is None and url is None and uuid is None:
             raise RequestError(f"Missing media payload at '{param}'.", param=param)
-        if payload is not None and modality is not Modality.EMBEDS:
+        probe_me = payload is not None and modality is not Modality.EMBEDS
+        if probe_me:
             self._check_mime(modality, mime, param)
         source = Source.INLINE if payload is not None else Source.URL if url is not None else Source.UUID
-        hashed = payload if payload is not None else url or ""
-        identity = str(uuid) if uuid is not None else identity_of(hashed)
+        identity = (
+            str(uuid) if uuid is not None else identity_of(payload if payload is not None else url or "")
+        )
         self._flush()
         first = self._seen.get(identity)
+        if first is None and probe_me and payload is not None and self._limits.validate_base64:
+            clean = check_base64(memoryview(payload), param)
+            if clean is not payload:  # escaped or wrapped text: identify the normalised payload
+                payload = clean
+                identity = str(uuid) if uuid is not None else identity_of(payload)
+                first = self._seen.get(identity)
         if first is not None:  # a repeat: same asset, already validated and probed
             self.parts.append(dataclasses.replace(first, field=param, detail=detail))
             self.unprobed += not first.probed and modality is not Modality.EMBEDS
@@ -174,7 +182,7 @@ class PromptBuilder:
             url=url,
             detail=detail,
         )
-        if payload is not None and modality is not Modality.EMBEDS:
+        if probe_me and payload is not None:
             self._probe(asset, payload, param)
         if modality in (Modality.VIDEO, Modality.AUDIO):
             self._apply_hints(asset)
@@ -183,8 +191,8 @@ class PromptBuilder:
         self._seen[identity] = asset
         self.parts.append(asset)
 
-    def _url(self, uri: Buffer, param: str) -> str:
-        url = bytes(uri).decode("utf-8", "replace")
+    def _url(self, uri: memoryview, param: str) -> str:
+        url = unescape(uri).decode("utf-8", "replace")
         scheme = url.partition(":")[0].lower()
         if scheme not in self._limits.url_schemes:
             allowed = ", ".join(sorted(self._limits.url_schemes))
@@ -204,8 +212,6 @@ class PromptBuilder:
         )
 
     def _probe(self, asset: MediaAsset, payload: Buffer, param: str) -> None:
-        if self._limits.validate_base64:
-            payload = check_base64(payload, param)
         reader = Base64Reader(payload)
         fmt, result = probe(reader)
         self.decoded_bytes += reader.decoded

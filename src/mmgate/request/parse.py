@@ -136,7 +136,7 @@ def _chat_part(part: schema.ChatPart, param: str, b: PromptBuilder) -> None:
         ref = getattr(part, field)
         where = f"{param}.{field}"
         if isinstance(ref, str):
-            uri: bytes | memoryview | None = ref.encode()
+            uri: memoryview | None = memoryview(ref.encode())
             detail = part.detail
         elif ref is None:
             uri, detail = None, part.detail
@@ -153,7 +153,7 @@ def _chat_part(part: schema.ChatPart, param: str, b: PromptBuilder) -> None:
         b.media(Modality.AUDIO, where if data is not None else param, base64=data, mime=mime, uuid=part.uuid)
     elif kind in _EMBEDS:
         raw = getattr(part, kind)
-        b.media(Modality.EMBEDS, f"{param}.{kind}", base64=memoryview(raw) or None, uuid=part.uuid)
+        b.media(Modality.EMBEDS, f"{param}.{kind}", base64=memoryview(raw), uuid=part.uuid)
     else:
         raise RequestError(f"Unsupported content part type {kind!r} at '{param}'.", param=f"{param}.type")
 
@@ -250,8 +250,7 @@ def _anthropic_image(block: schema.AnthropicBlock, where: str, b: PromptBuilder)
         data = json_string(src.data, f"{where}.source.data")
         b.media(Modality.IMAGE, f"{where}.source.data", base64=data, mime=src.media_type)
     elif src.type == "url":
-        url = (src.url or "").encode()
-        b.media(Modality.IMAGE, f"{where}.source.url", uri=url)
+        b.media(Modality.IMAGE, f"{where}.source.url", uri=memoryview((src.url or "").encode()))
     elif src.type == "file":
         b.media(Modality.IMAGE, f"{where}.source.file_id", uuid=src.file_id)
     else:

@@ -1,24 +1,27 @@
 """Media payloads as sent: JSON string views, data URIs, base64 checks and content identity.
 
-Inline media dominates body size: each payload is copied once out of the body (msgspec hands it
-over as a raw view), hashed once with xxh3-128, checked in one pass and decoded only as far as its
-header goes.
+Inline media dominates body size, so the fast path copies nothing: msgspec hands a payload over as
+a :class:`msgspec.Raw` view into the body, the view is hashed once with xxh3-128, validated by
+pybase64 (SIMD) in bounded chunks, and decoded only as far as its header goes. Only payloads with
+JSON escapes (``\\/``) or MIME line breaks take a slower, copying path.
 """
 
 from __future__ import annotations
 
+import binascii
 from dataclasses import dataclass
 
 import msgspec
+import pybase64
 import xxhash
 
 from mmgate.errors import RequestError
 
 Buffer = bytes | memoryview
 
-_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _WHITESPACE = b" \t\r\n"
 _DATA_HEADER_MAX = 512  # "data:<mime>;<params>;base64," never needs more
+_CHUNK = 1 << 18  # base64 characters validated per pybase64 call (a multiple of 4): bounded memory
 
 
 def identity_of(payload: Buffer | str) -> str:
@@ -26,11 +29,11 @@ def identity_of(payload: Buffer | str) -> str:
     return xxhash.xxh3_128_hexdigest(payload.encode() if isinstance(payload, str) else payload)
 
 
-def json_string(raw: msgspec.Raw, param: str) -> bytes | None:
-    """The content of a JSON string held as :class:`msgspec.Raw`; ``None`` if absent or ``null``.
+def json_string(raw: msgspec.Raw, param: str) -> memoryview | None:
+    """The content of a JSON string held as :class:`msgspec.Raw`, as a view (escapes kept).
 
-    This is the one copy of a payload (a memcpy, ~30 µs per MB here): scanning the copy for a
-    backslash is ten times faster than a regex over the view, and the base64 check needs bytes.
+    ``None`` for an absent value or ``null``; anything else that is not a string is a client error.
+    Callers that need the exact text of a short value use :func:`unescape`.
     """
     view = memoryview(raw)
     if not len(view):
@@ -39,41 +42,59 @@ def json_string(raw: msgspec.Raw, param: str) -> bytes | None:
         if view.tobytes() == b"null":
             return None
         raise RequestError(f"Invalid type for '{param}': expected a string.", param=param)
-    data = view[1:-1].tobytes()
-    if b"\\" in data:  # JSON escapes (e.g. PHP's "\\/"): let msgspec unescape
-        data = str(msgspec.json.decode(view, type=str)).encode()
-    return data
+    return view[1:-1]
+
+
+def unescape(text: Buffer) -> bytes:
+    """The UTF-8 bytes of JSON string content that may hold escapes (``\\/``, ``\\n``, ...)."""
+    data = bytes(text)
+    if b"\\" not in data:
+        return data
+    return str(msgspec.json.decode(b'"' + data + b'"', type=str)).encode()
 
 
 @dataclass(frozen=True, slots=True)
 class DataURI:
     mime: str
-    payload: Buffer  # the base64 text
+    payload: memoryview  # the base64 text, still JSON-escaped if the client escaped it
 
 
-def parse_data_uri(value: Buffer, param: str) -> DataURI:
+def parse_data_uri(value: memoryview, param: str) -> DataURI:
     """Split ``data:<mime>[;params];base64,<payload>``; only base64 data URIs are accepted."""
     comma = bytes(value[:_DATA_HEADER_MAX]).find(b",")
     if comma < 0:
         raise RequestError(f"Malformed data URI in '{param}': no ',' after the media type.", param=param)
-    header = bytes(value[5:comma]).decode("ascii", "replace").split(";")
+    header = unescape(value[5:comma]).decode("utf-8", "replace").split(";")
     if "base64" not in (p.strip().lower() for p in header[1:]):
         raise RequestError(f"The data URI in '{param}' must be base64-encoded (';base64,').", param=param)
     return DataURI(mime=header[0].strip().lower(), payload=value[comma + 1 :])
 
 
-def check_base64(payload: Buffer, param: str) -> Buffer:
-    """Refuse text that is not standard base64; return it with any line breaks removed.
+def _valid(text: Buffer) -> bool:
+    """Standard base64 with padding: pybase64 validates chunk by chunk (``=`` only at the end)."""
+    view = memoryview(text)
+    if not len(view) or len(view) % 4:
+        return False
+    try:
+        for start in range(0, len(view), _CHUNK):
+            chunk = view[start : start + _CHUNK]
+            if start + _CHUNK < len(view) and chunk[-1] == 0x3D:  # padding before the end
+                return False
+            pybase64.b64decode(chunk, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
-    One ``bytes.translate`` pass (about 3 GB/s here) deletes every alphabet character; what is left
-    must be at most two trailing ``=`` (and whitespace, which MIME-style encoders insert).
+
+def check_base64(payload: memoryview, param: str) -> Buffer:
+    """Refuse text that is not standard base64; return it (unescaped, line breaks removed if needed).
+
+    The common case returns the same view untouched. A JSON-escaped payload (``\\/`` from PHP's
+    encoder) or MIME-style line breaks are normalised once, on a copy.
     """
-    data = payload if isinstance(payload, bytes) else bytes(payload)
-    rest = data.translate(None, _B64_ALPHABET)
-    if rest.translate(None, b"=") and not rest.translate(None, b"=" + _WHITESPACE):
-        data = data.translate(None, _WHITESPACE)  # line breaks only: strip them, check again
-        rest = data.translate(None, _B64_ALPHABET)
-    pads = len(rest)
-    if not data or len(data) % 4 or rest.strip(b"=") or pads > 2 or (pads and not data.endswith(rest)):
-        raise RequestError(f"Invalid base64 payload in '{param}'.", param=param)
-    return data
+    if _valid(payload):
+        return payload
+    data = unescape(payload).translate(None, _WHITESPACE)
+    if _valid(data):
+        return data
+    raise RequestError(f"Invalid base64 payload in '{param}'.", param=param)
