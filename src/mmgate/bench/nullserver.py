@@ -7,10 +7,11 @@ server-sent events with N token chunks, or one JSON body), ``GET /v1/models``, `
 vLLM-format ``/metrics`` page (so a gateway's scraper sees a healthy, idle-ish endpoint).
 
 One process can listen on several ports, each acting as a separate "worker", so a router has a
-real choice to make while the upstream costs one process. Bodies are read in full (a router must
-really deliver its megabytes) but parsed only when small, to look for ``stream`` and
-``max_tokens``: the request bodies of the benchmark are either small text or multi-megabyte
-images, and only text requests stream.
+real choice to make while the upstream costs one process. It is a bare asyncio protocol, not an
+HTTP framework: body bytes are counted as they arrive and dropped (a router must really deliver
+its megabytes, but the upstream should not spend CPU on them), and only bodies under
+``PARSE_LIMIT`` are kept and parsed, for ``stream`` and ``max_tokens``. The benchmark's bodies
+are either small text or multi-megabyte images, and only text requests stream.
 
 Run it alone with ``python -m mmgate.bench.nullserver --port 8000 --port 8001``; it prints one
 JSON line with the bound ports, then serves until interrupted.
@@ -27,10 +28,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import orjson
 
-from mmgate.bench.overhead_http import LAST_CHUNK, ProtocolError, chunk, read_body, read_head
+from mmgate.bench.overhead_http import HEAD_END, LAST_CHUNK, MAX_HEAD, ProtocolError, chunk
 
 PARSE_LIMIT = 64 * 1024
 """Bodies larger than this are not parsed (they carry images; the benchmark never streams them)."""
@@ -55,16 +57,149 @@ class PortStats:
 
 
 @dataclass(slots=True)
+class Request:
+    method: bytes
+    path: bytes
+    body: bytes | None
+    """The body when it was small enough to keep (``PARSE_LIMIT``), else ``None``."""
+    size: int
+    close: bool
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: an incremental HTTP/1.1 request parser and an in-order responder.
+
+    Body bytes beyond ``PARSE_LIMIT`` are counted and dropped as they arrive, never buffered or
+    copied, so a 2.3 MB request costs the upstream little more than the kernel's copy.
+    """
+
+    def __init__(self, server: NullServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.stats = PortStats()
+        self.pending: asyncio.Queue[Request | None] = asyncio.Queue()
+        self.buf = bytearray()
+        self.state = _HEAD
+        self.remaining = 0  # body (or chunk + CRLF) bytes still to come
+        self.keep: bytearray | None = None
+        self.size = 0
+        self.head: tuple[bytes, bytes, bool] = (b"", b"", False)
+        self.worker: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.stats = self.server.stats[transport.get_extra_info("sockname")[1]]
+        self.worker = asyncio.get_running_loop().create_task(self._respond_in_order())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.pending.put_nowait(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self.buf:
+            data = bytes(self.buf) + data
+            self.buf.clear()
+        pos, end = 0, len(data)
+        try:
+            while pos < end:
+                if self.remaining:
+                    take = min(self.remaining, end - pos)
+                    if self.keep is not None:
+                        self.keep += data[pos : pos + take]
+                    pos += take
+                    self.remaining -= take
+                    if not self.remaining:
+                        self._body_piece_done()
+                    continue
+                sep = HEAD_END if self.state == _HEAD else b"\r\n"
+                found = data.find(sep, pos)
+                if found < 0:
+                    self.buf += data[pos:]
+                    if len(self.buf) > MAX_HEAD:
+                        raise ProtocolError("head too large")
+                    return
+                self._line(data[pos:found])
+                pos = found + len(sep)
+        except (ProtocolError, ValueError):
+            if self.transport is not None:
+                self.transport.close()
+
+    def _line(self, line: bytes) -> None:
+        if self.state == _HEAD:
+            self._start(line)
+        elif self.state == _CHUNK_SIZE:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+            if size:
+                self.remaining, self.size = size + 2, self.size + size
+                if self.keep is not None and self.size > PARSE_LIMIT:
+                    self.keep = None
+            else:
+                self.state = _TRAILER
+        elif not line:  # the empty line after the (absent) trailers
+            self._finish()
+
+    def _start(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        method, _, rest = lines[0].partition(b" ")
+        path = rest.partition(b" ")[0].partition(b"?")[0]
+        headers: dict[bytes, bytes] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise ProtocolError("malformed header")
+            headers[name.strip().lower()] = value.strip()
+        self.head = (method, path, headers.get(b"connection", b"").lower() == b"close")
+        self.keep, self.size = bytearray(), 0
+        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+            self.state = _CHUNK_SIZE
+            return
+        self.size = int(headers.get(b"content-length", b"0"))
+        if self.size > PARSE_LIMIT:
+            self.keep = None
+        self.state, self.remaining = _BODY, self.size
+        if not self.size:
+            self._finish()
+
+    def _body_piece_done(self) -> None:
+        if self.state == _BODY:
+            self._finish()
+            return
+        if self.keep is not None:
+            del self.keep[-2:]  # the CRLF after the chunk
+        self.state = _CHUNK_SIZE
+
+    def _finish(self) -> None:
+        method, path, close = self.head
+        body = bytes(self.keep) if self.keep is not None else None
+        self.pending.put_nowait(Request(method, path, body, self.size, close))
+        self.state, self.remaining, self.keep = _HEAD, 0, None
+
+    async def _respond_in_order(self) -> None:
+        while (request := await self.pending.get()) is not None:
+            transport = self.transport
+            if transport is None or transport.is_closing():
+                return
+            await self.server.answer(request, transport, self.stats)
+            if request.close:
+                transport.close()
+                return
+
+
+_HEAD, _BODY, _CHUNK_SIZE, _TRAILER = range(4)
+
+
+@dataclass(slots=True)
 class NullServer:
     config: NullConfig
     stats: dict[int, PortStats] = field(default_factory=dict)
     servers: list[asyncio.Server] = field(default_factory=list)
+    events: dict[bool, tuple[bytes, bytes]] = field(default_factory=dict)
 
     async def start(self, ports: Sequence[int], host: str = "127.0.0.1") -> list[int]:
         """Listen on every port (0 = ephemeral) and return the bound ports, in order."""
+        loop = asyncio.get_running_loop()
         bound: list[int] = []
         for port in ports:
-            server = await asyncio.start_server(self._serve_connection, host, port, backlog=1024)
+            server = await loop.create_server(lambda: _Connection(self), host, port, backlog=1024)
             actual = server.sockets[0].getsockname()[1]
             self.stats[actual] = PortStats()
             self.servers.append(server)
@@ -77,31 +212,27 @@ class NullServer:
         for server in self.servers:
             await server.wait_closed()
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stats = self.stats[writer.get_extra_info("sockname")[1]]
-        try:
-            while True:
-                start_line, headers = await read_head(reader)
-                body = await read_body(reader, headers)
-                method, _, rest = start_line.partition(b" ")
-                path = rest.partition(b" ")[0].partition(b"?")[0]
-                if method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
-                    await self._complete(writer, stats, body, chat=path.endswith(b"chat/completions"))
-                elif method == b"GET":
-                    self._get(writer, stats, path)
-                else:
-                    _respond(writer, 404, b'{"error":{"message":"not found","type":"not_found"}}')
-                if headers.get(b"connection", b"").lower() == b"close":
-                    break
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ProtocolError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    def _events(self, chat: bool) -> tuple[bytes, bytes]:
+        """The (middle, last) token events, serialised once: the upstream should cost nothing."""
+        events = self.events.get(chat)
+        if events is None:
+            model = self.config.model
+            events = self.events[chat] = (
+                _event(model, chat=chat, final=False),
+                _event(model, chat=chat, final=True),
+            )
+        return events
 
-    def _get(self, writer: asyncio.StreamWriter, stats: PortStats, path: bytes) -> None:
+    async def answer(self, request: Request, writer: asyncio.Transport, stats: PortStats) -> None:
+        if request.method == b"POST" and request.path in (b"/v1/chat/completions", b"/v1/completions"):
+            chat = request.path.endswith(b"chat/completions")
+            await self._complete(writer, stats, request.body, request.size, chat=chat)
+        elif request.method == b"GET":
+            self._get(writer, stats, request.path)
+        else:
+            _respond(writer, 404, b'{"error":{"message":"not found","type":"not_found"}}')
+
+    def _get(self, writer: asyncio.Transport, stats: PortStats, path: bytes) -> None:
         if path in (b"/health", b"/ready", b"/ping"):
             _respond(writer, 200, b"", content_type=b"text/plain")
         elif path == b"/v1/models":
@@ -137,10 +268,10 @@ class NullServer:
         return ("\n".join(lines) + "\n").encode()
 
     async def _complete(
-        self, writer: asyncio.StreamWriter, stats: PortStats, body: bytes, *, chat: bool
+        self, writer: asyncio.Transport, stats: PortStats, body: bytes | None, size: int, *, chat: bool
     ) -> None:
         stream, tokens = False, self.config.tokens
-        if len(body) <= PARSE_LIMIT:
+        if body is not None:
             with contextlib.suppress(orjson.JSONDecodeError, TypeError, ValueError):
                 parsed = orjson.loads(body)
                 if isinstance(parsed, dict):
@@ -149,42 +280,47 @@ class NullServer:
                     if isinstance(asked, int) and asked > 0:
                         tokens = asked
         stats.running += 1
-        stats.prompt_bytes += len(body)
+        stats.prompt_bytes += size
         try:
             if self.config.latency_s > 0:
                 await asyncio.sleep(self.config.latency_s)
             if stream:
                 await self._stream(writer, tokens, chat=chat)
             else:
-                _respond(writer, 200, _completion(self.config.model, tokens, len(body), chat=chat))
+                _respond(writer, 200, _completion(self.config.model, tokens, size, chat=chat))
         finally:
             stats.running -= 1
             stats.served += 1
 
-    async def _stream(self, writer: asyncio.StreamWriter, tokens: int, *, chat: bool) -> None:
+    async def _stream(self, writer: asyncio.Transport, tokens: int, *, chat: bool) -> None:
+        """One write per token (each its own TCP segment: routers relay them one by one)."""
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
-        created = int(time.time())
-        kind = "chat.completion.chunk" if chat else "text_completion"
+        middle, last = self._events(chat)
         for index in range(tokens):
-            delta: dict[str, object] = {"content": " tok"} if chat else {}
-            choice: dict[str, object] = {
-                "index": 0,
-                "finish_reason": "length" if index == tokens - 1 else None,
-            }
-            if chat:
-                choice["delta"] = delta
-            else:
-                choice["text"] = " tok"
-            event = {"id": "null-0", "object": kind, "created": created, "model": self.config.model}
-            event["choices"] = [choice]
-            writer.write(chunk(b"data: " + orjson.dumps(event) + b"\n\n"))
+            writer.write(last if index == tokens - 1 else middle)
             if self.config.itl_s > 0:
-                await writer.drain()
                 await asyncio.sleep(self.config.itl_s)
         writer.write(chunk(b"data: [DONE]\n\n") + LAST_CHUNK)
+
+
+def _event(model: str, *, chat: bool, final: bool) -> bytes:
+    """One server-sent event of a streamed answer, framed as a chunk."""
+    choice: dict[str, object] = {"index": 0, "finish_reason": "length" if final else None}
+    if chat:
+        choice["delta"] = {"content": " tok"}
+    else:
+        choice["text"] = " tok"
+    event = {
+        "id": "null-0",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+    }
+    return chunk(b"data: " + orjson.dumps(event) + b"\n\n")
 
 
 def _completion(model: str, tokens: int, prompt_bytes: int, *, chat: bool) -> bytes:
@@ -208,7 +344,7 @@ def _completion(model: str, tokens: int, prompt_bytes: int, *, chat: bool) -> by
 
 
 def _respond(
-    writer: asyncio.StreamWriter, status: int, body: bytes, *, content_type: bytes = b"application/json"
+    writer: asyncio.Transport, status: int, body: bytes, *, content_type: bytes = b"application/json"
 ) -> None:
     reason = b"OK" if status == 200 else b"Not Found"
     writer.write(

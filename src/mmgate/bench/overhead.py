@@ -415,11 +415,21 @@ class Bench:
 
 def mmgate_command(config: Path, port: int, workers: Sequence[str]) -> list[str]:
     """How the harness starts the gateway under test (``mmgate serve``)."""
-    command = [sys.executable, "-m", "mmgate", "serve", "--config", str(config), "--host", "127.0.0.1"]
-    command += ["--port", str(port)]
-    for worker in workers:
-        command += ["--endpoint", worker]
-    return command
+    endpoints = ",".join(worker.removeprefix("http://") for worker in workers)
+    return [
+        sys.executable,
+        "-m",
+        "mmgate",
+        "serve",
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--endpoints",
+        endpoints,
+    ]
 
 
 def _cli_args() -> list[str]:
