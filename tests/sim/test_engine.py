@@ -312,3 +312,25 @@ def test_noise_is_seeded() -> None:
 
     assert durations(1) == durations(1)
     assert durations(1) != durations(2)
+
+
+def test_a_waiting_request_that_cannot_start_pins_no_encoder_output() -> None:
+    """W hits X in the encoder cache but cannot get KV blocks; r2, preempted to the front of
+    the queue, then needs room for Y. If W kept its reference on X, r2 could never start and
+    the engine would stall with work left."""
+    engine = Engine("fast", EngineConfig(num_gpu_blocks=17, encoder_cache_tokens=100, enable_prefix_caching=False))
+    engine.add_request(SimRequest("r1", list(range(20)), max_tokens=100), 0.0)
+    engine.add_request(SimRequest("r2", [9] * 80 + list(range(20)), [MediaSpan("Y", 0, 80)], max_tokens=100), 0.0)
+    run = Run()
+    for _ in range(5):
+        run.now += engine.step(run.now).duration
+    engine.add_request(SimRequest("prime", [7] * 80 + [8] * 10, [MediaSpan("X", 0, 80)], max_tokens=1), run.now)
+    while "prime" not in run.finished:
+        out = engine.step(run.now)
+        run.now += out.duration
+        run.finished.update((f.request_id, f) for f in out.finished)
+    w = SimRequest("w", [5] * 10 + [7] * 80 + [6] * 30, [MediaSpan("X", 10, 80)], max_tokens=1)
+    engine.add_request(w, run.now)
+    drain(engine, run, max_steps=2000)
+    assert engine.stats().num_preemptions > 0
+    assert set(run.finished) == {"r1", "r2", "prime", "w"}

@@ -438,8 +438,9 @@ class Engine:
                 r.mm_queried = i + 1
                 self._enc_queries += 1
             if enc.has(key):
-                enc.add_ref(key, r.id)
-                r.enc_held.add(key)
+                if key not in r.enc_held:
+                    enc.add_ref(key, r.id)
+                    r.enc_held.add(key)
                 if first:
                     self._enc_hits += 1
                 i += 1
@@ -454,12 +455,17 @@ class Engine:
             planned += length
             i += 1
         if n <= 0:
+            if from_waiting:
+                self._release_encoder_refs(r)
             return None
 
         # KV blocks.
         need = -(-(start + n) // bs) - len(r.blocks) - len(hits)
         while need + pool.num_evictable(hits) > pool.num_free():
             if from_waiting:
+                # Unlike vLLM, a request that cannot start keeps no encoder entry pinned: a
+                # pinned entry could block whoever is preempted to the queue's front forever.
+                self._release_encoder_refs(r)
                 return None
             victim = self._running[next(reversed(self._running))]
             self._preempt(victim, out)
@@ -623,6 +629,9 @@ class Engine:
         self._pool.release(r.blocks)
         r.blocks = []
         r.n_cached_blocks = 0
+        self._release_encoder_refs(r)
+
+    def _release_encoder_refs(self, r: _Req) -> None:
         for key in r.enc_held:
             self._enc.release(key, r.id)
         r.enc_held.clear()
