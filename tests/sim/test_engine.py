@@ -318,13 +318,16 @@ def test_a_waiting_request_that_cannot_start_pins_no_encoder_output() -> None:
     """W hits X in the encoder cache but cannot get KV blocks; r2, preempted to the front of
     the queue, then needs room for Y. If W kept its reference on X, r2 could never start and
     the engine would stall with work left."""
-    engine = Engine("fast", EngineConfig(num_gpu_blocks=17, encoder_cache_tokens=100, enable_prefix_caching=False))
+    config = EngineConfig(num_gpu_blocks=17, encoder_cache_tokens=100, enable_prefix_caching=False)
+    engine = Engine("fast", config)
     engine.add_request(SimRequest("r1", list(range(20)), max_tokens=100), 0.0)
-    engine.add_request(SimRequest("r2", [9] * 80 + list(range(20)), [MediaSpan("Y", 0, 80)], max_tokens=100), 0.0)
+    r2 = SimRequest("r2", [9] * 80 + list(range(20)), [MediaSpan("Y", 0, 80)], max_tokens=100)
+    engine.add_request(r2, 0.0)
     run = Run()
     for _ in range(5):
         run.now += engine.step(run.now).duration
-    engine.add_request(SimRequest("prime", [7] * 80 + [8] * 10, [MediaSpan("X", 0, 80)], max_tokens=1), run.now)
+    prime = SimRequest("prime", [7] * 80 + [8] * 10, [MediaSpan("X", 0, 80)], max_tokens=1)
+    engine.add_request(prime, run.now)
     while "prime" not in run.finished:
         out = engine.step(run.now)
         run.now += out.duration
