@@ -16,6 +16,7 @@ from mmgate.request.probe.sniff import AUDIO_FORMATS, HEAD_BYTES, IMAGE_FORMATS,
 __all__ = [
     "AUDIO_FORMATS",
     "IMAGE_FORMATS",
+    "PROBERS",
     "VIDEO_FORMATS",
     "Base64Reader",
     "BytesReader",
@@ -28,7 +29,7 @@ __all__ = [
     "sniff",
 ]
 
-_PROBERS: dict[str, Callable[[Reader], ProbeResult]] = {
+PROBERS: dict[str, Callable[[Reader], ProbeResult]] = {
     "png": image.png,
     "jpeg": image.jpeg,
     "gif": image.gif,
@@ -56,7 +57,7 @@ def probe(reader: Reader) -> tuple[str | None, ProbeResult | None]:
     if fmt is None:
         return None, None
     try:
-        return fmt, _PROBERS[fmt](reader)
+        return fmt, PROBERS[fmt](reader)
     except Truncated:
         return fmt, None
 
