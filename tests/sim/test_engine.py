@@ -337,3 +337,72 @@ def test_a_waiting_request_that_cannot_start_pins_no_encoder_output() -> None:
     drain(engine, run, max_steps=2000)
     assert engine.stats().num_preemptions > 0
     assert set(run.finished) == {"r1", "r2", "prime", "w"}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_workloads_keep_the_invariants(seed: int) -> None:
+    """Mixed text/image requests under a tight KV cache, small budgets and small caches: every
+    request gets exactly its tokens, budgets hold every step, nothing stalls, memory returns."""
+    import random
+
+    rng = random.Random(seed)
+    block_size = rng.choice([4, 16])
+    config = EngineConfig(
+        num_gpu_blocks=rng.choice([200, 400, 3000]) // block_size + 1,
+        max_num_batched_tokens=rng.choice([32, 64, 256]),
+        max_num_seqs=rng.choice([2, 4, 16]),
+        encoder_cache_tokens=rng.choice([0, 60, 400]),
+        encoder_budget_tokens=rng.choice([40, 100]),
+        mm_processor_cache_gb=rng.choice([0.0, 1e-6]),
+        enable_prefix_caching=rng.random() < 0.8,
+        kv_events=True,
+        block_size=block_size,
+    )
+    engine = Engine("fast", config)
+    budget = engine.max_num_batched_tokens
+    wanted: dict[str, int] = {}
+    cached_keys: set[object] = set()
+    pending = []
+    for i in range(40):
+        ids: list[int] = []
+        items = []
+        for _ in range(rng.randint(0, 2)):
+            ids += [rng.randrange(3) for _ in range(rng.randint(0, 12))]
+            length = rng.randint(1, 50)
+            items.append(MediaSpan(f"img{rng.randrange(4)}", len(ids), length))
+            ids += [IMG] * length
+        ids += [rng.randrange(3) for _ in range(rng.randint(1, 20))]
+        req = SimRequest(f"r{i}", ids, items, rng.randint(1, 30), cache_salt=rng.choice([None, "s"]))
+        pending.append((rng.uniform(0, 0.05), req))
+    pending.sort(key=lambda p: p[0])
+    run = Run()
+    idle = 0
+    while pending or engine.has_work():
+        while pending and pending[0][0] <= run.now:
+            _, req = pending.pop(0)
+            engine.add_request(req, run.now + engine.preprocess(req, run.now))
+            wanted[req.request_id] = req.max_tokens
+        if not engine.has_work():
+            run.now = pending[0][0]
+            continue
+        out = engine.step(run.now)
+        idle = idle + 1 if out.duration == 0 else 0
+        assert idle < 3, "engine stalled with work left"
+        run.now += out.duration
+        assert out.prefill_tokens + out.decode_seqs <= budget
+        assert engine.stats().num_running <= engine.max_num_seqs
+        run.tokens.update(out.first_token)
+        run.tokens.update(out.next_tokens)
+        for f in out.finished:
+            run.finished[f.request_id] = f
+        for e in out.events:
+            if isinstance(e, BlockStored):
+                cached_keys.update(e.block_hashes)
+            elif isinstance(e, BlockRemoved):
+                assert e.block_hashes[0] in cached_keys
+                cached_keys.discard(e.block_hashes[0])
+    assert dict(run.tokens) == wanted
+    assert {r: f.output_tokens for r, f in run.finished.items()} == wanted
+    stats = engine.stats()
+    assert stats.kv_cache_usage == 0.0 and stats.num_running == stats.num_waiting == 0
+    assert all(engine.is_cached(h) for h in cached_keys)  # the events describe the cache
