@@ -297,6 +297,9 @@ def test_bad_requests_are_rejected() -> None:
     engine.add_request(SimRequest("ok", [1, 2]), 0.0)
     with pytest.raises(ValueError, match="already"):
         engine.add_request(SimRequest("ok", [1, 2]), 0.0)
+    with pytest.raises(ValueError, match="max_model_len"):
+        short = Engine("fast", EngineConfig(max_model_len=50))
+        short.add_request(SimRequest("x", [1] * 40, max_tokens=20), 0.0)
     with pytest.raises(ValueError, match="max_num_seqs"):
         Engine("fast", EngineConfig(max_num_batched_tokens=8, max_num_seqs=16))
 

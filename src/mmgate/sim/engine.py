@@ -139,7 +139,7 @@ class Engine:
         self.num_gpu_blocks = cfg.num_gpu_blocks or self.profile.num_gpu_blocks(self.block_size)
         self.max_num_batched_tokens = cfg.max_num_batched_tokens or d.max_num_batched_tokens
         self.max_num_seqs = cfg.max_num_seqs or d.max_num_seqs
-        self.max_model_len = d.max_model_len
+        self.max_model_len = cfg.max_model_len or d.max_model_len
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "

@@ -86,6 +86,7 @@ class EngineConfig:
     block_size: int | None = None
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
+    max_model_len: int | None = None
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: str = "sha256"
     hash_seed: str | None = None
