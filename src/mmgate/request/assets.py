@@ -63,7 +63,7 @@ def read_hints(headers: Mapping[str, str], limits: Limits) -> Hints:
                 param=VIDEO_RESOLUTION,
             )
         size = (int(w), int(h))
-        check_size(size[0], size[1], limits, VIDEO_RESOLUTION, "declares")
+        check_size(size[0], size[1], limits, VIDEO_RESOLUTION, f"Header {VIDEO_RESOLUTION} declares")
     return Hints(
         video_fps=_positive(found, VIDEO_FPS, math.inf),
         video_duration_s=_positive(found, VIDEO_DURATION, limits.max_duration_s),
@@ -86,12 +86,12 @@ def _positive(found: dict[str, str], name: str, limit: float) -> float | None:
     return value
 
 
-def check_size(width: int, height: int, limits: Limits, param: str, verb: str = "is") -> None:
+def check_size(width: int, height: int, limits: Limits, param: str, claim: str) -> None:
     """Refuse dimensions beyond the limits (a decompression bomb or a lying header)."""
     side = max(width, height)
     if side > limits.max_dimension or width * height > limits.max_pixels:
         raise RequestError(
-            f"The media at '{param}' {verb} {width}x{height} pixels; the limit is "
+            f"{claim} {width}x{height} pixels; the limit is "
             f"{limits.max_dimension} pixels per side and {limits.max_pixels} pixels in total.",
             param=param,
         )
@@ -220,7 +220,8 @@ class PromptBuilder:
             return
         _fill(asset, result)
         if asset.width and asset.height:
-            check_size(asset.width, asset.height, self._limits, param, "claims")
+            claim = f"The {asset.detected_format} header of the {asset.modality.value} at '{param}' claims"
+            check_size(asset.width, asset.height, self._limits, param, claim)
         if asset.duration_s is not None and asset.duration_s > self._limits.max_duration_s:
             raise RequestError(
                 f"The media at '{param}' lasts {asset.duration_s:g} s; the limit is "

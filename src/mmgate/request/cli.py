@@ -145,7 +145,7 @@ def table(view: RequestView, title: str) -> Table:
     out.add_column("size / length", style="green")
     out.add_column("identity", style="cyan", no_wrap=True)
     out.add_column("bytes", justify="right")
-    out.add_column("field / text", style="dim", overflow="fold")
+    out.add_column("field / text", style="dim", overflow="fold", min_width=24)
     seen: set[str] = set()
     for i, p in enumerate(view.parts):
         if isinstance(p, str):
