@@ -72,6 +72,10 @@ def load_without_torch(package: str, module: str) -> types.ModuleType:
     for stub_name in ("torch", "torchvision", "torchvision.transforms", "torchvision.transforms.v2"):
         if stub_name not in sys.modules:
             stubs[stub_name] = sys.modules[stub_name] = types.ModuleType(stub_name)
+    if "torch" in stubs:
+        stubs["torch"].Tensor = type("Tensor", (), {})  # type: ignore[attr-defined]  # for annotations
+        # decorators applied at import time
+        stubs["torch"].compiler = types.SimpleNamespace(disable=lambda fn: fn)  # type: ignore[attr-defined]
     stubs_tv = sys.modules["torchvision.transforms.v2"]
     if not hasattr(stubs_tv, "functional"):
         stubs_tv.functional = types.ModuleType("torchvision.transforms.v2.functional")  # type: ignore[attr-defined]

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hfref import bare, qwen2_video_module, qwen3_video_module, random_sizes, zeros_image
+from hfref import bare, load_without_torch, qwen2_video_module, qwen3_video_module, random_sizes, zeros_image
 from PIL import Image
+from transformers.image_utils import SizeDict
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
 from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
@@ -37,6 +38,8 @@ from transformers.video_utils import VideoMetadata
 
 from mmgate.errors import RequestError
 from mmgate.tokens import get_family
+from mmgate.tokens.families.llama4 import supported_canvases
+from mmgate.tokens.families.phi import Phi4MMParams, _closest_grid
 
 SIZES = random_sizes(260, seed=20261130)
 assert len(SIZES) >= 200
@@ -294,3 +297,44 @@ def test_qwen2_audio() -> None:
             proc, [np.zeros(samples, dtype=np.float32)], sampling_rate=16_000
         )
         assert fam.count_audio(samples / 16_000).tokens == inputs["num_audio_tokens"][0], samples
+
+
+def test_phi4_multimodal_crop_grid_choice_matches_the_processor() -> None:
+    """The grid choice for images over 36 crops, against the processor's own method (the mask
+    arithmetic after it needs torch and is checked by worked examples in test_tokens_rules)."""
+    mod = load_without_torch("transformers.models.phi4_multimodal", "image_processing_phi4_multimodal")
+    cls = mod.Phi4MultimodalImageProcessor
+    proc = object.__new__(cls)
+    n = 36
+    targets = sorted(
+        {
+            (i, j)
+            for k in range(1, n + 1)
+            for i in range(1, k + 1)
+            for j in range(1, k + 1)
+            if 1 <= i * j <= n
+        },
+        key=lambda x: x[0] * x[1],
+    )
+    params = Phi4MMParams()
+    for w, h in random_sizes(400, seed=3):
+        assert _closest_grid(w, h, params) == cls.find_closest_aspect_ratio(proc, w / h, targets, w, h, 448)
+
+
+def test_llama4_canvases_match_find_supported_resolutions() -> None:
+    mod = load_without_torch("transformers.models.llama4", "image_processing_llama4")
+    expected = mod.find_supported_resolutions(16, SizeDict(height=336, width=336))
+    assert list(supported_canvases(16, 336)) == [tuple(r) for r in expected]
+
+
+def test_llama4_best_fit_matches_get_best_fit() -> None:
+    """``get_best_fit`` runs on numpy float32 arrays standing in for torch tensors (torch divides
+    int64 tensors into float32, so float32 keeps the processor's rounding)."""
+    mod = load_without_torch("transformers.models.llama4", "image_processing_llama4")
+    mod.torch.where, mod.torch.min, mod.torch.max, mod.torch.argmin = np.where, np.min, np.max, np.argmin
+    canvases = np.array(mod.find_supported_resolutions(16, SizeDict(height=336, width=336)), dtype=np.float32)
+    fam = get_family("llama4")
+    for w, h in SIZES:
+        ch, cw = (int(v) for v in mod.get_best_fit((h, w), canvases))
+        grid = (ch // 336) * (cw // 336)
+        assert fam.count_image(w, h).tokens == 144 * (grid + 1 if grid > 1 else 1), (w, h)

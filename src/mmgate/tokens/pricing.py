@@ -9,8 +9,9 @@ appear, because the model sees them every time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from typing import Any
 
 from mmgate.request.view import MediaAsset, Modality, RequestView
@@ -19,6 +20,8 @@ from mmgate.tokens.families import get_family
 from mmgate.tokens.providers import Provider, get_provider
 from mmgate.tokens.rules import Count, Family, UnknownNameError, check_duration, check_size
 from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
+
+IMAGE_CACHE_SIZE = 4096  # distinct (width, height) counts kept per pricing config
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,7 @@ class _Resolved:
         self.cfg = cfg
         self.estimator = Estimator(cfg.estimate)
         self.family: Family[Any] | None = None
+        self.family_image: Callable[[int, int], Count] = _no_image
         self.provider: Provider | None = None
         self.audio_family: Family[Any] | None = None
         if cfg.provider is not None:
@@ -124,6 +128,11 @@ class _Resolved:
                 raise ValueError("PricingConfig: set a family, an estimate or a provider")
             self.family = get_family(cfg.family).with_params(cfg.params)
             self.name = self.family.name
+            if self.family.image is not None:
+                # Sizes repeat (phone cameras, screenshots, resized uploads): remember recent counts.
+                self.family_image = lru_cache(maxsize=IMAGE_CACHE_SIZE)(
+                    partial(self.family.image, self.family.params)
+                )
         if cfg.audio_family is not None:
             self.audio_family = get_family(cfg.audio_family)
             if self.audio_family.audio is None:
@@ -167,7 +176,7 @@ class _Resolved:
     def _image(self, w: int, h: int, a: MediaAsset) -> tuple[Count, str]:
         if self.family is not None and self.family.image is not None:
             check_size(w, h, param=a.field)
-            return self.family.image(self.family.params, w, h), self.name
+            return self.family_image(w, h), self.name
         if self.provider is not None:
             check_size(w, h, param=a.field)
             return self.provider.image(w, h, a.detail), self.name
@@ -190,6 +199,10 @@ class _Resolved:
         if self.provider is not None and self.provider.audio is not None:
             return self.provider.audio(duration), self.name
         return self.estimator.audio(duration), "llm-d:audio"
+
+
+def _no_image(width: int, height: int) -> Count:
+    raise AssertionError("family_image is only called when the family has an image rule")
 
 
 def text_runs(view: RequestView) -> list[str]:

@@ -1,8 +1,8 @@
 """Llama 4: 336-px tiles on the best-fitting canvas of ≤16 tiles, plus a global tile.
 
 Mirrors transformers ``llama4/image_processing_llama4.py`` (``find_supported_resolutions``,
-``get_best_fit``) and ``processing_llama4.py: _prompt_split_image``. That processor needs torch, so
-mmgate's tests check it against hand-worked examples instead of running it.
+``get_best_fit``) and ``processing_llama4.py: _prompt_split_image``. The processor module needs
+torch; the tests run its canvas and best-fit functions with numpy standing in for the tensors.
 """
 
 from __future__ import annotations
@@ -33,13 +33,29 @@ def supported_canvases(max_tiles: int, tile: int) -> tuple[tuple[int, int], ...]
     return tuple((h * tile, w * tile) for group in by_aspect.values() for h, w in group)
 
 
+@lru_cache(maxsize=16)
+def _canvases_by_area(max_tiles: int, tile: int) -> tuple[tuple[int, int], ...]:
+    # A stable sort: among equal areas the processor's order is kept, so "first of the smallest
+    # area" below is the canvas ``argmin(area)`` picks in transformers.
+    return tuple(sorted(supported_canvases(max_tiles, tile), key=lambda c: c[0] * c[1]))
+
+
 def best_canvas(p: Llama4Params, width: int, height: int) -> tuple[int, int]:
-    canvases = supported_canvases(p.max_patches, p.tile_size)
-    scales = [min(cw / width, ch / height) for ch, cw in canvases]
-    up = [s for s in scales if s >= 1]
-    chosen = (max(up) if p.resize_to_max_canvas else min(up)) if up else max(scales)
-    fits = [c for c, s in zip(canvases, scales, strict=True) if s == chosen]
-    return min(fits, key=lambda c: c[0] * c[1])
+    """``get_best_fit``: the least upscale (or the most upscale with ``resize_to_max_canvas``), else
+    the least downscale; ties go to the smallest canvas. One pass over the canvases by area."""
+    up_scale, up = (0.0 if p.resize_to_max_canvas else float("inf")), None
+    down_scale, down = -1.0, None
+    for ch, cw in _canvases_by_area(p.max_patches, p.tile_size):
+        sw, sh = cw / width, ch / height
+        s = sw if sw < sh else sh
+        if s >= 1:
+            if (s > up_scale) if p.resize_to_max_canvas else (s < up_scale):
+                up_scale, up = s, (ch, cw)
+        elif s > down_scale:
+            down_scale, down = s, (ch, cw)
+    best = up or down
+    assert best is not None
+    return best
 
 
 def llama4_image(p: Llama4Params, width: int, height: int) -> Count:

@@ -9,8 +9,10 @@ remote code, so the tests check hand-worked examples. Every position is an image
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mmgate.tokens.rules import Count, Family
 
@@ -55,27 +57,47 @@ class Phi4MMParams:
     audio_sampling_rate: int = 16_000
 
 
+@lru_cache(maxsize=16)
+def _grids(max_num: int, min_num: int = 1) -> tuple[tuple[int, int], ...]:
+    # Built exactly as the processor builds it (a set, then sorted by i*j) so that grids with the
+    # same tile count come in the same order and ties resolve the same way.
+    found = {
+        (i, j)
+        for n in range(min_num, max_num + 1)
+        for i in range(1, n + 1)
+        for j in range(1, n + 1)
+        if i * j <= max_num and i * j >= min_num
+    }
+    return tuple(sorted(found, key=lambda x: x[0] * x[1]))
+
+
+@lru_cache(maxsize=16)
+def _grids_by_ratio(max_num: int) -> tuple[list[float], dict[float, list[tuple[int, int, int]]]]:
+    """Sorted distinct ratios i/j, and per ratio its grids as (position in processor order, i, j)."""
+    by_ratio: dict[float, list[tuple[int, int, int]]] = {}
+    for pos, (i, j) in enumerate(_grids(max_num)):
+        by_ratio.setdefault(i / j, []).append((pos, i, j))
+    return sorted(by_ratio), by_ratio
+
+
 def _closest_grid(width: int, height: int, p: Phi4MMParams) -> tuple[int, int]:
+    """The processor's ``find_closest_aspect_ratio`` without scanning every grid.
+
+    Only grids at the smallest distance can end up chosen (the first of them, then any later one at
+    the same distance that passes the area test), so look at the one or two nearest ratios only.
+    """
     aspect = width / height
     area = width * height
-    grids = sorted(
-        {
-            (i, j)
-            for n in range(1, p.dynamic_hd + 1)
-            for i in range(1, n + 1)
-            for j in range(1, n + 1)
-            if i * j <= p.dynamic_hd
-        },
-        key=lambda g: g[0] * g[1],
-    )
-    best, best_diff = (1, 1), float("inf")
-    for i, j in grids:
-        diff = abs(aspect - i / j)
-        if diff < best_diff:
-            best, best_diff = (i, j), diff
-        elif diff == best_diff and area > 0.5 * p.image_size * p.image_size * i * j:
-            best = (i, j)
-    return best
+    ratios, by_ratio = _grids_by_ratio(p.dynamic_hd)
+    k = bisect.bisect_left(ratios, aspect)
+    near = [r for r in ratios[max(0, k - 1) : k + 1]]
+    best_diff = min(abs(aspect - r) for r in near)
+    tied = sorted(g for r in near if abs(aspect - r) == best_diff for g in by_ratio[r])
+    _, bi, bj = tied[0]
+    for _, i, j in tied[1:]:
+        if area > 0.5 * p.image_size * p.image_size * i * j:
+            bi, bj = i, j
+    return bi, bj
 
 
 def phi4mm_image(p: Phi4MMParams, width: int, height: int) -> Count:
