@@ -286,8 +286,11 @@ async def _capacity_step(
     duration: float,
     bodies: list[bytes],
     rng: random.Random,
+    time_scale: float,
 ) -> Step:
+    """``rate`` in simulated requests per second; latencies reported in simulated milliseconds."""
     urls = sim.urls
+    wall_rate = rate / time_scale
     before = [await scrape(session, u) for u in urls]
     cpu0, me0, t0 = sim.cpu_seconds(), self_cpu_seconds(), time.perf_counter()
     tasks: list[asyncio.Task[Result]] = []
@@ -300,7 +303,7 @@ async def _capacity_step(
         body = bodies[i % len(bodies)]
         tasks.append(asyncio.create_task(stream_one(session, urls[i % len(urls)], body)))
         i += 1
-        next_at += rng.expovariate(rate)
+        next_at += rng.expovariate(wall_rate)
     results = await asyncio.gather(*tasks)
     t1 = time.perf_counter()
     cpu1, me1 = sim.cpu_seconds(), self_cpu_seconds()
@@ -317,8 +320,8 @@ async def _capacity_step(
     slip = busy_wall / busy_sim - 1 if busy_sim > 0 else 0.0
     last_send = max(r.sent_at for r in results)
     window = max(last_send - t0, 1e-9)
-    ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
-    tpots = [r.tpot * 1000 for r in ok if r.tpot is not None]
+    ttfts = [r.ttft * 1000 / time_scale for r in ok if r.ttft is not None]
+    tpots = [r.tpot * 1000 / time_scale for r in ok if r.tpot is not None]
     elapsed = t1 - t0
     errors = len(results) - len(ok)
     return Step(
@@ -326,7 +329,7 @@ async def _capacity_step(
         sent=len(results),
         ok=len(ok),
         errors=errors,
-        achieved_rps=len(ok) / window,
+        achieved_rps=len(ok) / window * time_scale,
         ttft_p50_ms=pct(ttfts, 0.5),
         ttft_p99_ms=pct(ttfts, 0.99),
         tpot_p50_ms=pct(tpots, 0.5),
@@ -334,30 +337,36 @@ async def _capacity_step(
         server_cpu=(cpu1 - cpu0) / elapsed,
         client_cpu=(me1 - me0) / elapsed,
         slip=slip,
-        sustained=errors == 0 and slip < 0.05,
-        extra={"elapsed_s": elapsed, "busy_sim_s": busy_sim, "busy_wall_s": busy_wall},
+        sustained=errors == 0 and slip < 0.05 and len(ok) / window * time_scale >= 0.95 * rate,
+        extra={
+            "elapsed_s": elapsed,
+            "busy_sim_s": busy_sim,
+            "busy_wall_s": busy_wall,
+            "loadavg_1m": os.getloadavg()[0],  # the machine is shared: how busy it was
+        },
     )
 
 
 async def _capacity(args: argparse.Namespace, sim: SimProcess) -> list[Step]:
     png = base_png(1280, 720)
-    n_bodies = max(64, int(max(args.rates) * args.duration) + 1)
-    bodies = [
-        chat_body(
-            args.model,
-            [unique_png(png, 3 * i + k) for k in range(args.images)],
-            f"Request {i}: compare the three pictures.",
-            args.output_tokens,
-        )
-        for i in range(n_bodies)
-    ]
     rng = random.Random(args.seed)
+    n_bodies = max(64, int(max(args.rates) / args.time_scale * args.duration) + 1)
+    bodies = []
+    for i in range(n_bodies):
+        if args.image_pool:
+            tags = sorted(rng.sample(range(args.image_pool), args.images))
+        else:
+            tags = [args.images * i + k for k in range(args.images)]
+        images = [unique_png(png, t) for t in tags]
+        bodies.append(
+            chat_body(args.model, images, f"Request {i}: compare the pictures.", args.output_tokens)
+        )
     steps = []
     conn = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         for rate in args.rates:
-            step = await _capacity_step(sim, session, rate, args.duration, bodies, rng)
+            step = await _capacity_step(sim, session, rate, args.duration, bodies, rng, args.time_scale)
             steps.append(step)
             _print_step(step)
             await asyncio.sleep(args.pause)
@@ -413,6 +422,7 @@ def capacity(args: argparse.Namespace) -> int:
             "pods": args.pods,
             "time_scale": args.time_scale,
             "images": args.images,
+            "image_pool": args.image_pool,
             "output_tokens": args.output_tokens,
             "duration_s": args.duration,
             "cpus": os.cpu_count(),
@@ -455,8 +465,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     cap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per rate")
     cap.add_argument("--pause", type=float, default=3.0, help="seconds between rates")
     cap.add_argument("--images", type=int, default=3)
+    cap.add_argument(
+        "--image-pool", type=int, default=0, help="draw images from a pool of N (cache hits); 0 = all unique"
+    )
     cap.add_argument("--output-tokens", type=int, default=300)
-    cap.add_argument("--time-scale", type=float, default=1.0)
+    cap.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="run the pods this much slower; rates are simulated req/s",
+    )
     cap.add_argument("--seed", type=int, default=1)
     cap.add_argument("--out", default="results/sim-capacity.json")
     args = parser.parse_args(argv)

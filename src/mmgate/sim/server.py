@@ -289,29 +289,31 @@ class SimPod:
         # Like vLLM, nothing (not even headers or the role chunk) goes out before the first token:
         # a gateway may still retry elsewhere until then.
         resp = web.StreamResponse(headers={**SSE_HEADERS, POD_HEADER: self.name})
-        sent = 0
-        while True:
+        while not flight.emitted and not flight.finished:
             await flight.wait()
-            n = flight.emitted - sent
-            if n > 0:
-                data = writer.tokens(sent, n)
-                if not sent:
-                    await resp.prepare(request)
-                    data = writer.role_chunk() + data
-                await resp.write(data)
-                sent += n
-                if reset:
-                    _reset(request)
-                    return resp
-            if flight.finished:
-                break
         if flight.reason == "abort":
-            if not resp.prepared:
-                raise RequestError("the pod is shutting down", status=503, type="service_unavailable")
+            raise RequestError("the pod is shutting down", status=503, type="service_unavailable")
+        await resp.prepare(request)
+        sink = _TokenSink(writer, request.transport)
+        await resp.write(writer.role_chunk() + sink.take(flight))
+        if reset:
             _reset(request)
             return resp
+        if resp.headers.get("Transfer-Encoding") == "chunked":
+            flight.sink = sink  # from now on tokens go to the socket at each step's end
+        while not flight.finished and not sink.broken:
+            if flight.sink is None:
+                data = sink.take(flight)
+                if data:
+                    await resp.write(data)
+            await flight.wait()
+        flight.sink = None
+        if sink.broken or flight.reason == "abort":
+            _reset(request)
+            return resp
+        tail = sink.take(flight)
         usage = self._usage(flight, len(job.sequence)) if job.knobs.include_usage else None
-        await resp.write(writer.finish(reason, usage, extra))
+        await resp.write(tail + writer.finish(reason, usage, extra))
         await resp.write_eof()
         return resp
 
@@ -357,6 +359,42 @@ def engine_config(spec: PodSpec) -> EngineConfig:
         return EngineConfig(**settings)
     except TypeError as exc:
         raise ValueError(f"pod {spec.name}: {exc}") from None
+
+
+class _TokenSink:
+    """Writes a stream's new tokens to its socket as one HTTP/1.1 chunk per engine step.
+
+    Called synchronously by the driver; a gone or hopelessly slow client marks the stream broken
+    and wakes its handler, which then aborts the request.
+    """
+
+    MAX_BUFFER = 8 << 20  # bytes queued for a client that does not read
+
+    __slots__ = ("broken", "sent", "transport", "writer")
+
+    def __init__(self, writer: ResponseWriter, transport: asyncio.Transport | None) -> None:
+        self.writer = writer
+        self.transport = transport
+        self.sent = 0
+        self.broken = False
+
+    def take(self, flight: Flight) -> bytes:
+        """SSE bytes of the tokens emitted since the last call."""
+        n = flight.emitted - self.sent
+        if n <= 0:
+            return b""
+        data = self.writer.tokens(self.sent, n)
+        self.sent = flight.emitted
+        return data
+
+    def __call__(self, flight: Flight) -> None:
+        data = self.take(flight)
+        t = self.transport
+        if t is None or t.is_closing() or t.get_write_buffer_size() > self.MAX_BUFFER:
+            self.broken = True
+            flight.wake()
+            return
+        t.write(b"%x\r\n%b\r\n" % (len(data), data))
 
 
 def _reset(request: web.Request) -> None:
