@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mmgate.request.probe.reader import Reader, Truncated, need
+from mmgate.request.probe.reader import BytesReader, Reader, Truncated, need
 from mmgate.request.probe.result import ProbeResult
 
 _MAX_BOXES = 2048  # per container; real files have a few dozen
 _MAX_TRACKS = 64
+_MAX_META = 1 << 20  # HEIF item metadata; real files have a few KB
 
 
 def boxes(r: Reader, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
@@ -51,10 +52,14 @@ def _u(b: bytes) -> int:
 
 def heif(r: Reader, fmt: str) -> ProbeResult:
     """Size of the primary item: its ``ispe`` property, swapped by a quarter-turn ``irot``."""
-    meta = child(r, 0, r.size, b"meta")
-    if meta is None:
+    found = child(r, 0, r.size, b"meta")
+    if found is None:
         raise Truncated("HEIF without meta box")
-    start, end = meta[0] + 4, meta[1]  # meta is a FullBox
+    if found[1] - found[0] > _MAX_META:
+        raise Truncated("implausibly large HEIF meta box")
+    # The meta box is small and holds everything we read: decode it once, then walk it in memory.
+    r = BytesReader(need(r, found[0], found[1] - found[0]))
+    start, end = 4, r.size  # meta is a FullBox
     primary: int | None = None
     props: list[tuple[bytes, int, int]] = []
     assoc: dict[int, list[int]] = {}
