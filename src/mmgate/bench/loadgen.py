@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from mmgate.bench.media import MediaCache
@@ -167,8 +168,8 @@ def parse_cache_counters(text: str) -> CacheCounters:
     return c
 
 
-class _Progress:
-    """A rich progress bar per rung (to stderr); a no-op when quiet."""
+class RungProgress:
+    """A rich progress bar per rung (to stderr); a no-op when quiet. Shared with the DES."""
 
     def __init__(self, enabled: bool) -> None:
         self.bar: Progress | None = None
@@ -179,10 +180,11 @@ class _Progress:
                 MofNCompleteColumn(),
                 TextColumn("failed {task.fields[failed]}"),
                 TimeElapsedColumn(),
+                console=Console(stderr=True),
                 transient=False,
             )
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> RungProgress:
         if self.bar:
             self.bar.start()
         return self
@@ -207,7 +209,7 @@ async def run_rung(
     duration_s: float,
     bodies: Iterator[tuple[str, bytes]],
     ladder: Ladder,
-    progress: _Progress,
+    progress: RungProgress,
     label: str,
     speedup: float = 1.0,
     seed: int = 0,
@@ -288,7 +290,7 @@ async def run_ladder(
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     results: list[RungResult] = []
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        with _Progress(progress) as bar:
+        with RungProgress(progress) as bar:
             for index, rate, duration, warmup in ladder.rungs():
                 label = f"{system:<18} {'warm-up' if warmup else 'rate'} {rate:g}/s"
                 rung = await run_rung(

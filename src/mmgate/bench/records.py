@@ -81,7 +81,8 @@ class RungResult:
     """Every request of one rung of the ladder, for one system, plus the cache counter deltas.
 
     ``span_s`` runs from the rung's first send to its last completion (drain included), the
-    denominator of throughput, as in ``vllm bench serve``.
+    denominator of throughput, as in ``vllm bench serve``. ``itl_weighted``, when set, replaces the
+    per-record ITL lists with (gap, count) pairs (the discrete-event mode's compact form).
     """
 
     system: str
@@ -91,6 +92,7 @@ class RungResult:
     records: list[RequestRecord]
     cache: CacheCounters = field(default_factory=CacheCounters)
     mode: str = "http"
+    itl_weighted: list[tuple[float, int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

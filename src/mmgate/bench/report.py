@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mmgate.bench.records import RungResult
+from mmgate.bench.records import RequestRecord, RungResult
 
 FIELDS = (
     "system",
@@ -41,13 +41,33 @@ def _pct(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
+def _weighted_pct(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """The smallest value whose cumulative weight reaches q% (a lower percentile, like
+    ``numpy.percentile(method="inverted_cdf")`` on the expanded samples)."""
+    total = weights.sum()
+    if total <= 0:
+        return None
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    i = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
+    return float(values[order][min(i, len(order) - 1)])
+
+
+def _itl_percentiles(rung: RungResult, ok: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
+    if rung.itl_weighted is not None:
+        pairs = np.asarray(rung.itl_weighted, dtype=np.float64).reshape(-1, 2)
+        return _weighted_pct(pairs[:, 0], pairs[:, 1], 50), _weighted_pct(pairs[:, 0], pairs[:, 1], 90)
+    itl = np.concatenate([np.asarray(r.itl_s, dtype=np.float64) for r in ok]) if ok else np.zeros(0)
+    return _pct(itl, 50), _pct(itl, 90)
+
+
 def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
     """The report record of one rung (see :data:`FIELDS`, plus context fields)."""
     ok = [r for r in rung.records if r.ok]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     tpot = [t for r in ok if (t := r.tpot_s) is not None]
-    itl = np.concatenate([np.asarray(r.itl_s, dtype=np.float64) for r in ok]) if ok else np.zeros(0)
+    itl_p50, itl_p90 = _itl_percentiles(rung, ok)
     span = rung.span_s if rung.span_s > 0 else rung.duration_s
     kinds = Counter(r.error for r in rung.records if r.error is not None)
     return {
@@ -58,8 +78,8 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "ttft_p50_s": _pct(ttft, 50),
         "ttft_p90_s": _pct(ttft, 90),
         "ttft_p99_s": _pct(ttft, 99),
-        "itl_p50_s": _pct(itl, 50),
-        "itl_p90_s": _pct(itl, 90),
+        "itl_p50_s": itl_p50,
+        "itl_p90_s": itl_p90,
         "e2e_p50_s": _pct(e2e, 50),
         "e2e_p90_s": _pct(e2e, 90),
         "failures": sum(kinds.values()),

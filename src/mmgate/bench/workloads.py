@@ -41,7 +41,7 @@ _VOCABULARY = (
     "quarter revenue growth region market customer item shelf box bottle shoe lamp chair watch "
     "camera phone bag jacket section paragraph line column row header footnote source method result"
 )
-_WORDS = tuple(_VOCABULARY.split())
+_WORDS = tuple(_VOCABULARY.split())[:64]  # 64 words: one random byte picks one
 
 
 def text_of(tokens: int, rng: random.Random) -> str:
@@ -49,7 +49,7 @@ def text_of(tokens: int, rng: random.Random) -> str:
     size = tokens * BYTES_PER_TOKEN
     if size <= 0:
         return ""
-    words = rng.choices(_WORDS, k=size // 3 + 2)
+    words = [_WORDS[b & 63] for b in rng.randbytes(size // 3 + 2)]
     return " ".join(words)[:size].rstrip() + "."
 
 
@@ -196,6 +196,10 @@ def _recorded(gen: Callable[..., Workload]) -> Callable[..., Workload]:
     return wrapper
 
 
+# Product photos as shops upload them: square and 3:4 / 4:3, 1-2.5 megapixels.
+PRODUCT_PHOTO_SIZES = [(1024, 1024), (1280, 1280), (1536, 1536), (1200, 1600), (1600, 1200)]
+
+
 # --- generators --------------------------------------------------------------------------------
 
 
@@ -237,7 +241,7 @@ def image_reuse(
     """Product photos of a few sizes asked about by unrelated questions, popularity Zipf(s).
     The question comes first, so no two requests share a text prefix: only an encoder cache
     (or a KV prefix that starts at the image, which this workload denies) can reuse work."""
-    sizes = [(1024, 1024), (800, 800), (1280, 960), (960, 1280), (1200, 900)]
+    sizes = PRODUCT_PHOTO_SIZES
     photos = [image(f"{seed}:ir:{i}", *sizes[i % len(sizes)]) for i in range(pool)]
     rng = random.Random(f"{seed}:image-reuse")
     weights = [1.0 / (rank + 1) ** zipf_s for rank in range(pool)]
