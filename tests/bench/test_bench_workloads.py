@@ -135,7 +135,7 @@ def test_jsonl_round_trip(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert len(lines) == 5 and json.loads(lines[0])["model"] == "m"
     items = wl.load_jsonl(path)
-    assert [i.output_tokens for i in items] == [150] * 5
+    assert [i.output_tokens for i in items] == [300] * 5
     assert items[0].body_bytes() == lines[0].encode()
 
 

@@ -22,10 +22,9 @@ distribution, at a cost per step instead of per token.
 from __future__ import annotations
 
 import heapq
-import importlib
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mmgate.bench.loadgen import RungProgress
@@ -42,9 +41,11 @@ from mmgate.scheduling import (
     SchedulingRequest,
     build_scheduler,
 )
-from mmgate.sim.engine import Engine, EngineConfig, SimRequest, StepOutput
+from mmgate.sim.engine import Engine, SimRequest, StepOutput
 from mmgate.sim.profiles import load_profile
-from mmgate.tokens import FAMILIES, PricingConfig, TokenSequence, build_sequence, price
+from mmgate.sim.server import engine_config, family_of
+from mmgate.sim.spec import PodSpec
+from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
 
 # Event kinds, in the order they are handled when simultaneous.
 _FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE = range(7)
@@ -123,31 +124,17 @@ class _Prepared:
         return hit
 
 
-def _family(profile: Any) -> str:
-    """The pricing family the simulated server uses for this profile (its own helper when present,
-    else the same rule: the longest known family name the profile or model name starts with)."""
-    try:
-        family_of = getattr(importlib.import_module("mmgate.sim.server"), "family_of", None)
-    except ImportError:
-        family_of = None
-    if callable(family_of):
-        return str(family_of(profile))
-    names = (profile.name.lower(), profile.model.lower().rsplit("/", 1)[-1])
-    matches = [f for f in FAMILIES for n in names if n.startswith(f)]
-    return max(matches, key=len) if matches else "qwen3-vl"
-
-
 def _build_pods(opts: DesOptions) -> tuple[list[_Pod], PricingConfig, str]:
-    """Engines configured as ``mmgate sim`` configures its pods, named like endpoints."""
+    """Engines configured exactly as ``mmgate sim`` configures its pods, named like endpoints."""
     profile = load_profile(opts.profile)
     pods = []
     for i in range(opts.pods):
+        spec = PodSpec(name=f"pod-{i}", profile=opts.profile, seed=opts.seed, engine=dict(opts.engine))
         # Block keys never leave the process here, so the fast process-local hash is enough.
-        settings = {"seed": opts.seed + i, "prefix_caching_hash_algo": "builtin", **opts.engine}
-        engine = Engine(profile, EngineConfig(**settings))
+        config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
         endpoint = EndpointState.from_url(f"http://10.0.0.{i + 1}:8000")
-        pods.append(_Pod(i, engine, endpoint))
-    return pods, PricingConfig(family=_family(profile)), profile.model or profile.name
+        pods.append(_Pod(i, Engine(profile, config), endpoint))
+    return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
 
 
 def _cache_totals(pods: Sequence[_Pod]) -> CacheCounters:
@@ -176,8 +163,8 @@ class Simulation:
         self._pod_of = {p.endpoint.name: p for p in self.pods}
         self.prepared = prepared or _Prepared(pricing, model)
         for pod in self.pods:
-            if hasattr(pod.engine, "hasher"):
-                pod.engine.hasher = _MemoHasher(pod.engine.hasher, self.prepared.hashes)
+            engine: Any = pod.engine
+            engine.hasher = _MemoHasher(engine.hasher, self.prepared.hashes)
         self.now = 0.0
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()

@@ -23,12 +23,17 @@ from mmgate.bench.loadgen import Target, raw_bodies, run_ladder, workload_bodies
 from mmgate.bench.overhead_proc import Managed, free_port, wait_until_serving
 from mmgate.bench.records import Ladder, RungResult
 from mmgate.bench.systems import System
-from mmgate.bench.workloads import RawItem, Workload
+from mmgate.bench.workloads import DEFAULT_MODEL, RawItem, Workload
+from mmgate.sim.profiles import load_profile
 
 SRC = Path(mmgate.__file__).resolve().parents[1]
-PROBE = json.dumps(
-    {"model": "probe", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
-).encode()
+
+
+def _probe(model: str) -> bytes:
+    """A one-token request that proves the router can reach a pod."""
+    return json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    ).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +72,16 @@ def start_fleet(opts: HttpOptions, logs: Path) -> tuple[Managed, list[str]]:
     raise RuntimeError(f"simulated fleet did not start:\n{fleet.log_tail()}")
 
 
-def start_router(system: System, urls: Sequence[str], logs: Path) -> tuple[Managed | None, str, str]:
+def start_router(
+    system: System, urls: Sequence[str], logs: Path, model: str
+) -> tuple[Managed | None, str, str]:
     """The system's router on a free port: (process or None when skipped, base URL, note)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     if system.config is not None:
         cmd = [sys.executable, "-m", "mmgate", "serve", "--config", str(system.config),
-               "--endpoints", ",".join(urls), "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+               "--endpoints", ",".join(urls), "--host", "127.0.0.1", "--port", str(port),
+               "--no-access-log", "--log-level", "warning"]  # fmt: skip
         env = _env()
     else:
         from mmgate.bench.peers import PEERS, find_peers_python, installed_versions
@@ -94,7 +102,7 @@ def start_router(system: System, urls: Sequence[str], logs: Path) -> tuple[Manag
         env = None
     router = Managed(system.name, cmd, logs / f"{system.name.replace(':', '_')}.log", env=env)
     router.start()
-    why = wait_until_serving(base + "/v1/chat/completions", PROBE, router, timeout=60)
+    why = wait_until_serving(base + "/v1/chat/completions", _probe(model), router, timeout=60)
     if why is not None:
         tail = router.log_tail()
         router.stop()
@@ -115,11 +123,16 @@ def run_http(
     """Every system in turn, each on a fresh fleet; peers that are absent are skipped with a note."""
 
     def bodies() -> Iterator[tuple[str, bytes]]:
-        return raw_bodies(replay) if replay is not None else workload_bodies(workload)
+        if replay is not None:
+            return raw_bodies(replay)
+        return workload_bodies(workload, model=model)
 
     if opts.url is not None:
+        model = DEFAULT_MODEL
         target = Target(opts.url.rstrip("/"))
         return asyncio.run(run_ladder(target, "external", ladder, bodies(), progress=progress))
+    profile = load_profile(opts.profile)
+    model = profile.model or profile.name
     results: list[RungResult] = []
     with tempfile.TemporaryDirectory(prefix="mmgate-bench-") as tmp:
         logs = opts.logs or Path(tmp)
@@ -127,7 +140,7 @@ def run_http(
             fleet, urls = start_fleet(opts, logs)
             router: Managed | None = None
             try:
-                router, base, note = start_router(system, urls, logs)
+                router, base, note = start_router(system, urls, logs, model)
                 if router is None:
                     log(note)
                     continue

@@ -192,7 +192,8 @@ def plot(records: Sequence[dict[str, Any]], out_dir: Path, title: str = "") -> l
         ax.set_xlabel("offered rate (requests/s)")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         fig.tight_layout()
         path = out_dir / name
         fig.savefig(path, dpi=110)

@@ -232,13 +232,13 @@ def shared_prefix(
 @_recorded
 def image_reuse(
     pool: int = 300,
-    requests: int = 6000,
-    zipf_s: float = 1.1,
-    question_tokens: int = 150,
-    output_tokens: int = 150,
+    requests: int = 20_000,
+    zipf_s: float = 1.0,
+    question_tokens: int = 100,
+    output_tokens: int = 300,
     seed: int = 0,
 ) -> Workload:
-    """Product photos of a few sizes asked about by unrelated questions, popularity Zipf(s).
+    """Product photos (1-2.5 MP) asked about by unrelated questions, popularity Zipf(s).
     The question comes first, so no two requests share a text prefix: only an encoder cache
     (or a KV prefix that starts at the image, which this workload denies) can reuse work."""
     sizes = PRODUCT_PHOTO_SIZES
