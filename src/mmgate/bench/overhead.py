@@ -261,7 +261,7 @@ class Bench:
             url = f"http://127.0.0.1:{system.port}/v1/chat/completions"
             problem = wait_until_serving(url, body(BODIES["text"]), system.process)
             if problem:
-                system.status, system.reason = "skipped", f"{problem}: {system.process.log_tail(3)}"
+                system.status, system.reason = "skipped", f"{problem}: {system.process.log_tail(1)}"
                 system.process.stop()
                 system.process = None
         self.systems += candidates
@@ -429,6 +429,10 @@ def mmgate_command(config: Path, port: int, workers: Sequence[str]) -> list[str]
         str(port),
         "--endpoints",
         endpoints,
+        # Like the peers (run at warn level): no line per request, whose cost is the logger's.
+        "--no-access-log",
+        "--log-level",
+        "warning",
     ]
 
 
