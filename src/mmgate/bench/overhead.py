@@ -54,6 +54,8 @@ class System:
     reason: str = ""
     peak_rss_mb: float | None = None
     command: list[str] = field(default_factory=list)
+    src: str | None = None
+    """Source tree to run this system from (``--mmgate-src``); None = this checkout."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an mmgate config to measure, repeatable (default: "
         + ", ".join(DEFAULT_MMGATE_CONFIGS)
         + "; missing files are skipped and said so)",
+    )
+    parser.add_argument(
+        "--mmgate-src",
+        action="append",
+        metavar="LABEL=DIR",
+        help="run the mmgate config LABEL from this source tree (a checkout's src/), to compare "
+        "two versions of the gateway in one run; repeatable",
     )
     parser.add_argument("--no-mmgate", action="store_true", help="measure direct and peers only")
     parser.add_argument("--no-peers", action="store_true", help="do not start the peer routers")
@@ -214,6 +223,7 @@ class Bench:
 
     def _candidates(self, workers: list[str]) -> list[System]:
         systems: list[System] = []
+        sources = dict(spec.partition("=")[::2] for spec in self.args.mmgate_src or ())
         if not self.args.no_mmgate:
             for spec in self.args.mmgate_config or DEFAULT_MMGATE_CONFIGS:
                 label, _, path = spec.partition("=")
@@ -226,7 +236,7 @@ class Bench:
                     systems.append(System(name, "mmgate", port, status="skipped", reason=f"no config {path}"))
                     continue
                 command = mmgate_command(config, port, workers)
-                systems.append(System(name, "mmgate", port, command=command))
+                systems.append(System(name, "mmgate", port, command=command, src=sources.get(label)))
         if self.args.no_peers:
             return systems
         python = find_peers_python(self.args.peers_venv, roots=[REPO])
@@ -253,7 +263,10 @@ class Bench:
         for system in candidates:
             if system.status == "ok":
                 log = self.out / "logs" / f"{_slug(system.name)}.log"
-                system.process = Managed(system.name, system.command, log, env=self.env)
+                env = self.env
+                if system.src:
+                    env = {**self.env, "PYTHONPATH": str(Path(system.src).resolve())}
+                system.process = Managed(system.name, system.command, log, env=env)
                 system.process.start()
         for system in candidates:
             if system.process is None:
@@ -342,6 +355,7 @@ class Bench:
                     "reason": s.reason,
                     "peak_rss_mb": s.peak_rss_mb,
                     "command": _shorten(s.command),
+                    "src": s.src,
                 }
                 for s in self.systems
             ],

@@ -230,7 +230,9 @@ def markdown(summary: dict[str, Any]) -> str:
             [
                 g["body"],
                 g["system"],
-                f"{_fmt(g['rps_ratio'])}x (goal ≥ {g['rps_goal']}x) {'met' if g['rps_met'] else 'MISSED'}",
+                f"{_fmt(g['rps_ratio'])}x (goal ≥ {g['rps_goal']}x) {'met' if g['rps_met'] else 'MISSED'}"
+                if g["rps_ratio"] is not None
+                else "— (no peer measured)",
                 f"{_fmt(g['added_p50_ms'], signed=True)} ms (goal ≤ {g['added_goal_ms']}) "
                 + ("met" if g["added_met"] else "MISSED"),
             ]
@@ -263,7 +265,7 @@ def print_tables(summary: dict[str, Any]) -> None:
     for goal in summary["goals"]:
         verdict = "met" if goal["rps_met"] and goal["added_met"] else "MISSED"
         console.print(
-            f"goal {goal['body']} {goal['system']}: req/s {_fmt(goal['rps_ratio'])}x of best peer "
+            f"goal {goal['body']} {goal['system']}: req/s {_fmt(goal['rps_ratio'])} x best peer "
             f"(≥ {goal['rps_goal']}x), added p50 {_fmt(goal['added_p50_ms'], signed=True)} ms "
             f"(≤ {goal['added_goal_ms']}): {verdict}"
         )
