@@ -22,6 +22,7 @@ from multidict import CIMultiDict
 
 from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.datalayer.layer import DataLayer
+from mmgate.gateway.body import ForwardedBody
 from mmgate.gateway.budget import RetryBudget
 from mmgate.gateway.headers import (
     REQUEST_ID,
@@ -198,7 +199,7 @@ class Proxy:
         ok = False
         try:
             try:
-                upstream = await self._session.post(url, data=body, headers=send_headers)
+                upstream = await self._session.post(url, data=ForwardedBody(body), headers=send_headers)
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 record.health.record_failure(self.clock(), f"connect: {exc}")
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None

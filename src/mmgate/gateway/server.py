@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.errors import RequestError
+from mmgate.gateway.body import read_body
 from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Outcome, Proxy, ProxySettings
 from mmgate.gateway.responses import error_response, request_error_response
@@ -128,7 +129,7 @@ class Gateway:
         out = Outcome()
         view: RequestView | None = None
         try:
-            body = await request.read()
+            body = await read_body(request, self.settings.max_body_bytes)
             view = self.parse(body, request.headers, api)
             candidates = self.candidates(view.model)
             if not candidates:
