@@ -10,6 +10,7 @@ import msgspec
 
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
 from mmgate.gateway.app import Running, apply_flags, build_gateway, run_forever, serve_until_signal
+from mmgate.gateway.memory import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
 
 log = logging.getLogger("mmgate.gateway")
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     gateway.settings.access_log = not args.no_access_log
+    keep_large_buffers()  # multi-MB bodies: reuse heap pages instead of fresh mmaps per request
 
     def ready(running: Running) -> None:
         fields = {"url": running.url, "port": running.port, "endpoints": len(gateway.data.registry)}
