@@ -108,6 +108,7 @@ def test_declared_video_resolution_over_the_limit_is_refused() -> None:
     ("name", "value"),
     [
         ("x-llm-d-video-resolution", "wide"),
+        ("x-llm-d-video-resolution", "0x720"),
         ("x-llm-d-video-fps", "-3"),
         ("x-llm-d-video-duration-seconds", "nan"),
         ("x-llm-d-audio-duration-seconds", "1e9"),

@@ -113,3 +113,25 @@ def test_structured_bodies_give_a_view_or_a_request_error(body: dict[str, object
 )
 def test_arbitrary_bytes_give_a_view_or_a_request_error(body: bytes, api: Api) -> None:
     _answer(body, api)
+
+
+@FUZZ
+@given(
+    name=st.sampled_from(
+        [
+            "x-llm-d-video-fps",
+            "x-llm-d-video-duration-seconds",
+            "x-llm-d-video-resolution",
+            "x-llm-d-audio-duration-seconds",
+        ]
+    ),
+    value=st.text(max_size=24),
+)
+def test_any_media_header_value_gives_a_view_or_a_request_error(name: str, value: str) -> None:
+    body = b'{"messages": [{"role": "user", "content": [{"video_url": {"url": "https://x/v.mp4"}}]}]}'
+    try:
+        view = parse_request(body, {name: value})
+    except RequestError as exc:
+        assert exc.param == name
+        return
+    assert view.assets[0].url == "https://x/v.mp4"

@@ -86,3 +86,12 @@ def test_broken_base64_is_unprobed_not_an_exception(sample: bytes, text: bytes, 
     broken = encoded[:cut] + text + encoded[cut:]
     _fmt, result = probe(Base64Reader(broken))
     assert result is None or isinstance(result, ProbeResult)
+
+
+@FUZZ
+@given(data=st.binary(max_size=3000), offset=st.integers(0, 3100), n=st.integers(0, 1200))
+def test_lazy_base64_reads_equal_slices_of_the_full_decode(data: bytes, offset: int, n: int) -> None:
+    reader = Base64Reader(base64.b64encode(data))
+    assert reader.size == len(data)
+    assert reader.read(offset, n) == data[offset : offset + n]
+    assert reader.read(0, 16) == data[:16]  # after a cached window elsewhere

@@ -57,7 +57,7 @@ def read_hints(headers: Mapping[str, str], limits: Limits) -> Hints:
     size = None
     if VIDEO_RESOLUTION in found:
         w, sep, h = found[VIDEO_RESOLUTION].lower().partition("x")
-        if not (sep and w.strip().isdigit() and h.strip().isdigit()):
+        if not (sep and w.strip().isdigit() and h.strip().isdigit() and int(w) > 0 and int(h) > 0):
             raise RequestError(
                 f"Header {VIDEO_RESOLUTION} must be WIDTHxHEIGHT, got {found[VIDEO_RESOLUTION]!r}.",
                 param=VIDEO_RESOLUTION,
