@@ -141,16 +141,7 @@ class PromptBuilder:
             raise RequestError(
                 f"Too many media items: at most {self._limits.max_assets} per request.", param=param
             )
-        url: str | None = None
-        payload: Buffer | None = base64
-        if uri is not None and len(uri):
-            if bytes(uri[:5]).lower() == b"data:":
-                data = parse_data_uri(uri, param)
-                mime, payload = data.mime, data.payload
-            else:
-                url = self._url(uri, param)
-        if payload is not None and not len(payload):
-            payload = None
+        payload, url, mime = self._resolve(param, uri, base64, mime)
         if payload is None and url is None and uuid is None:
             raise RequestError(f"Missing media payload at '{param}'.", param=param)
         probe_me = payload is not None and modality is not Modality.EMBEDS
@@ -190,6 +181,17 @@ class PromptBuilder:
         self.unprobed += not asset.probed and modality is not Modality.EMBEDS
         self._seen[identity] = asset
         self.parts.append(asset)
+
+    def _resolve(
+        self, param: str, uri: memoryview | None, base64: memoryview | None, mime: str | None
+    ) -> tuple[Buffer | None, str | None, str | None]:
+        """(inline base64 payload, URL, mime) of a part: a data: URI splits into mime + payload."""
+        if uri is not None and len(uri):
+            if bytes(uri[:5]).lower() != b"data:":
+                return None, self._url(uri, param), mime
+            data = parse_data_uri(uri, param)
+            return (data.payload if len(data.payload) else None), None, data.mime
+        return (base64 if base64 is not None and len(base64) else None), None, mime
 
     def _url(self, uri: memoryview, param: str) -> str:
         url = unescape(uri).decode("utf-8", "replace")
