@@ -85,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the mmgate config LABEL from this source tree (a checkout's src/), to compare "
         "two versions of the gateway in one run; repeatable",
     )
+    parser.add_argument(
+        "--mmgate-workers",
+        action="append",
+        metavar="LABEL=N",
+        help="run the mmgate config LABEL with `mmgate serve --workers N` (SO_REUSEPORT); repeatable",
+    )
     parser.add_argument("--no-mmgate", action="store_true", help="measure direct and peers only")
     parser.add_argument("--no-peers", action="store_true", help="do not start the peer routers")
     parser.add_argument("--peers-venv", help="virtualenv holding the peer routers (default: .venv-peers)")
@@ -224,6 +230,7 @@ class Bench:
     def _candidates(self, workers: list[str]) -> list[System]:
         systems: list[System] = []
         sources = dict(spec.partition("=")[::2] for spec in self.args.mmgate_src or ())
+        workers_of = dict(spec.partition("=")[::2] for spec in self.args.mmgate_workers or ())
         if not self.args.no_mmgate:
             for spec in self.args.mmgate_config or DEFAULT_MMGATE_CONFIGS:
                 label, _, path = spec.partition("=")
@@ -236,6 +243,8 @@ class Bench:
                     systems.append(System(name, "mmgate", port, status="skipped", reason=f"no config {path}"))
                     continue
                 command = mmgate_command(config, port, workers)
+                if label in workers_of:
+                    command += ["--workers", workers_of[label]]
                 systems.append(System(name, "mmgate", port, command=command, src=sources.get(label)))
         if self.args.no_peers:
             return systems

@@ -96,22 +96,33 @@ class Running:
         await self.runner.cleanup()
 
 
-async def start(gateway: Gateway, host: str | None = None, port: int | None = None) -> Running:
-    """Bind and start serving (``port=0`` picks a free port; :attr:`Running.port` tells which)."""
+async def start(
+    gateway: Gateway, host: str | None = None, port: int | None = None, *, reuse_port: bool = False
+) -> Running:
+    """Bind and start serving (``port=0`` picks a free port; :attr:`Running.port` tells which).
+
+    ``reuse_port`` lets several worker processes listen on the same port (``--workers``).
+    """
     host = host if host is not None else gateway.settings.host
     port = port if port is not None else gateway.settings.port
     runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False, shutdown_timeout=10.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True, reuse_port=reuse_port or None)
     await site.start()
     sockets = getattr(site._server, "sockets", None) or []
     bound = int(sockets[0].getsockname()[1]) if sockets else port
     return Running(gateway, runner, host, bound)
 
 
-async def serve_until_signal(gateway: Gateway, on_ready: Callable[[Running], None] | None = None) -> None:
+async def serve_until_signal(
+    gateway: Gateway,
+    on_ready: Callable[[Running], None] | None = None,
+    *,
+    port: int | None = None,
+    reuse_port: bool = False,
+) -> None:
     """Serve until SIGINT/SIGTERM, then drain and stop."""
-    running = await start(gateway)
+    running = await start(gateway, port=port, reuse_port=reuse_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import msgspec
@@ -12,6 +13,7 @@ from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
 from mmgate.gateway.app import Running, apply_flags, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.memory import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
+from mmgate.gateway.workers import serve_workers
 
 log = logging.getLogger("mmgate.gateway")
 
@@ -50,6 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-format", default="json", choices=["json", "text"], help="request log format (default json)"
     )
     parser.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gateway processes sharing the port (SO_REUSEPORT); they share no state: each scrapes the "
+        "fleet and keeps its own load counts and affinity indexes (default 1; see mmgate/gateway/workers.py)",
+    )
 
 
 def load(args: argparse.Namespace) -> GatewayConfig:
@@ -77,13 +87,33 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.workers < 1:
+        print("mmgate serve: --workers must be at least 1", file=sys.stderr)
+        return 2
     gateway.settings.access_log = not args.no_access_log
     keep_large_buffers()  # multi-MB bodies: reuse heap pages instead of fresh mmaps per request
 
     def ready(running: Running) -> None:
         fields = {"url": running.url, "port": running.port, "endpoints": len(gateway.data.registry)}
+        if args.workers > 1:
+            fields["worker_pid"] = os.getpid()
         log.info("listening", extra={"fields": fields})
 
+    if args.workers > 1:
+        section = config.mmgate
+
+        def serve_one(port: int) -> int:
+            # Each worker builds its own gateway: nothing bound to an event loop crosses fork().
+            worker = build_gateway(config)
+            worker.settings.access_log = gateway.settings.access_log
+            run_forever(lambda: serve_until_signal(worker, ready, port=port, reuse_port=True))
+            return 0
+
+        try:
+            return serve_workers(args.workers, section.host, section.port, serve_one)
+        except OSError as exc:
+            print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
+            return 1
     try:
         run_forever(lambda: serve_until_signal(gateway, ready))
     except FileNotFoundError as exc:

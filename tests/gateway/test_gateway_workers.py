@@ -1,0 +1,132 @@
+"""``mmgate serve --workers N``: N processes serve one port; the parent supervises them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, mmgate_command, subprocess_env
+
+BODY = json.dumps({"model": "null-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    """True once ``pid`` has exited (no longer listed, or a zombie awaiting its reaper)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat[stat.rfind(")") + 2] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _post(port: int) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        data=BODY,
+        headers={"Content-Type": "application/json"},
+    )
+    with opener.open(request, timeout=5) as answer:
+        answer.read()
+        return int(answer.status)
+
+
+@pytest.fixture
+def upstream_port() -> Iterator[int]:
+    port = _free_port()
+    command = [sys.executable, "-m", "mmgate.bench.nullserver", "--port", str(port), "--latency-ms", "0"]
+    process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    process.stdout.readline()  # the "ports" line: listening
+    yield port
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def _serve(port: int, upstream: int, workers: int) -> subprocess.Popen[bytes]:
+    config = str(REPO / "examples" / "round-robin.yaml")
+    command = mmgate_command(
+        "serve", "--config", config, "--port", str(port), "--endpoints", f"127.0.0.1:{upstream}"
+    )
+    command += ["--workers", str(workers), "--no-access-log", "--log-level", "warning"]
+    return subprocess.Popen(command, env=subprocess_env(), stderr=subprocess.PIPE)
+
+
+def _wait_serving(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+        try:
+            if _post(port) == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("gateway workers never answered")
+
+
+def test_workers_share_the_port_and_stop_together(upstream_port: int) -> None:
+    port = _free_port()
+    gateway = _serve(port, upstream_port, workers=2)
+    try:
+        _wait_serving(port, gateway)
+        workers = _children(gateway.pid)
+        assert len(workers) == 2
+        # Every worker listens: new connections are spread by the kernel, all of them answered.
+        assert [_post(port) for _ in range(20)] == [200] * 20
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=20) == 0
+        assert all(_gone(pid) for pid in workers)
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+
+
+def test_a_dead_worker_takes_the_gateway_down(upstream_port: int) -> None:
+    port = _free_port()
+    gateway = _serve(port, upstream_port, workers=2)
+    try:
+        _wait_serving(port, gateway)
+        first, second = _children(gateway.pid)
+        os.kill(first, signal.SIGKILL)
+        assert gateway.wait(timeout=20) != 0  # the supervisor restarts all of it, not half
+        assert _gone(second)
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
