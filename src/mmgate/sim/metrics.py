@@ -100,8 +100,8 @@ class PodMetrics:
         def histogram(name: str, h: Histogram, text: str) -> None:
             head(name, "histogram", text)
             for le, c in zip(h.les, h.cumulative(), strict=True):
-                add(f'{name}_bucket{{{lab},le="{le}"}} {c}')
-            add(f"{name}_count{{{lab}}} {h.count}")
+                add(f'{name}_bucket{{{lab},le="{le}"}} {_num(c)}')
+            add(f"{name}_count{{{lab}}} {_num(h.count)}")
             add(f"{name}_sum{{{lab}}} {_num(h.sum)}")
 
         gauge("vllm:num_requests_running", g.num_running, "Number of requests in model execution batches.")
@@ -118,7 +118,7 @@ class PodMetrics:
         counter("vllm:generation_tokens", g.generation_tokens, "Number of generation tokens processed.")
         head("vllm:request_success_total", "counter", "Count of successfully processed requests.")
         for reason, n in self.request_success.items():
-            add(f'vllm:request_success_total{{{lab},finished_reason="{reason}"}} {n}')
+            add(f'vllm:request_success_total{{{lab},finished_reason="{reason}"}} {_num(n)}')
         histogram("vllm:time_to_first_token_seconds", self.ttft, "Histogram of time to first token.")
         histogram("vllm:inter_token_latency_seconds", self.itl, "Histogram of inter-token latency.")
         histogram("vllm:e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency.")
