@@ -203,7 +203,32 @@ def pct(values: Sequence[float], q: float) -> float | None:
 # --- calibrate -----------------------------------------------------------------------------------
 
 
-async def _calibrate(urls: list[str], model: str, repeats: int, max_tokens: int) -> list[dict[str, Any]]:
+def virtual_ttft_ms(profile: str, body: bytes) -> float:
+    """The same request in a fresh engine in virtual time: what HTTP adds is the difference."""
+    from mmgate.request.view import Api
+    from mmgate.sim.engine import Engine
+    from mmgate.sim.engine_types import SimRequest
+    from mmgate.sim.ingest import ingest
+    from mmgate.sim.server import family_of
+    from mmgate.tokens import PricingConfig
+
+    engine = Engine(profile)
+    job = ingest(
+        body, {}, Api.CHAT, PricingConfig(family=family_of(engine.profile)), natural_output_tokens=16
+    )
+    req = SimRequest.from_sequence("calibration", job.sequence, 2)
+    now = engine.preprocess(req, 0.0)
+    engine.add_request(req, now)
+    while True:
+        out = engine.step(now)
+        now += out.duration
+        if out.first_token:
+            return now * 1000
+
+
+async def _calibrate(
+    urls: list[str], profile: str, model: str, repeats: int, max_tokens: int
+) -> list[dict[str, Any]]:
     rows = []
     async with aiohttp.ClientSession() as session:
         for size, (ttft_ms, tpot_ms) in CALIBRATION.items():
@@ -222,6 +247,7 @@ async def _calibrate(urls: list[str], model: str, repeats: int, max_tokens: int)
             rows.append(
                 {
                     "image": f"{size[0]}x{size[1]}",
+                    "engine_ttft_ms": virtual_ttft_ms(profile, body),
                     "ttft_ms": ttft,
                     "ttft_target_ms": ttft_ms,
                     "ttft_error": ttft / ttft_ms - 1,
@@ -237,14 +263,15 @@ async def _calibrate(urls: list[str], model: str, repeats: int, max_tokens: int)
 def calibrate(args: argparse.Namespace) -> int:
     console = Console()
     with SimProcess(["--profile", args.profile, "--pods", "1", "--base-port", "0"]) as sim:
-        rows = asyncio.run(_calibrate(sim.urls, args.model, args.repeats, args.max_tokens))
+        rows = asyncio.run(_calibrate(sim.urls, args.profile, args.model, args.repeats, args.max_tokens))
     table = Table(title=f"{args.profile} through HTTP (median of {args.repeats}, streaming client)")
-    for col in ("image", "TTFT ms", "target", "error", "TPOT ms", "target", "error"):
+    for col in ("image", "TTFT ms", "engine alone", "target", "error", "TPOT ms", "target", "error"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
             r["image"],
             f"{r['ttft_ms']:.1f}",
+            f"{r['engine_ttft_ms']:.1f}",
             f"{r['ttft_target_ms']:.0f}",
             f"{r['ttft_error']:+.1%}",
             f"{r['tpot_ms']:.2f}",
@@ -434,6 +461,66 @@ def capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- metrics rendering --------------------------------------------------------------------------
+
+
+def metrics_cost(args: argparse.Namespace) -> int:
+    """Our hand-written exposition against prometheus_client on the same families, in one run."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+    from prometheus_client import Histogram as PromHistogram
+
+    from mmgate.sim.engine import Engine
+    from mmgate.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, PodMetrics
+
+    engine = Engine("fast")
+    ours = PodMetrics(model_name="Qwen/Qwen3-VL-32B-Instruct")
+    registry = CollectorRegistry()
+    labels = ("model_name", "engine")
+    gauges = [Gauge(n, "h", labels, registry=registry) for n in ("a:running", "a:waiting", "a:kv")]
+    counters = [Counter(f"c:counter{i}", "h", labels, registry=registry) for i in range(9)]
+    hists = [
+        PromHistogram(f"h:{name}", "h", labels, buckets=b, registry=registry)
+        for name, b in (("ttft", TTFT_BUCKETS), ("itl", ITL_BUCKETS), ("e2e", E2E_BUCKETS))
+    ]
+    rng = random.Random(1)
+    for _ in range(1000):
+        v = rng.random()
+        ours.ttft.observe(v)
+        ours.itl.observe(v / 20, 30)
+        ours.e2e.observe(v * 10)
+        for h in hists:
+            h.labels("m", "0").observe(v)
+    for g in gauges:
+        g.labels("m", "0").set(1)
+    for c in counters:
+        c.labels("m", "0").inc(5)
+
+    def timed(fn: Any, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    n = args.repeats
+
+    def fresh() -> None:
+        ours.touch()
+        ours.render(engine.stats)
+
+    prom_hist = hists[1].labels("m", "0")
+    rows = {
+        "render_us": timed(fresh, n),
+        "render_cached_us": timed(lambda: ours.render(engine.stats), n),
+        "prometheus_client_generate_latest_us": timed(lambda: generate_latest(registry), n),
+        "observe_us": timed(lambda: ours.itl.observe(0.012), 20 * n),
+        "prometheus_client_observe_us": timed(lambda: prom_hist.observe(0.012), 20 * n),
+    }
+    for k, v in rows.items():
+        print(f"{k:40s} {v:9.2f}")
+    _write(args.out, {"benchmark": "metrics", "repeats": n, **rows, "bytes": len(ours.render(engine.stats))})
+    return 0
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -477,8 +564,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     cap.add_argument("--seed", type=int, default=1)
     cap.add_argument("--out", default="results/sim-capacity.json")
+    met = sub.add_parser("metrics", help="cost of rendering /metrics, ours vs prometheus_client")
+    met.add_argument("--repeats", type=int, default=2000)
+    met.add_argument("--out", default="results/sim-metrics.json")
     args = parser.parse_args(argv)
-    return calibrate(args) if args.cmd == "calibrate" else capacity(args)
+    commands = {"calibrate": calibrate, "capacity": capacity, "metrics": metrics_cost}
+    return commands[args.cmd](args)
 
 
 if __name__ == "__main__":
