@@ -73,8 +73,10 @@ class Base64Reader:
         start_in_cache = offset - self._cache_start
         if start_in_cache >= 0 and end - self._cache_start <= len(self._cache):
             return self._cache[start_in_cache : start_in_cache + (end - offset)]
-        group = offset // 3
-        last = -(-max(end, offset + _READAHEAD) // 3)
+        # Windows are aligned to _READAHEAD (a multiple of 3 bytes = 4 characters), so probers that
+        # step back to a parent element's offset hit the same window instead of decoding again.
+        group = offset // _READAHEAD * (_READAHEAD // 3)
+        last = -(-end // _READAHEAD) * (_READAHEAD // 3)
         try:
             chunk = binascii.a2b_base64(self._text[group * 4 : last * 4])
         except (binascii.Error, ValueError) as exc:
