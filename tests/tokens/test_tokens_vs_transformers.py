@@ -112,7 +112,8 @@ def _video_cases(seed: int, n: int) -> list[tuple[int, float, int, int]]:
 
 def test_qwen3_vl_video_matches_sample_frames_and_patch_count() -> None:
     mod = qwen3_video_module()
-    proc = object.__new__(mod.Qwen3VLVideoProcessor)
+    # the hub's video_preprocessor_config.json size for Qwen3-VL
+    proc = bare(mod.Qwen3VLVideoProcessor, size={"shortest_edge": 4096, "longest_edge": 25_165_824})
     fam = get_family("qwen3-vl")
     for frames, fps, w, h in _video_cases(7, 220):
         meta = VideoMetadata(total_num_frames=frames, fps=fps, width=w, height=h)

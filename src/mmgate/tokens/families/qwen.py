@@ -147,15 +147,16 @@ QWEN2_5_VL = Family(
     about="Qwen2.5-VL-7B-Instruct: 14-px patches merged 2x2, 3136..12845056 px",
 )
 # Qwen3-VL preprocessor_config.json: size {shortest_edge: 65536, longest_edge: 16777216}, patch 16;
-# video defaults from transformers' Qwen3VLVideoProcessor (size 128*32*32..32*32*768, fps 2, 4..768 frames).
+# video_preprocessor_config.json: size {shortest_edge: 4096, longest_edge: 25165824} (the budget of the
+# whole clip), fps 2, 4..768 frames (as shipped on the hub; transformers' class defaults are smaller).
 QWEN3_VL = Family(
     "qwen3-vl",
     QwenVLParams(
         min_pixels=65_536,
         max_pixels=16_777_216,
         patch_size=16,
-        video_min_pixels=128 * 32 * 32,
-        video_max_pixels=32 * 32 * 768,
+        video_min_pixels=4096,
+        video_max_pixels=25_165_824,
         timestamp_tokens=5,  # "<1.0 seconds>" in the Qwen tokenizer: "<", "1", ".", "0", " seconds>" ≈ 5
     ),
     image=qwen_image,
