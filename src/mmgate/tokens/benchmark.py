@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import random
 import statistics
@@ -98,6 +99,16 @@ def _price_and_sequence(view: RequestView, cfg: PricingConfig) -> object:
     return build_sequence(view, price(view, cfg))
 
 
+def calibration_us() -> float:
+    """Median time of a fixed pure-Python loop (sum of 1,000 ints): how busy the machine was."""
+    samples = []
+    for _ in range(21):
+        t0 = time.perf_counter_ns()
+        sum(range(1000))
+        samples.append((time.perf_counter_ns() - t0) / 1000)
+    return statistics.median(samples)
+
+
 def run_benchmark(n_images: int, repeats: int, inner: int) -> dict[str, Any]:
     scenarios = {
         # one request priced again and again: its sizes are cached after the first time
@@ -118,6 +129,8 @@ def run_benchmark(n_images: int, repeats: int, inner: int) -> dict[str, Any]:
             row["assets_per_request"] = len(views[0].assets)
         results.append(row)
     return {
+        "load_average_1m": os.getloadavg()[0],
+        "calibration_us": calibration_us(),
         "machine": f"{platform.machine()} python {platform.python_version()}, 2 shared cores (noisy)",
         "n_images": n_images,
         "repeats": repeats,
@@ -151,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in report["results"]:
         cells = "".join(f"{r[c]:>{10 if i % 2 == 0 else 11}.2f}" for i, c in enumerate(cols))
         print(f"{r['rule']:<22}{cells}")
+    print(f"load average {report['load_average_1m']:.1f}; calibration loop {report['calibration_us']:.1f} µs")
     worst = max(r["new sizes: price"] for r in report["results"])
     print(f"worst rule with new sizes: {worst:.2f} µs per asset to price (budget 20 µs); wrote {out}")
     return 0

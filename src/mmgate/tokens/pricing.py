@@ -18,13 +18,13 @@ from mmgate.request.view import MediaAsset, Modality, RequestView
 from mmgate.tokens.estimator import EstimateConfig, Estimator
 from mmgate.tokens.families import get_family
 from mmgate.tokens.providers import Provider, get_provider
-from mmgate.tokens.rules import Count, Family, UnknownNameError, check_duration, check_size
+from mmgate.tokens.rules import MAX_SIDE, Count, Family, UnknownNameError, check_duration, check_size
 from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
 
 IMAGE_CACHE_SIZE = 4096  # distinct (width, height) counts kept per pricing config
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AssetPrice:
     identity: str
     modality: Modality
@@ -174,11 +174,11 @@ class _Resolved:
         return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
 
     def _image(self, w: int, h: int, a: MediaAsset) -> tuple[Count, str]:
+        if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
+            check_size(w, h, param=a.field)  # raises with a message naming the field
         if self.family is not None and self.family.image is not None:
-            check_size(w, h, param=a.field)
             return self.family_image(w, h), self.name
         if self.provider is not None:
-            check_size(w, h, param=a.field)
             return self.provider.image(w, h, a.detail), self.name
         return self.estimator.image(w, h), self.estimate_image_rule
 
