@@ -151,3 +151,14 @@ def test_registry_lists_llm_d_names() -> None:
         "single-profile-handler",
     ):
         assert expected in names
+
+
+def test_sweep_releases_forgotten_requests() -> None:
+    s = scheduler([{"type": "token-load-scorer"}])
+    ep = endpoints(1)[0]
+    old, new = request(rid="old"), request(rid="new")
+    for req, t in ((old, 0.0), (new, 50.0)):
+        s.on_started(req, s.schedule(req, [ep], t).target, t)
+    assert ep.inflight.requests == 2 and ep.inflight.tokens > 0
+    assert s.sweep(now=100.0, older_than_s=60.0) == 1
+    assert ep.inflight.requests == 1 and s.active_requests == 1

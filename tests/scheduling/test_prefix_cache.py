@@ -196,3 +196,16 @@ def test_prefix_scorer_without_data_is_zero() -> None:
     scorer = s.plugins["prefix-cache-scorer"]
     assert isinstance(scorer, PrefixCacheScorer)
     assert scorer.score(request(), endpoints(2)) == [0.0, 0.0]
+
+
+def test_stream_bytes_equals_plain_packing() -> None:
+    from mmgate.request.view import Modality
+    from mmgate.scheduling.plugins.approx_prefix_cache_producer import stream_bytes
+    from mmgate.tokens import MMItem
+
+    ids = [1, 2, 3] + [77] * 5 + [4] + [88] * 3
+    media = [MMItem("b", Modality.IMAGE, 9, 3), MMItem("a", Modality.IMAGE, 3, 5)]
+    tp = TokenizedPrompt(ids, media, len(ids), 8)
+    assert stream_bytes(tp) == struct.pack(f"<{len(ids)}I", *ids)
+    assert block_hashes(stream_bytes(tp), 4, "m", 9) == block_hashes(ids, 4, "m", 9)
+    assert stream_bytes(TokenizedPrompt([], [], 0, 0)) == b""

@@ -225,7 +225,7 @@ class Scheduler:
         self._pre_request = [p for p in every if isinstance(p, PreRequest)]
         self._lifecycle = [p for p in every if isinstance(p, RequestLifecycle)]
         self._endpoint_aware = [p for p in every if isinstance(p, EndpointAware)]
-        self._active: dict[str, tuple[SchedulingRequest, list[EndpointState]]] = {}
+        self._active: dict[str, tuple[SchedulingRequest, list[EndpointState], float]] = {}
 
     # -- the decision -------------------------------------------------------------------------
 
@@ -263,7 +263,7 @@ class Scheduler:
         """The request is being sent to ``endpoint`` (for ``profile``, default the primary one)."""
         held = self._active.get(request.request_id)
         if held is None:
-            held = (request, [])
+            held = (request, [], now)
             self._active[request.request_id] = held
         held[1].append(endpoint)
         endpoint.inflight.requests += 1
@@ -293,6 +293,15 @@ class Scheduler:
     def on_failed(self, request_id: str, now: float) -> None:
         """The attempt failed before the first byte; releases everything the request held."""
         self.on_finished(request_id, now)
+
+    def sweep(self, now: float, older_than_s: float) -> int:
+        """Release requests started more than ``older_than_s`` ago that were never finished (a
+        lost callback must not hold load forever; llm-d has a janitor for the same). Returns how
+        many were released."""
+        stale = [rid for rid, (_, _, started) in self._active.items() if now - started > older_than_s]
+        for rid in stale:
+            self.on_finished(rid, now)
+        return len(stale)
 
     @property
     def active_requests(self) -> int:

@@ -40,6 +40,7 @@ DEFAULT_LRU_CAPACITY_PER_SERVER = 31250  # llm-d: "500K tokens / 16"
 PREFILL_PROFILE = "prefill"
 
 _pack2 = struct.Struct("<QQ").pack
+_pack1 = struct.Struct("<I").pack
 _hash = xxhash.xxh64_intdigest
 
 
@@ -53,22 +54,44 @@ class ApproxPrefixParams(msgspec.Struct, forbid_unknown_fields=True):
     minBlockSizeTokens: int = 64  # mmgate: llm-d's hard-coded floor, exposed
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, seed_text: str, max_blocks: int) -> list[int]:
-    """llm-d's chained block hashes of a token stream (see the module docstring)."""
-    if not token_ids or block_size <= 0:
-        return []
+def _le_bytes(token_ids: Sequence[int]) -> bytes:
     buf = array("I", token_ids)
     if sys.byteorder != "little":
         buf.byteswap()
-    view = memoryview(buf).cast("B")
+    return buf.tobytes()
+
+
+def stream_bytes(tp: TokenizedPrompt) -> bytes:
+    """The stream as little-endian uint32s. A media span is one id repeated (the
+    ``mmgate.tokens`` sequence contract), so it is written by bytes repetition instead of
+    converting thousands of equal ints one by one."""
+    ids = tp.token_ids
+    parts: list[bytes] = []
+    pos = 0
+    for item in sorted(tp.media, key=lambda m: m.offset):
+        if item.offset < pos or item.length <= 0:
+            continue
+        if item.offset > pos:
+            parts.append(_le_bytes(ids[pos : item.offset]))
+        parts.append(_pack1(ids[item.offset]) * item.length)
+        pos = item.offset + item.length
+    if pos < len(ids):
+        parts.append(_le_bytes(ids[pos:]))
+    return b"".join(parts)
+
+
+def block_hashes(
+    stream: bytes | Sequence[int], block_size: int, seed_text: str, max_blocks: int
+) -> list[int]:
+    """llm-d's chained block hashes of a token stream (ints, or their little-endian uint32 bytes)."""
+    data = stream if isinstance(stream, bytes) else _le_bytes(stream)
+    if not data or block_size <= 0:
+        return []
     step = block_size * 4
-    total = len(view)
     prev = _hash(seed_text.encode())
     out: list[int] = []
-    for start in range(0, total, step):
-        if len(out) >= max_blocks:
-            break
-        prev = _hash(_pack2(_hash(view[start : start + step]), prev))
+    for start in range(0, min(len(data), max_blocks * step), step):
+        prev = _hash(_pack2(_hash(data[start : start + step]), prev))
         out.append(prev)
     return out
 
@@ -121,7 +144,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
             info = PrefixMatch(size, 0, 0, [], {})
         else:
             seed = request.view.model + (tp.cache_salt or "")
-            hashes = block_hashes(tp.token_ids, size, seed, self.max_blocks(size))
+            hashes = block_hashes(stream_bytes(tp), size, seed, self.max_blocks(size))
             matched = self.index.longest_prefix(hashes) if hashes else {}
             info = PrefixMatch(size, len(hashes), len(tp.token_ids), hashes, matched)
         for key in self._keys:
