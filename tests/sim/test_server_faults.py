@@ -76,6 +76,13 @@ async def test_reset_fault_drops_the_stream_after_the_first_token(http: aiohttp.
         assert fleet.pods[0].engine.num_requests() == 0
 
 
+async def test_reset_fault_without_streaming_drops_the_connection(http: aiohttp.ClientSession) -> None:
+    async with SimFleet(profile="fast", faults=FaultSettings(rate_reset=1.0)) as fleet:
+        with pytest.raises(aiohttp.ClientError):
+            async with http.post(fleet.urls[0] + "/v1/chat/completions", json=BODY) as resp:
+                await resp.read()
+
+
 async def test_admin_endpoint_changes_faults_at_run_time(http: aiohttp.ClientSession) -> None:
     async with SimFleet(profile="fast") as fleet:
         url = fleet.urls[0]

@@ -231,6 +231,22 @@ async def test_prompt_longer_than_the_model_is_a_400(fleet: SimFleet, http: aioh
         assert "max_model_len" in (await resp.json())["error"]["message"]
 
 
+async def test_same_x_request_id_twice_at_once_is_fine(fleet: SimFleet, http: aiohttp.ClientSession) -> None:
+    import asyncio
+
+    headers = {"x-request-id": "same-id"}
+    url = fleet.urls[0] + "/v1/chat/completions"
+
+    async def one() -> dict[str, Any]:
+        async with http.post(url, json=chat(max_tokens=20, ignore_eos=True), headers=headers) as resp:
+            assert resp.status == 200
+            doc: dict[str, Any] = await resp.json()
+            return doc
+
+    docs = await asyncio.gather(one(), one())
+    assert [d["id"] for d in docs] == ["same-id", "same-id"]
+
+
 async def test_client_disconnect_frees_the_engine(fleet: SimFleet, http: aiohttp.ClientSession) -> None:
     pod = fleet.pods[0]
     body = chat(max_tokens=5000, ignore_eos=True, stream=True)

@@ -97,6 +97,30 @@ async def test_prefill_then_decode_with_kv_transfer_params(http: aiohttp.ClientS
         assert d_status == 200
         assert d_doc["usage"]["completion_tokens"] == 8
         assert "kv_transfer_params" not in d_doc
+        # the decode pod took the prompt's KV over the wire: only the last token was computed there
+        # (counted as cached, as vLLM does), and its encoder never ran
+        assert d_doc["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt - 1
+        assert fleet["decode"].metrics.encoder_s == 0.0
+        assert fleet["prefill"].metrics.encoder_s > 0.0
+        assert fleet["decode"].engine.stats().prefix_cache_hits == 0  # remote KV is not a local hit
+
+
+async def test_items_in_ec_transfer_params_are_not_encoded_again(http: aiohttp.ClientSession) -> None:
+    async with SimFleet(profile="fast") as fleet:
+        pod = fleet.pods[0]
+        status, local = await _post(http, pod.url, _image_request(4))
+        assert status == 200 and pod.metrics.encoder_s > 0
+        before = pod.metrics.encoder_s
+        body = _image_request(5)
+        image_id = "remote-image"
+        body["messages"][0]["content"][0]["uuid"] = image_id
+        body["ec_transfer_params"] = {
+            image_id: {"do_remote_encode": True, "remote_host": "h", "remote_port": 1}
+        }
+        status, remote = await _post(http, pod.url, body)
+        assert status == 200
+        assert pod.metrics.encoder_s == before
+        assert remote["usage"]["prompt_tokens"] == local["usage"]["prompt_tokens"]
 
 
 async def test_conflicting_transfer_flags_are_a_client_error(http: aiohttp.ClientSession) -> None:

@@ -164,6 +164,7 @@ class Driver:
             m = self.metrics
             m.driver_lag = max(0.0, late) / self.time_scale
             m.busy_sim_s += sim_s
+            m.encoder_s += out.encoder_seconds
             m.busy_wall_s += (loop.time() - started) / self.time_scale
 
     def _deliver(self, out: StepOutput) -> None:

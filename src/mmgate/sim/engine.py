@@ -96,6 +96,7 @@ class _Req:
         "outputs",
         "prompt",
         "prompt_len",
+        "remote_kv",
         "salt",
         "spans",
         "status",
@@ -112,6 +113,7 @@ class _Req:
         self.enc_ms = enc_ms
         self.max_tokens = request.max_tokens
         self.salt = request.cache_salt or None
+        self.remote_kv = request.remote_prefill
         self.outputs = 0
         self.computed = 0
         self.blocks: list[int] = []
@@ -238,7 +240,8 @@ class Engine:
                 raise ValueError(f"media item {span.identity!r} overlaps another or lies outside the prompt")
             prev_end = span.offset + span.length
             enc_keys.append(span.identity if shared else f"{rid}\x00{span.identity}")
-            enc_ms.append(self.profile.encoder.ms(span.length))
+            remote = span.identity in request.remote_encoded
+            enc_ms.append(0.0 if remote else self.profile.encoder.ms(span.length))
             self._enc.ensure_capacity(span.length)
             self.encoder_budget = max(self.encoder_budget, span.length)
         r = _Req(request, enc_keys, enc_ms)
@@ -415,6 +418,10 @@ class Engine:
             self._hash_upto(r, total // bs)
             hits = pool.lookup(r.hashes, (total - 1) // bs)
         start = len(hits) * bs if from_waiting else r.computed
+        local_hit = start
+        if from_waiting and r.remote_kv and r.outputs == 0:
+            # P/D decode side: the prompt's KV came from the prefill pod; only the last token runs.
+            start = max(start, r.prompt_len - 1)
         total = r.prompt_len + r.outputs
         n = min(total - start, budget)
 
@@ -480,7 +487,7 @@ class Engine:
             r.n_cached_blocks = len(hits)
             if self.enable_prefix_caching:
                 self._prefix_queries += total
-                self._prefix_hits += start
+                self._prefix_hits += local_hit
             if r.cached_tokens < 0:
                 r.cached_tokens = start
                 self._prompt_tokens += r.prompt_len

@@ -57,6 +57,11 @@ class SimRequest:
     mm_items: Sequence[MediaSpanLike] = ()
     max_tokens: int = 16
     cache_salt: str | None = None
+    # Disaggregation (the server's roles): the prompt's KV arrives from a prefill pod, so only its
+    # last token is computed here (vLLM's NixlConnector decode side); and media items whose encoder
+    # output arrives from an encode pod (``ec_transfer_params``) cost no encoder time.
+    remote_prefill: bool = False
+    remote_encoded: frozenset[str] = frozenset()
 
     @classmethod
     def from_sequence(

@@ -67,6 +67,7 @@ class PodMetrics:
         self.e2e = Histogram(E2E_BUCKETS)
         self.driver_lag = 0.0
         self.busy_sim_s = 0.0  # simulated seconds of engine steps run
+        self.encoder_s = 0.0  # of which the vision/audio encoder
         self.busy_wall_s = 0.0  # wall seconds those steps took (x time scale); > sim means falling behind
         self._version = 0
         self._cached_version = -1
@@ -141,6 +142,11 @@ class PodMetrics:
             "mmgate_sim:driver_lag_seconds",
             self.driver_lag,
             "mmgate simulator: how far the pod's step loop runs behind its schedule (CPU saturation).",
+        )
+        counter(
+            "mmgate_sim:encoder_seconds",
+            self.encoder_s,
+            "mmgate simulator: simulated seconds the encoder ran (inside engine steps).",
         )
         counter(
             "mmgate_sim:busy_sim_seconds",

@@ -216,14 +216,19 @@ class SimPod:
                 f"simulated fault: {outcome.value}", status=ERROR_STATUS[outcome], type=ERROR_TYPE[outcome]
             )
             return error_response(fault, self.name)
+        # The client's x-request-id names the response; the engine gets a pod-unique id so two
+        # requests with the same header (retries, fan-out) never collide.
+        n = next(self._ids)
         prefix = "chatcmpl" if api is Api.CHAT else "cmpl"
-        request_id = request.headers.get("x-request-id") or f"{prefix}-{self.name}-{next(self._ids)}"
+        request_id = request.headers.get("x-request-id") or f"{prefix}-{self.name}-{n}"
         if self.spec.role is Role.ENCODE:
             return await self._encode_only(request, job, request_id)
-        return await self._generate(request, job, request_id, api, outcome is Outcome.RESET)
+        return await self._generate(
+            request, job, request_id, f"{request_id}#{n}", api, outcome is Outcome.RESET
+        )
 
     async def _generate(
-        self, request: web.Request, job: Ingested, request_id: str, api: Api, reset: bool
+        self, request: web.Request, job: Ingested, request_id: str, engine_id: str, api: Api, reset: bool
     ) -> web.StreamResponse:
         assert self.driver is not None
         driver = self.driver
@@ -236,7 +241,16 @@ class SimPod:
             # The KV cache arrives over the wire instead of being computed here.
             n = transfer.remote_num_tokens if transfer.remote_num_tokens is not None else prompt_tokens
             await asyncio.sleep(n * self.spec.kv_transfer_s_per_token * self.spec.time_scale)
-        sim = SimRequest.from_sequence(request_id, job.sequence, n_out, job.view.cache_salt)
+        seq = job.sequence
+        sim = SimRequest(
+            engine_id,
+            seq.token_ids,
+            seq.mm_items,
+            n_out,
+            job.view.cache_salt,
+            remote_prefill=transfer.remote_prefill,
+            remote_encoded=transfer.remote_encoded,
+        )
         arrival = await driver.preprocess(sim)
         try:
             flight = driver.submit(sim, arrival)
@@ -265,7 +279,6 @@ class SimPod:
             usage = self._usage(flight, prompt_tokens)
             if reset:
                 _reset(request)
-                raise asyncio.CancelledError
             return web.Response(
                 body=writer.body(flight.emitted, reason, usage, extra),
                 headers={POD_HEADER: self.name},
