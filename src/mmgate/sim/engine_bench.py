@@ -31,8 +31,10 @@ class BenchResult:
     rate: float
     hash_algo: str
     wall_seconds: float
+    cpu_seconds: float
     virtual_seconds: float
     requests_per_wall_minute: float
+    requests_per_cpu_minute: float
     steps: int
     mean_ttft: float
     preemptions: int
@@ -63,9 +65,11 @@ def run(
     image_tokens: int = 880,
     output_tokens: int = 300,
     seed: int = 0,
+    prefix_caching: bool = True,
 ) -> BenchResult:
     rng = random.Random(seed)
-    engines = [Engine(profile, EngineConfig(prefix_caching_hash_algo=hash_algo)) for _ in range(pods)]
+    config = EngineConfig(prefix_caching_hash_algo=hash_algo, enable_prefix_caching=prefix_caching)
+    engines = [Engine(profile, config) for _ in range(pods)]
     outstanding = [0] * pods
     stepping = [False] * pods
     arrival_of: dict[str, float] = {}
@@ -82,6 +86,7 @@ def run(
     heapq.heapify(heap)
     now = 0.0
     start = time.perf_counter()
+    cpu_start = time.process_time()
     while heap:
         now, _, kind, pod, req = heapq.heappop(heap)
         if kind == 0:
@@ -115,6 +120,7 @@ def run(
             else:
                 stepping[pod] = False
     wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     stats = [e.stats() for e in engines]
     pq = sum(s.prefix_cache_queries for s in stats)
     eq = sum(s.encoder_cache_queries for s in stats)
@@ -124,8 +130,10 @@ def run(
         rate=rate,
         hash_algo=hash_algo,
         wall_seconds=round(wall, 3),
+        cpu_seconds=round(cpu, 3),
         virtual_seconds=round(now, 3),
         requests_per_wall_minute=round(requests / wall * 60),
+        requests_per_cpu_minute=round(requests / cpu * 60),
         steps=steps,
         mean_ttft=round(ttft_sum / requests, 4),
         preemptions=sum(s.num_preemptions for s in stats),
@@ -144,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="qwen3-vl-32b-h200-tp2")
     parser.add_argument("--hash-algo", default="sha256")
     parser.add_argument("--output-tokens", type=int, default=300)
+    parser.add_argument("--no-prefix-caching", action="store_true", help="engines without prefix caching")
     args = parser.parse_args(argv)
     result = run(
         args.pods, args.requests, args.rate, args.profile, args.hash_algo, output_tokens=args.output_tokens
