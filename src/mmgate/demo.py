@@ -1,118 +1,188 @@
-"""``mmgate demo``: what ``make run`` starts until the gateway is assembled.
+"""``mmgate demo`` (what ``make run`` starts): the gateway in front of an embedded simulated fleet.
 
-It reads the bundled example requests (examples/requests/), parses each exactly as the gateway
-will, and prints what it sees: parts, media sizes and durations from headers only, content
-identities, and the visual/audio token estimate for one model family when pricing is available.
+Four simulated vLLM pods (a real timing profile, run faster than real time) and the gateway with
+encoder-cache and prefix affinity plus token-load balancing, all in this process. It writes a
+real PNG and two ready-made request bodies to a temporary folder and prints curl commands to try,
+then serves until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import io
+import shlex
+import sys
+import tempfile
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+import msgspec
+import orjson
+import yaml
 
-from mmgate.errors import RequestError
-from mmgate.request import Modality, RequestView, parse_request
-from mmgate.request.cli import guess_api, table
+from mmgate.config import parse_config
+from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
+from mmgate.gateway.telemetry import configure_logging
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "requests"
-
-# Headers a client would send with a video it does not inline (llm-d's names): they fill what the
-# gateway cannot probe from a URL it never fetches.
-HEADERS = {
-    "video-audio-chat.json": {
-        "x-llm-d-video-resolution": "1280x720",
-        "x-llm-d-video-duration-seconds": "600",
-        "x-llm-d-video-fps": "30",
-    }
-}
+# examples/encoder-affinity.yaml with the exact Qwen3-VL pricing rule the simulated pods use:
+# stick to the pod that holds the prompt's prefix or already encoded its images, balance by tokens.
+DEMO_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters:
+    family: qwen3-vl
+- type: approx-prefix-cache-producer
+- type: inflight-load-producer
+- type: mm-embeddings-cache-producer
+- type: prefix-cache-affinity-filter
+  parameters:
+    peakPrefillThroughput: 15751
+    affinityThreshold: 0.6
+    maxTTFTPenaltyMs: 36000
+- type: mm-embeddings-cache-scorer
+- type: token-load-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-affinity-filter
+  - pluginRef: mm-embeddings-cache-scorer
+    weight: 2
+  - pluginRef: token-load-scorer
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Parse the bundled example requests the way the gateway does and show what it reads: "
-        "text, media assets with their probed sizes and durations, identities and token estimates."
+    parser.add_argument("--port", type=int, default=8080, help="gateway port (default 8080; 0 = any free)")
+    parser.add_argument("--host", default="127.0.0.1", help="gateway address (default 127.0.0.1)")
+    parser.add_argument("--pods", type=int, default=4, help="simulated pods (default 4)")
+    parser.add_argument(
+        "--profile",
+        default="qwen3-vl-32b-h200-tp2",
+        help="simulator timing profile (default qwen3-vl-32b-h200-tp2; 'fast' for a toy one)",
     )
     parser.add_argument(
-        "--port", type=int, default=8080, help="gateway port (used once the gateway is wired in)"
+        "--time-scale",
+        type=float,
+        default=0.1,
+        help="wall seconds per simulated second (default 0.1: ten times faster than real)",
     )
-    parser.add_argument("--examples", type=Path, default=EXAMPLES, help="folder of example request bodies")
-    parser.add_argument("--details", action="store_true", help="also print each request's part-by-part table")
-    parser.add_argument(
-        "--family", default="qwen3-vl", help="model family for token estimates (default qwen3-vl)"
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def demo_image() -> bytes:
+    """A small real PNG (a sunset: a gradient sky, a sun, the ground), made with Pillow."""
+    from PIL import Image, ImageDraw
+
+    width, height = 640, 480
+    image = Image.new("RGB", (width, height))
+    draw = ImageDraw.Draw(image)
+    for y in range(height):
+        t = y / height
+        draw.line([(0, y), (width, y)], fill=(int(250 - 120 * t), int(140 - 100 * t), int(60 + 120 * t)))
+    draw.ellipse([240, 240, 400, 400], fill=(255, 220, 80))
+    draw.rectangle([0, 380, width, height], fill=(30, 40, 60))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def write_requests(folder: Path, model: str) -> dict[str, Path]:
+    """The image and three request bodies that share it: two questions and a streamed one."""
+    png = demo_image()
+    (folder / "sunset.png").write_bytes(png)
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+
+    def body(question: str, max_tokens: int = 24, **extra: object) -> bytes:
+        content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": url}}]
+        messages = [{"role": "user", "content": content}]
+        return orjson.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, **extra})
+
+    paths = {
+        "ask": folder / "ask.json",
+        "again": folder / "ask-again.json",
+        "stream": folder / "stream.json",
+    }
+    paths["ask"].write_bytes(body("What is in this image?"))
+    paths["again"].write_bytes(body("Which colours dominate it?"))
+    stream_opts = {"include_usage": True}
+    paths["stream"].write_bytes(body("Describe it.", 6, stream=True, stream_options=stream_opts))
+    return paths
+
+
+def curl(url: str, path: Path, *, stream: bool = False) -> str:
+    flags = "-sN" if stream else "-s -D -"
+    return (
+        f"curl {flags} {url}/v1/chat/completions -H 'Content-Type: application/json' "
+        f"-d @{shlex.quote(str(path))}"
     )
 
 
-def _tokens(view: RequestView, family: str) -> str:
-    try:
-        from mmgate.tokens import PricingConfig, price
-    except ImportError:  # pricing not in this build
-        return "—"
-    try:
-        pricing = price(view, PricingConfig(family=family))
-    except (RequestError, ValueError, KeyError) as exc:
-        return f"n/a ({exc})"
-    media = pricing.total_tokens - pricing.text_tokens
-    return f"{pricing.text_tokens} + {media}"
+def banner(running: Running, pods: int, profile: str, model: str, paths: dict[str, Path]) -> str:
+    url = running.url
+    return "\n".join(
+        [
+            f"mmgate demo: gateway on {url} in front of {pods} simulated pods "
+            f"(profile {profile}, model {model})",
+            "",
+            f"Ask about an image ({paths['ask'].parent / 'sunset.png'}, sent inline as base64):",
+            "",
+            f"  {curl(url, paths['ask'])}",
+            "",
+            "Ask something else about the same image: x-mmgate-endpoint names the same pod,",
+            "the one whose encoder cache already holds it:",
+            "",
+            f"  {curl(url, paths['again'])}",
+            "",
+            "Stream the answer token by token (with usage at the end):",
+            "",
+            f"  {curl(url, paths['stream'], stream=True)}",
+            "",
+            f"Also: {url}/v1/models  {url}/ready  {url}/metrics",
+            "Press Ctrl-C to stop.",
+        ]
+    )
 
 
-def _media(view: RequestView) -> str:
-    counts = {m: 0 for m in (Modality.IMAGE, Modality.VIDEO, Modality.AUDIO)}
-    for a in view.assets:
-        if a.modality in counts:
-            counts[a.modality] += 1
-    text = ", ".join(f"{n} {m.value}" for m, n in counts.items() if n) or "text only"
-    sizes = []
-    for a in view.assets:
-        if a.width and a.height:
-            sizes.append(f"{a.width}x{a.height}" + (f" {a.duration_s:g}s" if a.duration_s else ""))
-        elif a.duration_s:
-            sizes.append(f"{a.duration_s:g}s")
-        else:
-            sizes.append("?")
-    return text + (f" [{', '.join(sizes)}]" if sizes else "")
+async def _main(args: argparse.Namespace, folder: Path) -> int:
+    from mmgate.sim.fleet import SimFleet
+
+    fleet = SimFleet(pods=args.pods, profile=args.profile, time_scale=args.time_scale)
+    await fleet.start()
+    try:
+        model = fleet.pods[0].model
+        paths = write_requests(folder, model)
+        config = parse_config(yaml.safe_load(DEMO_CONFIG), source="<demo>")
+        section = msgspec.structs.replace(
+            config.mmgate, host=args.host, port=args.port, endpoints=list(fleet.urls)
+        )
+        gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+
+        def ready(running: Running) -> None:
+            print(banner(running, args.pods, args.profile, model, paths), flush=True)
+
+        await serve_until_signal(gateway, ready)
+    finally:
+        await fleet.stop()
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
-    files = sorted(Path(args.examples).glob("*.json"))
-    if not files:
-        console.print(f"[red]no example requests under {args.examples}[/]")
-        return 1
-    overview = Table(title="What the gateway reads from each example request", title_justify="left")
-    for name in (
-        "request",
-        "api",
-        "media (probed size)",
-        "unprobed",
-        "unique",
-        f"tokens text + media ({args.family})",
-    ):
-        overview.add_column(name)
-    for path in files:
-        body = path.read_bytes()
+    configure_logging(args.log_level, json=False)
+    with tempfile.TemporaryDirectory(prefix="mmgate-demo-") as tmp:
+        code = 0
+
+        async def main() -> None:
+            nonlocal code
+            code = await _main(args, Path(tmp))
+
         try:
-            view = parse_request(body, HEADERS.get(path.name, {}), api=guess_api(body))
-        except RequestError as exc:
-            overview.add_row(path.name, "—", f"[red]refused: {exc.message}[/]", "", "", "")
-            continue
-        unique = len({a.identity for a in view.assets})
-        overview.add_row(
-            path.name,
-            view.api.value,
-            _media(view),
-            str(view.unprobed_assets),
-            str(unique),
-            _tokens(view, args.family),
-        )
-        if args.details:
-            console.print(table(view, path.name))
-    console.print(overview)
-    console.print(
-        "Unprobed assets are URLs (never fetched): pricing applies its configured default size. "
-        "Try: mmgate inspect examples/requests/images-url-and-repeat.json",
-        style="dim",
-    )
-    return 0
+            run_forever(main)
+        except OSError as exc:
+            print(
+                f"mmgate demo: cannot start: {exc} (is port {args.port} free? try --port 0)", file=sys.stderr
+            )
+            return 1
+        print("mmgate demo: stopped.")
+        return code

@@ -1,4 +1,4 @@
-"""``mmgate inspect`` and ``mmgate demo`` as a user runs them (real subprocesses)."""
+"""``mmgate inspect`` as a user runs it (real subprocesses)."""
 
 from __future__ import annotations
 
@@ -79,9 +79,12 @@ def test_api_is_guessed_from_the_body() -> None:
     assert guess_api((EXAMPLES / "text-chat.json").read_bytes()) is Api.CHAT
 
 
-def test_demo_reads_every_bundled_example() -> None:
-    out = run("demo")
-    assert out.returncode == 0, out.stderr
-    for path in EXAMPLES.glob("*.json"):
-        assert path.name in out.stdout
-    assert "1280x720" in out.stdout and "refused" not in out.stdout
+def test_every_bundled_example_parses() -> None:
+    # `mmgate demo` now starts the gateway on a simulated fleet (tests/gateway/test_gateway_demo.py);
+    # the bundled examples it used to table are checked one by one with `mmgate inspect`.
+    outputs = []
+    for path in sorted(EXAMPLES.glob("*.json")):
+        out = run("inspect", str(path))
+        assert out.returncode == 0, (path.name, out.stderr)
+        outputs.append(out.stdout)
+    assert "1280x720" in "".join(outputs)
