@@ -251,7 +251,7 @@ class Proxy:
         headers[REQUEST_ID] = request_id
         if want_scores and decision.scores is not None:
             headers[RESPONSE_SCORES] = _scores_header(decision.scores)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
+        response = _RelayResponse(status=upstream.status, headers=headers)
         out.status = upstream.status
         chunk = first
         try:
@@ -271,6 +271,16 @@ class Proxy:
             out.label = "client_closed"  # closing the upstream connection cancels the work there
             return response, False
         return response, True
+
+
+class _RelayResponse(web.StreamResponse):
+    """A streamed response whose head leaves with its first chunk (one send, one client wake-up).
+
+    The relay prepares the response only once the upstream's first body chunk is in hand, so
+    holding the head back costs no latency; aiohttp's plain ``Response`` does the same.
+    """
+
+    _send_headers_immediately = False
 
 
 def _run_hook(hook: Callable[[], None]) -> None:
