@@ -18,6 +18,7 @@ from mmgate.request import schema
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.limits import DEFAULT_LIMITS, Limits
 from mmgate.request.payload import json_string
+from mmgate.request.skeleton import decode_chat
 from mmgate.request.view import Api, Modality, RequestView
 
 T = TypeVar("T")
@@ -52,7 +53,11 @@ def parse_request(
         )
     builder = PromptBuilder(headers, limits)
     if api is Api.CHAT:
-        view = _chat(_decode(schema.CHAT, body), builder)
+        try:
+            chat = decode_chat(body)  # skips the JSON scan of inline data URIs
+        except msgspec.MsgspecError:
+            chat = _decode(schema.CHAT, body)  # raises the client's error, worded as usual
+        view = _chat(chat, builder)
     elif api is Api.COMPLETIONS:
         view = _completions(_decode(schema.COMPLETIONS, body), builder)
     else:

@@ -1,0 +1,77 @@
+"""Cutting inline data URIs out before the JSON decode changes nothing a caller can see."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import msgspec
+import pytest
+
+from mmgate.bench.overhead_bodies import BODIES, body, jpeg
+from mmgate.errors import RequestError
+from mmgate.request import parse_request, schema
+from mmgate.request.skeleton import MIN_BODY, cut_data_urls, decode_chat
+
+IMAGE = "data:image/jpeg;base64," + base64.b64encode(jpeg(seed=7)).decode()
+
+
+def _chat(*parts: object, **extra: object) -> bytes:
+    message = {"role": "user", "content": [{"type": "text", "text": "look"}, *parts]}
+    return json.dumps({"model": "m", "messages": [message], **extra}).encode()
+
+
+def _same_as_full_decode(data: bytes) -> schema.ChatBody:
+    fast = decode_chat(data)
+    assert msgspec.json.encode(fast) == msgspec.json.encode(schema.CHAT.decode(data))
+    return fast
+
+
+@pytest.mark.parametrize("name", ["image-1", "image-3"])
+def test_benchmark_bodies_decode_identically_and_views_point_into_the_body(name: str) -> None:
+    data = body(BODIES[name])
+    cut = cut_data_urls(data)
+    assert cut is not None and len(cut[1]) == BODIES[name].images and len(cut[0]) < 4096
+    decoded = _same_as_full_decode(data)
+    parts = decoded.messages[-1].content
+    assert isinstance(parts, list)
+    urls = [bytes(p.image_url.url) for p in parts if isinstance(p.image_url, schema.MediaRef)]
+    assert all(url.startswith(b'"data:image/jpeg;base64,') and url.endswith(b'"') for url in urls)
+    views = [parse_request(data, {}).assets[i].identity for i in range(len(urls))]
+    assert len(set(views)) == len(urls)  # distinct images, hashed from the restored payloads
+
+
+def test_values_that_are_not_plain_data_url_strings_are_left_to_the_decoder() -> None:
+    escaped = IMAGE.replace("image/jpeg", "image\\/jpeg")  # a JSON escape inside the value
+    data = _chat(
+        {"type": "image_url", "image_url": {"url": IMAGE}},
+        {"type": "image_url", "image_url": {"url": escaped}},
+        metadata={"note": IMAGE},  # data: under another key
+    )
+    cut = cut_data_urls(data)
+    assert cut is not None and len(cut[1]) == 1  # only the plain url value
+    _same_as_full_decode(data)
+
+
+def test_small_bodies_and_bodies_holding_the_placeholder_are_not_cut() -> None:
+    small = _chat({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}})
+    assert len(small) < MIN_BODY and cut_data_urls(small) is None
+    sneaky = _chat(
+        {"type": "text", "text": "\u0000mmgate-cut:0"}, {"type": "image_url", "image_url": {"url": IMAGE}}
+    )
+    assert cut_data_urls(sneaky) is None
+    _same_as_full_decode(sneaky)
+
+
+def test_client_errors_read_the_same_with_and_without_the_cut() -> None:
+    data = _chat({"type": "image_url", "image_url": {"url": IMAGE}}).replace(b'"role"', b'"rolex"')
+    with pytest.raises(RequestError) as error:
+        parse_request(data, {})
+    assert "role" in error.value.param
+
+
+def test_text_heavy_bodies_are_left_to_the_decoder() -> None:
+    chatter = [{"type": "text", "text": f"line {i}"} for i in range(200)]  # 800+ quotes
+    data = _chat(*chatter, {"type": "image_url", "image_url": {"url": IMAGE}})
+    assert cut_data_urls(data) is None
+    _same_as_full_decode(data)
