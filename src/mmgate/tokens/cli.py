@@ -22,6 +22,7 @@ from mmgate.tokens.providers import OPENAI_MODELS, Provider, get_provider
 from mmgate.tokens.rules import Count, Family, UnknownNameError
 
 DEFAULT_VIDEO_FPS = 24.0
+WIDE_COLUMNS = 7  # more rules than this print one row per (input, rule)
 _IMAGE = re.compile(r"^(\d+)[xX](\d+)$")
 _VIDEO = re.compile(r"^(\d+)[xX](\d+):(\d+(?:\.\d+)?)s(?::(\d+(?:\.\d+)?)fps)?$")
 _AUDIO = re.compile(r"^(\d+(?:\.\d+)?)s$")
@@ -255,27 +256,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "—"
+    extra = f" (+{row['extra_tokens']})" if row["extra_tokens"] else ""
+    return f"{row['tokens']:,}{extra}"
+
+
 def _print_table(inputs: list[Input], columns: list[Column], rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="tokens per item (+ placeholder/separator tokens)", title_justify="left")
-    table.add_column("input", overflow="fold")
-    table.add_column("shape")
-    for col in columns:
-        table.add_column(col.name, justify="right")
-    cells = {(r["input"], r.get("family") or r.get("provider")): r for r in rows}
+    by_key = {(r["input"], r.get("family") or r.get("provider")): r for r in rows}
+    if len(columns) > WIDE_COLUMNS:
+        _print_long(inputs, columns, by_key)
+        return
+    grid = [[i.label, i.shape, *(_cell(by_key.get((i.label, c.name))) for c in columns)] for i in inputs]
+    headers = ["input", "shape", *(c.name for c in columns)]
+    table = Table(title="tokens (+ placeholder tokens)", title_justify="left")
+    for k, name in enumerate(headers):
+        table.add_column(name, justify="left" if k < 2 else "right", overflow="fold")
+    for line in grid:
+        table.add_row(*line)
+    # Wide enough for every column (pipes and narrow terminals would otherwise squeeze it).
+    width = sum(max(len(h), *(len(line[k]) for line in grid)) + 3 for k, h in enumerate(headers)) + 1
+    Console(width=max(80, width)).print(table)
+
+
+def _print_long(inputs: list[Input], columns: list[Column], by_key: dict[tuple[str, Any], Any]) -> None:
+    """Many rules at once: one row per (input, rule) instead of one column per rule."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="tokens (+ placeholder tokens)", title_justify="left")
+    for name, justify in (("input", "left"), ("shape", "left"), ("rule", "left"), ("tokens", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for item in inputs:
-        values = []
         for col in columns:
-            r = cells.get((item.label, col.name))
-            values.append(
-                "—"
-                if r is None
-                else f"{r['tokens']:,}" + (f" (+{r['extra_tokens']})" if r["extra_tokens"] else "")
-            )
-        table.add_row(item.label, item.shape, *values)
-    Console(width=max(100, 24 + 16 * len(columns))).print(table)
+            if (item.label, col.name) in by_key:
+                table.add_row(item.label, item.shape, col.name, _cell(by_key[(item.label, col.name)]))
+    Console(width=100).print(table)
 
 
 def _print_families(as_json: bool) -> None:
