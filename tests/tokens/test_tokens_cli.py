@@ -117,6 +117,10 @@ def test_tokens_table_and_list_through_the_real_command() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "880 (+2)" in out.stdout and "900" in out.stdout
+    every = subprocess.run(
+        mmgate_command("tokens", "1920x1080", "-f", "all"), capture_output=True, text=True, env=env
+    )
+    assert every.returncode == 0 and "phi-4-multimodal" in every.stdout and "3,918" in every.stdout
     listed = subprocess.run(
         mmgate_command("tokens", "--list", "--json"), capture_output=True, text=True, env=env
     )
