@@ -156,3 +156,15 @@ def test_config_check_command(
     bad.write_text("plugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeToken: 64}\n")
     assert main([str(bad)]) == 1
     assert "did you mean 'blockSizeTokens'" in capsys.readouterr().err
+
+
+def test_limits_section_maps_to_request_limits() -> None:
+    from mmgate.request import DEFAULT_LIMITS
+
+    assert load_config_text("").mmgate.limits.to_limits() == DEFAULT_LIMITS
+    cfg = load_config_text("mmgate:\n  limits: {maxMediaItems: 8, maxPixels: 1000000, urlSchemes: [HTTPS]}\n")
+    limits = cfg.mmgate.limits.to_limits()
+    assert (limits.max_assets, limits.max_pixels, limits.url_schemes) == (8, 1_000_000, frozenset({"https"}))
+    with pytest.raises(ConfigError) as err:
+        load_config_text("mmgate:\n  limits: {maxPixels: 0}\n")
+    assert err.value.path == "mmgate.limits.maxPixels"

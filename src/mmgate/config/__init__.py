@@ -130,5 +130,9 @@ def _check_mmgate(m: MmgateSection) -> None:
         raise ConfigError("metricsStalenessMs must be > 0", path="mmgate.metricsStalenessMs")
     if m.maxRetries < 0:
         raise ConfigError("maxRetries must be >= 0", path="mmgate.maxRetries")
-    if m.limits.maxBodyBytes <= 0 or m.limits.maxMediaItems < 0:
-        raise ConfigError("limits must be positive", path="mmgate.limits")
+    lim = m.limits
+    for key in ("maxBodyBytes", "maxDimension", "maxPixels", "maxDurationS"):
+        if getattr(lim, key) <= 0:
+            raise ConfigError(f"must be > 0, got {getattr(lim, key)}", path=f"mmgate.limits.{key}")
+    if lim.maxMediaItems < 0:
+        raise ConfigError(f"must be >= 0, got {lim.maxMediaItems}", path="mmgate.limits.maxMediaItems")

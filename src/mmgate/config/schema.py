@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from mmgate.request.limits import DEFAULT_LIMITS, Limits
+
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1")
 DEPRECATED_API_VERSIONS = ("inference.networking.x-k8s.io/v1alpha1",)
 KIND = "EndpointPickerConfig"
@@ -88,10 +90,27 @@ class EndpointSpec(_Strict):
 
 
 class LimitsSpec(_Strict):
-    """What a single request may carry before the gateway refuses it with a 4xx."""
+    """What a single request may carry before the gateway refuses it with a 4xx
+    (``mmgate.request.Limits``; the defaults are the same)."""
 
-    maxBodyBytes: int = 64 * 1024 * 1024
-    maxMediaItems: int = 64
+    maxBodyBytes: int = DEFAULT_LIMITS.max_body_bytes
+    maxMediaItems: int = DEFAULT_LIMITS.max_assets
+    maxDimension: int = DEFAULT_LIMITS.max_dimension
+    maxPixels: int = DEFAULT_LIMITS.max_pixels
+    maxDurationS: float = DEFAULT_LIMITS.max_duration_s
+    validateBase64: bool = DEFAULT_LIMITS.validate_base64
+    urlSchemes: list[str] = msgspec.field(default_factory=lambda: sorted(DEFAULT_LIMITS.url_schemes))
+
+    def to_limits(self) -> Limits:
+        return Limits(
+            max_body_bytes=self.maxBodyBytes,
+            max_assets=self.maxMediaItems,
+            max_dimension=self.maxDimension,
+            max_pixels=self.maxPixels,
+            max_duration_s=self.maxDurationS,
+            validate_base64=self.validateBase64,
+            url_schemes=frozenset(s.lower() for s in self.urlSchemes),
+        )
 
 
 class PricingSpec(_Strict):

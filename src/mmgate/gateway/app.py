@@ -75,7 +75,7 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     scheduler = build_scheduler(config.picker, mmgate=section)
     pricing = PricingConfig(family=section.pricing.family) if section.pricing.family else PricingConfig()
     router = SchedulerRouter(scheduler, pricing=pricing)
-    limits = Limits(max_body_bytes=section.limits.maxBodyBytes, max_assets=section.limits.maxMediaItems)
+    limits = section.limits.to_limits()
     return Gateway(settings_of(section), router, make_parser(limits))
 
 
