@@ -170,3 +170,22 @@ async def test_replay_returns_buffered_batches_then_end_marker(fmt: WireFormat) 
     assert [int.from_bytes(s, "big") for s, _ in batches] == [3, 4, 5]
     decoded = [msgspec.msgpack.decode(p) for _, p in batches]
     assert [d[0] for d in decoded] == [3.0, 4.0, 5.0]
+
+
+async def test_endpoint_without_wildcard_connects_to_a_binding_subscriber() -> None:
+    ctx = zmq.asyncio.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    port = sub.bind_to_random_port("tcp://127.0.0.1")
+    cfg = parse_kv_events_config(f'{{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:{port}"}}')
+    pub = KVEventPublisher(cfg)
+    try:
+        assert pub.endpoint == f"tcp://127.0.0.1:{port}"  # connected, not bound
+        _topic, seq, payload = await _recv_after_join(pub, sub, [AllBlocksCleared()])
+    finally:
+        sub.close()
+        await pub.close()
+        ctx.term()
+    assert msgspec.msgpack.decode(payload)[1] == [{"type": "AllBlocksCleared"}]
+    assert int.from_bytes(seq, "big") >= 0

@@ -31,13 +31,36 @@ examples:
 """
 
 
+DESCRIPTION = """\
+Run simulated vLLM pods in this process, one HTTP port each. A pod speaks the OpenAI API
+(/v1/chat/completions, /v1/completions, SSE streaming), exposes vLLM's /metrics, can publish KV
+events over ZMQ in vLLM's wire format, and times every step with a profile (model x GPU): encoder,
+prefill chunks, decode batches, prefix/encoder/processor caches and KV memory. See docs/sim.md."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mmgate.sim.profiles import available_profiles
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = DESCRIPTION
     parser.epilog = EPILOG
     fleet = parser.add_argument_group("fleet")
-    fleet.add_argument("--profile", default="qwen3-vl-32b-h200-tp2", help="timing profile name or YAML path")
-    fleet.add_argument("--pods", type=int, default=1, help="number of identical pods (default 1)")
-    fleet.add_argument("--base-port", type=int, default=8100, help="port of the first pod; the rest follow")
+    fleet.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        default="qwen3-vl-32b-h200-tp2",
+        help=f"timing profile: {', '.join(available_profiles())}, or a YAML path (default %(default)s)",
+    )
+    fleet.add_argument(
+        "--pods", metavar="N", type=int, default=1, help="number of identical pods (default 1)"
+    )
+    fleet.add_argument(
+        "--base-port",
+        metavar="P",
+        type=int,
+        default=8100,
+        help="port of the first pod, the rest follow; 0 = any free ports (default 8100)",
+    )
     fleet.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     fleet.add_argument(
         "--fleet", metavar="FILE.yaml", help="fleet description; flags given override defaults"
@@ -52,10 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fleet.add_argument("--seed", type=int, help="seed for timing noise and fault draws")
     fleet.add_argument(
         "--natural-output-tokens",
+        metavar="N",
         type=int,
         help="answer length when the client sets no limit or ignore_eos is false (default 256)",
     )
-    fleet.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    fleet.add_argument(
+        "--duration", metavar="S", type=float, help="stop after S seconds (default: run until Ctrl-C)"
+    )
     fleet.add_argument(
         "--endpoints-file", metavar="PATH", help="write the pods' endpoints as JSON here once they listen"
     )
@@ -86,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     events.add_argument(
         "--kv-events-format",
         choices=[f.value for f in WireFormat],
-        help="current: tagged maps (vLLM >= 0.11); legacy: tagged arrays (older vLLM, llm-d default)",
+        help="current: tagged maps (current vLLM); legacy: tagged arrays (older vLLM, llm-d sim default)",
     )
     events.add_argument(
         "--kv-events-raw-hashes",
@@ -103,6 +129,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument(
         "--stall", action="store_true", help="start stalled: accept requests, produce nothing"
     )
+    for action in parser._actions:  # short metavars keep the usage line readable
+        if action.metavar is None and action.option_strings and action.type in (int, float):
+            action.metavar = "N" if action.type is int else "X"
 
 
 ENGINE_FLAGS = (

@@ -402,6 +402,8 @@ class _TokenSink:
 
     def __call__(self, flight: Flight) -> None:
         data = self.take(flight)
+        if not data:
+            return  # an empty HTTP chunk would end the response
         t = self.transport
         if t is None or t.is_closing() or t.get_write_buffer_size() > self.MAX_BUFFER:
             self.broken = True
