@@ -409,3 +409,18 @@ def test_random_workloads_keep_the_invariants(seed: int) -> None:
     stats = engine.stats()
     assert stats.kv_cache_usage == 0.0 and stats.num_running == stats.num_waiting == 0
     assert all(engine.is_cached(h) for h in cached_keys)  # the events describe the cache
+
+
+def test_remote_prefill_computes_only_the_last_prompt_token() -> None:
+    """P/D decode side: the prompt's KV arrived from a prefill pod."""
+    engine = Engine("fast", EngineConfig(kv_events=True))
+    req = mm_request("d", 40, "cat", tokens=64, max_tokens=3)  # 112 tokens
+    req.remote_prefill = True
+    req.remote_encoded = frozenset({"cat"})
+    run = serve(engine, req)
+    first = run.steps[0]
+    assert first.prefill_tokens == 1 and first.first_token == ["d"] and first.encoder_seconds == 0
+    stored = [h for s in run.steps for e in s.events if isinstance(e, BlockStored) for h in e.block_hashes]
+    assert stored[:7] == engine.hasher.block_hashes(req.token_ids, req.mm_items)
+    assert run.finished["d"].cached_tokens == 111
+    assert engine.stats().prefix_cache_hits == 0  # remote KV is not a local prefix hit
