@@ -143,11 +143,17 @@ def mp4(
     version: int = 0,
     brand: bytes = b"isom",
     mdat_bytes: int = 64,
+    fragmented: bool = False,
 ) -> bytes:
-    """One AVC video track with a sample table (no real samples): moov first or last."""
+    """One AVC video track with a sample table (no real samples): moov first or last.
+
+    ``fragmented`` writes what an fMP4 init segment has: zero durations and sample counts in the
+    movie, the total length in ``mvex/mehd``.
+    """
     movie_scale, track_scale = 1000, 12800
-    samples = round(seconds * fps)
-    movie_dur, track_dur = round(seconds * movie_scale), round(seconds * track_scale)
+    samples = 0 if fragmented else round(seconds * fps)
+    movie_dur = 0 if fragmented else round(seconds * movie_scale)
+    track_dur = 0 if fragmented else round(seconds * track_scale)
     if version == 1:
         mvhd = _full(b"mvhd", 1, struct.pack(">QQIQ", 0, 0, movie_scale, movie_dur) + bytes(80))
         tkhd_head = struct.pack(">QQIIQ", 0, 0, 1, 0, movie_dur)
@@ -169,11 +175,30 @@ def mp4(
     stsz = _full(b"stsz", 0, struct.pack(">II", 1, samples))
     stbl = _box(b"stbl", stsd, stts, stsz)
     mdia = _box(b"mdia", mdhd, hdlr, _box(b"minf", stbl))
-    moov = _box(b"moov", mvhd, _box(b"trak", tkhd, mdia))
+    mvex = (
+        _box(b"mvex", _full(b"mehd", 0, struct.pack(">I", round(seconds * movie_scale))))
+        if fragmented
+        else b""
+    )
+    moov = _box(b"moov", mvhd, mvex, _box(b"trak", tkhd, mdia))
     compatible = b"isomiso2avc1mp41" if brand != b"qt  " else b"qt  "
     ftyp = _box(b"ftyp", brand + struct.pack(">I", 512) + compatible)
     mdat = _box(b"mdat", bytes(mdat_bytes))
     return ftyp + (mdat + moov if moov_last else moov + mdat)
+
+
+def m4a(seconds: float = 3.0, rate: int = 44100, channels: int = 2) -> bytes:
+    """An audio-only MP4 (AAC sample entry, no samples): what ``audio/mp4`` payloads look like."""
+    duration = round(seconds * rate)
+    mvhd = _full(b"mvhd", 0, struct.pack(">IIII", 0, 0, rate, duration) + bytes(80))
+    mdhd = _full(b"mdhd", 0, struct.pack(">IIII", 0, 0, rate, duration) + bytes(4))
+    hdlr = _full(b"hdlr", 0, b"\x00\x00\x00\x00soun" + bytes(12) + b"sound\x00")
+    entry = bytes(6) + b"\x00\x01" + bytes(8) + struct.pack(">HHHHI", channels, 16, 0, 0, rate << 16)
+    stsd = _full(b"stsd", 0, struct.pack(">I", 1) + _box(b"mp4a", entry))
+    stbl = _box(b"stbl", stsd, _full(b"stsz", 0, struct.pack(">II", 0, 0)))
+    trak = _box(b"trak", _box(b"mdia", mdhd, hdlr, _box(b"minf", stbl)))
+    ftyp = _box(b"ftyp", b"M4A " + struct.pack(">I", 0) + b"M4A isommp42")
+    return ftyp + _box(b"moov", mvhd, trak) + _box(b"mdat", bytes(32))
 
 
 # --- HEIC (no encoder here): ftyp + meta with pitm / iprp(ipco(ispe, irot), ipma) --------------

@@ -10,6 +10,7 @@ import xxhash
 
 from mmgate.request import Api, MediaAsset, Modality, Source, parse_request, role_header
 
+from . import media
 from .bodies import b64, chat, data_uri, image, image_part
 
 DATA = Path(__file__).parent / "data"
@@ -298,3 +299,14 @@ def test_anthropic_messages_with_system_url_and_nested_tool_result() -> None:
     assert (inline.width, inline.height) == (16, 9)
     assert inline.field == "messages[2].content[0].content[1].source.data"
     assert any('crop({"box":[1,2]})' in t for t in view.texts)
+
+
+def test_audio_part_carrying_mp4_reads_its_duration() -> None:
+    part = {"type": "input_audio", "input_audio": {"data": b64(media.m4a(4.0, 16000, 1)), "format": "m4a"}}
+    asset = parse_request(chat(part), {}).assets[0]
+    assert (asset.detected_format, asset.duration_s, asset.sample_rate, asset.probed) == (
+        "mp4",
+        4.0,
+        16000,
+        True,
+    )

@@ -71,3 +71,23 @@ def test_truncated_wav_reports_what_is_there() -> None:
     data = media.wav(2.0, 8000, 1)
     result = probe_bytes(data[: 44 + 8000])  # 8000 of 32000 data bytes: 0.5 s
     assert result is not None and result.duration_s == pytest.approx(0.5, abs=1e-3)
+
+
+def test_fragmented_mp4_takes_its_length_from_mehd() -> None:
+    result = probe_bytes(media.mp4(1920, 1080, 12.5, fragmented=True))
+    assert result is not None
+    assert (result.width, result.height, result.duration_s, result.fps) == (1920, 1080, 12.5, None)
+
+
+def test_quicktime_without_ftyp_is_sniffed_as_mov() -> None:
+    data = media.mp4(640, 480, 1.0, 24.0)
+    moov = data[data.index(b"moov") - 4 :]  # drop ftyp: old QuickTime files start with moov
+    result = probe_bytes(moov)
+    assert result is not None and (result.format, result.width, result.fps) == ("mov", 640, 24.0)
+
+
+def test_audio_only_mp4_reports_duration_rate_and_channels() -> None:
+    result = probe_bytes(media.m4a(3.0, 44100, 2))
+    assert result is not None
+    assert (result.format, result.duration_s, result.sample_rate, result.channels) == ("mp4", 3.0, 44100, 2)
+    assert result.width is None
