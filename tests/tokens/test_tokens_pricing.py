@@ -70,6 +70,12 @@ def test_absurd_probed_size_is_a_client_error_naming_the_field() -> None:
     assert err.value.param == "messages[0].content[a]" and "65535" in err.value.message
 
 
+def test_rule_refusal_names_the_part() -> None:
+    with pytest.raises(RequestError) as err:
+        price(view(image("thin", 5000, 10)), PricingConfig(family="qwen3-vl"))  # 500:1
+    assert err.value.param == "messages[0].content[thin]" and "aspect ratio" in err.value.message
+
+
 def test_unknown_family_lists_valid_ones() -> None:
     with pytest.raises(UnknownNameError, match=r"valid choices: .*qwen3-vl"):
         PricingConfig(family="qwen9-vl")
@@ -128,3 +134,21 @@ def test_benchmark_runs_and_writes_json(tmp_path: object) -> None:
     rules = {r["rule"] for r in report["results"]}
     assert {"qwen3-vl", "llm-d estimate", "anthropic"} <= rules
     assert all(r["new sizes: price"] > 0 for r in report["results"])
+
+
+def test_exact_text_count_with_a_local_tokenizer_json(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2, "look": 3, "at": 4, "this": 5}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = Path(str(tmp_path)) / "tokenizer.json"
+    tok.save(str(path))
+    v = view("hello world look at", image("a", 640, 480), "this zebra")
+    exact = price(v, PricingConfig(family="qwen3-vl", tokenizer=str(path)))
+    assert exact.text_tokens == 4 + 2  # word-level: one token per word, unknown words included
+    assert price(v, PricingConfig(family="qwen3-vl")).text_tokens == 5 + 3  # bytes/4 per run
+    with pytest.raises(ValueError, match="tokenizer file not found"):
+        PricingConfig(tokenizer=str(path) + ".missing")

@@ -205,5 +205,9 @@ def test_param_values_are_coerced_or_refused() -> None:
     assert fam.count_image(2000, 400).tokens == 3 * 256
     with pytest.raises(UnknownNameError, match=r"expected int"):
         get_family("qwen3-vl").with_params({"max_pixels": "lots"})
-    with pytest.raises(RequestError, match="max_soft_tokens"):
-        get_family("gemma4").with_params({"max_soft_tokens": 100}).count_image(100, 100)
+    with pytest.raises(ValueError, match="max_soft_tokens=100 do not work"):
+        get_family("gemma4").with_params({"max_soft_tokens": 100})
+    with pytest.raises(ValueError, match="do not work"):
+        get_family("qwen2-vl").with_params({"patch_size": 0})
+    with pytest.raises(ValueError, match="must not be negative"):
+        get_family("llava-next").with_params({"image_size": -336})

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any
 
+from mmgate.errors import RequestError
 from mmgate.request.view import MediaAsset, Modality, RequestView
 from mmgate.tokens.estimator import EstimateConfig, Estimator
 from mmgate.tokens.families import get_family
@@ -143,6 +144,14 @@ class _Resolved:
         )
 
     def price_asset(self, a: MediaAsset) -> AssetPrice:
+        try:
+            return self._price_asset(a)
+        except RequestError as exc:  # a rule refused the media (e.g. Qwen's 200:1 aspect limit)
+            if exc.param is None:
+                exc.param = a.field
+            raise
+
+    def _price_asset(self, a: MediaAsset) -> AssetPrice:
         cfg = self.cfg
         mod = a.modality
         if mod is Modality.AUDIO:

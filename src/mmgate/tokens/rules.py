@@ -108,7 +108,23 @@ class Family(Generic[P]):
         """A copy with parameters replaced; values are coerced to the field's type."""
         if not overrides:
             return self
-        return dataclasses.replace(self, params=override_params(self.params, overrides, self.name))
+        family = dataclasses.replace(self, params=override_params(self.params, overrides, self.name))
+        family.self_check(overrides)
+        return family
+
+    def self_check(self, overrides: Mapping[str, object]) -> None:
+        """Count a typical image/clip once so impossible parameters fail at configuration time,
+        not as a client error on the first request."""
+        try:
+            if self.image is not None:
+                self.count_image(640, 480)
+            if self.video is not None:
+                self.count_video(640, 480, 4.0, 24.0)
+            if self.audio is not None:
+                self.count_audio(4.0)
+        except (ArithmeticError, ValueError) as exc:
+            given = ", ".join(f"{k}={v}" for k, v in overrides.items())
+            raise ValueError(f"{self.name}: parameters {given} do not work: {exc}") from None
 
     def param_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.params)]  # type: ignore[arg-type]
@@ -142,7 +158,10 @@ def override_params(params: P, overrides: Mapping[str, object], owner: str) -> P
         if key not in fields:
             raise unknown(f"parameter of {owner}", key, fields)
         current = getattr(params, key)
-        changes[key] = coerce(raw, current, f"{owner}.{key}")
+        value = coerce(raw, current, f"{owner}.{key}")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"parameter {owner}.{key} must not be negative, got {value}")
+        changes[key] = value
     return dataclasses.replace(params, **changes)  # type: ignore[type-var]
 
 
