@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -162,3 +162,17 @@ def test_sweep_releases_forgotten_requests() -> None:
     assert ep.inflight.requests == 2 and ep.inflight.tokens > 0
     assert s.sweep(now=100.0, older_than_s=60.0) == 1
     assert ep.inflight.requests == 1 and s.active_requests == 1
+
+
+@plugin("test-looping-handler")
+class LoopingHandler(SingleProfileHandler):
+    """Always asks for its profile again (test only)."""
+
+    def pick_profiles(self, request: Any, profiles: Any, results: Any) -> list[str]:
+        return list(profiles)
+
+
+def test_a_handler_that_never_stops_is_caught() -> None:
+    s = scheduler([{"type": "queue-scorer"}, {"type": "test-looping-handler"}])
+    with pytest.raises(RuntimeError, match="never stopped"):
+        s.schedule(request(), endpoints(2), 0.0)

@@ -147,6 +147,9 @@ class EndpointAware(Plugin):
         raise NotImplementedError
 
 
+_MAX_PROFILE_ROUNDS = 16  # a handler runs a few profiles; more rounds means it loops
+
+
 @dataclass(slots=True)
 class WeightedScorer:
     scorer: Scorer
@@ -199,7 +202,7 @@ class Scheduler:
         result = scheduler.schedule(req, endpoints, now)       # pure decision
         scheduler.on_started(req, result.target, now)          # right away: in-flight load
         scheduler.pre_request(req, result, now)                # may be deferred off the hot path
-        ... scheduler.on_first_token(req, t1) ... scheduler.on_finished(req, t2)
+        ... scheduler.on_first_token(req.request_id, t1) ... scheduler.on_finished(req.request_id, t2)
 
     On a retry before the first byte call :meth:`on_failed` then :meth:`on_started` with the next
     endpoint (``result.primary.ranked()`` gives the order).
@@ -242,12 +245,14 @@ class Scheduler:
         results: dict[str, ProfileResult | None] = {}
         handler = self.handler
         profiles = self.profiles
-        while True:
+        for _ in range(_MAX_PROFILE_ROUNDS):
             names = handler.pick_profiles(request, profiles, results)
             if not names:
                 break
             for name in names:
                 results[name] = profiles[name].run(request, endpoints)
+        else:
+            raise RuntimeError(f"profile handler {handler.name!r} never stopped picking profiles")
         return handler.process_results(request, results)
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
