@@ -143,6 +143,15 @@ def test_encoder_budget_stops_the_chunk_before_an_image() -> None:
     assert second.first_token == ["two"]
 
 
+@pytest.mark.parametrize("whole", [False, True])
+def test_disable_chunked_mm_input_keeps_an_item_in_one_chunk(whole: bool) -> None:
+    config = EngineConfig(max_num_batched_tokens=64, max_num_seqs=4, disable_chunked_mm_input=whole)
+    engine = Engine("fast", config)
+    engine.add_request(SimRequest("r", [1] * 40 + [IMG] * 50 + [2] * 10, [MediaSpan("a", 40, 50)], 1), 0.0)
+    chunks = [s.prefill_tokens for s in drain(engine).steps]
+    assert chunks == ([40, 60] if whole else [64, 36])
+
+
 def test_processor_cache_hit_removes_preprocessing_time() -> None:
     engine = Engine("fast")
     req = mm_request("a", 8, "cat", tokens=256)

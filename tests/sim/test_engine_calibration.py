@@ -1,4 +1,5 @@
-"""qwen2-vl-2b-rtx4060 in virtual time reproduces the measured stage times within 5%."""
+"""qwen2-vl-2b-rtx4060 in virtual time reproduces the measured stage times within 5%
+(smolvlm-256m-rtx4060 too, its constant prefill within 10%)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,24 @@ MEASURED = {
 }
 
 
-@pytest.mark.parametrize("image_tokens", sorted(MEASURED))
-def test_single_request_stage_times(image_tokens: int) -> None:
-    processor, encoder, prefill, first_token, decode = MEASURED[image_tokens]
-    engine = Engine("qwen2-vl-2b-rtx4060", EngineConfig(noise=0.0))
+# SmolVLM-256M on the same GPU; its prefill is overhead-bound and modelled as one constant
+# (measured 25 ms at 832 tokens, 30 ms at 64), so prefill gets a 10% tolerance there.
+MEASURED_SMOLVLM = {
+    832: (301.0, 173.0, 25.0, 499.0, 25.1),
+    64: (22.0, 25.0, 30.0, 77.0, 25.5),
+}
+
+
+@pytest.mark.parametrize(
+    ("profile", "image_tokens", "measured", "prefill_tolerance"),
+    [("qwen2-vl-2b-rtx4060", n, MEASURED[n], 0.05) for n in sorted(MEASURED)]
+    + [("smolvlm-256m-rtx4060", n, MEASURED_SMOLVLM[n], 0.10) for n in sorted(MEASURED_SMOLVLM)],
+)
+def test_single_request_stage_times(
+    profile: str, image_tokens: int, measured: tuple[float, ...], prefill_tolerance: float
+) -> None:
+    processor, encoder, prefill, first_token, decode = measured
+    engine = Engine(profile, EngineConfig(noise=0.0))
     ids = [1] * 10 + [151_655] * image_tokens + [2] * (TEXT - 10)
     req = SimRequest("r", ids, [MediaSpan("image", 10, image_tokens)], max_tokens=33)
 
@@ -40,12 +55,12 @@ def test_single_request_stage_times(image_tokens: int) -> None:
             gaps.append(out.duration)
     assert ttft is not None and len(gaps) == 32
 
-    def close(got_s: float, want_ms: float) -> None:
-        assert got_s * 1000 == pytest.approx(want_ms, rel=0.05)
+    def close(got_s: float, want_ms: float, rel: float = 0.05) -> None:
+        assert got_s * 1000 == pytest.approx(want_ms, rel=rel)
 
     close(ready - arrival, processor)
     close(got_encoder, encoder)
-    close(got_prefill, prefill)
+    close(got_prefill, prefill, prefill_tolerance)
     close(ttft, first_token)
     close(sum(gaps) / len(gaps), decode)
 

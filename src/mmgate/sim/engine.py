@@ -155,6 +155,7 @@ class Engine:
         shared = enc_tokens != 0
         self._enc = EncoderCache(enc_tokens or self.max_num_batched_tokens, shared)
         self.encoder_budget = cfg.encoder_budget_tokens or self.max_num_batched_tokens
+        self._whole_mm_items = cfg.disable_chunked_mm_input
         gb = cfg.mm_processor_cache_gb
         self._proc = ProcessorCache(int(gb * (1 << 30))) if gb > 0 else None
         self._pre_workers = [0.0] * max(1, cfg.preprocess_workers)
@@ -455,6 +456,9 @@ class Engine:
             if any(r.enc_keys[j] == key for j in plan):
                 i += 1
                 continue
+            if self._whole_mm_items and start < off and end < off + length:
+                n = off - start  # vLLM's disable_chunked_mm_input: no partial item in a chunk
+                break
             if length > enc_budget - planned or not enc.can_allocate(length, planned):
                 n = off - start if start < off else 0
                 break

@@ -77,6 +77,8 @@ class EngineConfig:
     - ``encoder_cache_tokens``: encoder-cache capacity in embeddings; None = vLLM's default
       (max_num_batched_tokens, at least the largest item); 0 = no reuse across requests.
     - ``encoder_budget_tokens``: encoder compute budget per step (vLLM: max_num_batched_tokens).
+    - ``disable_chunked_mm_input``: vLLM's flag; a prefill chunk never ends inside an item whose
+      start it newly reaches (the chunk stops before the item instead).
     - ``mm_processor_cache_gb``: processor cache size; 0 disables it (vLLM default 4).
     - ``prefix_caching_hash_algo`` / ``hash_seed``: see :mod:`mmgate.kvhash`; seed None follows
       vLLM (``$PYTHONHASHSEED``, else a fixed seed for sha256, a random one for xxhash).
@@ -97,6 +99,7 @@ class EngineConfig:
     hash_seed: str | None = None
     encoder_cache_tokens: int | None = None
     encoder_budget_tokens: int | None = None
+    disable_chunked_mm_input: bool = False
     mm_processor_cache_gb: float = 4.0
     preprocess_workers: int = 1
     kv_events: bool = False
