@@ -214,21 +214,19 @@ class Estimator:
         return Count(_pixels_over(width, height, self.image_factor))
 
     def frame_count(self, duration_s: float | None, source_fps: float | None) -> int:
+        """``strided``: duration*fps//frameStride; ``sampled``: duration*sampleFPS, then // temporalPatchSize.
+        Both clamp to [minFrames, maxFrames] before the temporal merge, as llm-d does."""
         duration = duration_s if duration_s and duration_s > 0 else self.video_default_s
         if self.strided:
             fps = source_fps if source_fps and source_fps > 0 else self.source_fps
             n = int(duration * fps) // self.stride
-            if self.frames_min > 0 and n < self.frames_min:
-                n = self.frames_min
-            if self.frames_max > 0 and n > self.frames_max:
-                n = self.frames_max
-            return n
-        n = int(duration * self.sample_fps)
+        else:
+            n = int(duration * self.sample_fps)
         if self.frames_min > 0 and n < self.frames_min:
             n = self.frames_min
         if self.frames_max > 0 and n > self.frames_max:
             n = self.frames_max
-        if self.temporal > 1:
+        if not self.strided and self.temporal > 1:
             n //= self.temporal
         return n
 

@@ -17,21 +17,28 @@ from mmgate.tokens.rules import Count, Family
 MAX_ASPECT = 200  # smart_resize refuses anything more elongated than this
 
 
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Snap (height, width) to multiples of ``factor`` with area in [min_pixels, max_pixels]."""
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int, frames: int = 1, temporal: int = 1
+) -> tuple[int, int]:
+    """Snap (height, width) to multiples of ``factor`` with area in [min_pixels, max_pixels].
+
+    For video (Qwen3-VL) the pixel budget covers all ``frames`` of the clip, rounded to whole
+    temporal patches; images are the case ``frames = temporal = 1``.
+    """
     if max(height, width) / min(height, width) > MAX_ASPECT:
         raise RequestError(
-            f"image aspect ratio {max(height, width) / min(height, width):.1f} exceeds the Qwen-VL limit "
+            f"aspect ratio {max(height, width) / min(height, width):.1f} exceeds the Qwen-VL limit "
             f"of {MAX_ASPECT}:1 ({width}x{height})"
         )
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
+    t_bar = round(frames / temporal) * temporal
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
         w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
@@ -71,26 +78,11 @@ def sampled_frames(p: QwenVLParams, total_frames: int, src_fps: float) -> int:
 def video_smart_resize(
     num_frames: int, height: int, width: int, temporal: int, factor: int, min_pixels: int, max_pixels: int
 ) -> tuple[int, int]:
-    """Qwen3-VL's video ``smart_resize``: the pixel budget covers all frames of the clip."""
+    """Qwen3-VL's video ``smart_resize``: frames smaller than one merged patch are scaled up first."""
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    if max(height, width) / min(height, width) > MAX_ASPECT:
-        raise RequestError(
-            f"video aspect ratio exceeds the Qwen-VL limit of {MAX_ASPECT}:1 ({width}x{height})"
-        )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    t_bar = round(num_frames / temporal) * temporal
-    if t_bar * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((num_frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (num_frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return smart_resize(height, width, factor, min_pixels, max_pixels, num_frames, temporal)
 
 
 def qwen3_video(p: QwenVLParams, width: int, height: int, duration_s: float, fps: float) -> Count:
@@ -157,7 +149,8 @@ QWEN3_VL = Family(
         patch_size=16,
         video_min_pixels=4096,
         video_max_pixels=25_165_824,
-        timestamp_tokens=5,  # "<1.0 seconds>" in the Qwen tokenizer: "<", "1", ".", "0", " seconds>" ≈ 5
+        # "<1.5 seconds>" in the Qwen tokenizer: "<" "1" "." "5" " seconds" ">" (digits split) ≈ 6
+        timestamp_tokens=6,
     ),
     image=qwen_image,
     video=qwen3_video,
