@@ -62,6 +62,12 @@ def build_scheduler(
         handle.plugins[type_name] = made
         return made
 
+    for i, spec in enumerate(cfg.plugins):
+        try:
+            plugins[spec.instance_name].resolve(plugins)
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=f"plugins[{i}].parameters") from None
+
     profile_specs = cfg.schedulingProfiles or [_default_profile(cfg, plugins)]
     profiles = {spec.name: _build_profile(i, spec, plugins, injected) for i, spec in enumerate(profile_specs)}
 

@@ -68,6 +68,10 @@ class Plugin:
         """Data used when present: orders producers but never creates one."""
         return ()
 
+    def resolve(self, plugins: Mapping[str, Plugin]) -> None:
+        """Called once every configured plugin exists, to look up the ones this plugin names
+        (raise ``ValueError`` naming the parameter when one is missing or of the wrong kind)."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
 

@@ -2,7 +2,12 @@
 
 from mmgate.scheduling.plugins import (
     active_request_scorer,
+    always_disagg_multimodal_decider,
+    always_disagg_pd_decider,
     approx_prefix_cache_producer,
+    decode_filter,
+    disagg_profile_handler,
+    encode_filter,
     inflight_load_producer,
     kv_cache_utilization_scorer,
     load_aware_scorer,
@@ -10,6 +15,8 @@ from mmgate.scheduling.plugins import (
     mm_embeddings_cache_producer,
     mm_embeddings_cache_scorer,
     no_hit_lru_scorer,
+    prefill_filter,
+    prefix_based_pd_decider,
     prefix_cache_affinity_filter,
     prefix_cache_scorer,
     queue_scorer,
@@ -23,7 +30,12 @@ from mmgate.scheduling.plugins import (
 
 __all__ = [
     "active_request_scorer",
+    "always_disagg_multimodal_decider",
+    "always_disagg_pd_decider",
     "approx_prefix_cache_producer",
+    "decode_filter",
+    "disagg_profile_handler",
+    "encode_filter",
     "inflight_load_producer",
     "kv_cache_utilization_scorer",
     "load_aware_scorer",
@@ -31,6 +43,8 @@ __all__ = [
     "mm_embeddings_cache_producer",
     "mm_embeddings_cache_scorer",
     "no_hit_lru_scorer",
+    "prefill_filter",
+    "prefix_based_pd_decider",
     "prefix_cache_affinity_filter",
     "prefix_cache_scorer",
     "queue_scorer",

@@ -1,0 +1,27 @@
+"""What the role filters share: llm-d's ``llm-d.ai/role`` label values each stage accepts."""
+
+from __future__ import annotations
+
+from mmgate.scheduling.framework import Filter
+from mmgate.scheduling.types import ROLE_LABEL, EndpointState, SchedulingRequest
+
+
+def role_of(endpoint: EndpointState) -> str | None:
+    return endpoint.role if endpoint.role is not None else endpoint.labels.get(ROLE_LABEL)
+
+
+class RoleFilter(Filter):
+    """Keep endpoints whose role is in ``roles`` (and unlabelled ones when ``accept_unlabelled``)."""
+
+    roles: frozenset[str] = frozenset()
+    accept_unlabelled = False
+
+    def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
+        roles = self.roles
+        keep_none = self.accept_unlabelled
+        out = []
+        for ep in endpoints:
+            role = role_of(ep)
+            if (role is None and keep_none) or role in roles:
+                out.append(ep)
+        return out

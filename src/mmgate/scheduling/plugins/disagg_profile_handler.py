@@ -1,0 +1,98 @@
+"""``disagg-profile-handler``: encode / prefill / decode as separate profiles (E/PD, P/D, E/P/D).
+
+Decode-first, as llm-d: the ``decode`` profile runs; then, asked about that decode target, the
+encode decider chooses whether the ``encode`` profile runs and the prefill decider whether the
+``prefill`` profile runs. The decode profile is the primary one. The gateway passes the chosen
+encoders and prefiller on in llm-d's headers (``x-encoder-hosts-ports``,
+``x-prefiller-host-port``). ``stageOrder: prefill-first`` is not offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from mmgate.scheduling.framework import Plugin, PluginHandle, Profile, ProfileHandler, no_target
+from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
+from mmgate.scheduling.plugins._deciding import Decider
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import DataKey, ProfileResult, SchedulingRequest, SchedulingResult
+
+
+class ProfileNames(msgspec.Struct, forbid_unknown_fields=True):
+    decode: str = "decode"
+    prefill: str = "prefill"
+    encode: str = "encode"
+
+
+class DeciderNames(msgspec.Struct, forbid_unknown_fields=True):
+    prefill: str = ""
+    encode: str = ""
+
+
+class DisaggParams(msgspec.Struct, forbid_unknown_fields=True):
+    stageOrder: Literal["decode-first"] = "decode-first"
+    profiles: ProfileNames = msgspec.field(default_factory=ProfileNames)
+    deciders: DeciderNames = msgspec.field(default_factory=DeciderNames)
+
+
+@plugin("disagg-profile-handler")
+class DisaggProfileHandler(ProfileHandler):
+    Params = DisaggParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        self._encode: Decider | None = None
+        self._prefill: Decider | None = None
+        self._plan: DataKey[list[str]] = DataKey(f"disagg-plan@{name}")
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        return (TOKENIZED_PROMPT, PREFIX_MATCH)
+
+    def resolve(self, plugins: Mapping[str, Plugin]) -> None:
+        names: DeciderNames = self.params.deciders
+        self._encode = _decider(plugins, names.encode, "deciders.encode")
+        self._prefill = _decider(plugins, names.prefill, "deciders.prefill")
+
+    def pick_profiles(
+        self,
+        request: SchedulingRequest,
+        profiles: Mapping[str, Profile],
+        results: Mapping[str, ProfileResult | None],
+    ) -> list[str]:
+        names: ProfileNames = self.params.profiles
+        if names.decode not in results:
+            return [names.decode] if names.decode in profiles else []
+        if request.get(self._plan) is not None:
+            return []
+        decode = results[names.decode]
+        plan: list[str] = []
+        if decode is not None and decode.targets:
+            target = decode.targets[0]
+            for profile, decider in ((names.encode, self._encode), (names.prefill, self._prefill)):
+                if profile in profiles and decider is not None and decider.disaggregate(request, target):
+                    plan.append(profile)
+        request.put(self._plan, plan)
+        return plan
+
+    def process_results(
+        self, request: SchedulingRequest, results: dict[str, ProfileResult | None]
+    ) -> SchedulingResult:
+        decode = self.params.profiles.decode
+        result = results.get(decode)
+        if result is None or not result.targets:
+            raise no_target(decode)
+        return SchedulingResult(profiles=results, primary_profile=decode)
+
+
+def _decider(plugins: Mapping[str, Plugin], name: str, param: str) -> Decider | None:
+    if not name:
+        return None
+    found = plugins.get(name)
+    if found is None:
+        raise ValueError(f"{param}: no plugin named {name!r} is configured")
+    if not isinstance(found, Decider):
+        raise ValueError(f"{param}: {name!r} ({found.type_name}) is not a decider")
+    return found

@@ -1,0 +1,131 @@
+"""E/PD and E/P/D: role filters, deciders and the decode-first disagg-profile-handler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmgate.config import ConfigError, load_config
+from mmgate.request.view import MediaAsset
+from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
+from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
+from mmgate.scheduling.plugins.decode_filter import DecodeFilter
+from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
+from mmgate.scheduling.plugins.prefix_based_pd_decider import PrefixBasedPDDecider
+
+from .helpers import image, request, scheduler, view
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROLES = [
+    None,
+    "encode",
+    "prefill",
+    "decode",
+    "both",
+    "prefill-decode",
+    "encode-prefill",
+    "encode-prefill-decode",
+]
+
+
+def fleet(*roles: str | None) -> list[EndpointState]:
+    return [EndpointState(f"10.0.1.{i}:8000", role=r, metrics=Metrics()) for i, r in enumerate(roles)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "accepted"),
+    [
+        ("encode-filter", {"encode", "encode-prefill", "encode-prefill-decode"}),
+        ("prefill-filter", {"prefill", "both", "prefill-decode", "encode-prefill", "encode-prefill-decode"}),
+        ("decode-filter", {None, "decode", "both", "prefill-decode", "encode-prefill-decode"}),
+    ],
+)
+def test_role_filters_follow_llm_d_roles(kind: str, accepted: set[str | None]) -> None:
+    s = scheduler([{"type": kind}])
+    f = s.plugins[kind]
+    assert isinstance(f, EncodeFilter | PrefillFilter | DecodeFilter)
+    eps = fleet(*ROLES)
+    assert {e.role for e in f.filter(request(), eps)} == accepted
+
+
+def test_role_label_is_read_when_role_is_unset() -> None:
+    f = scheduler([{"type": "encode-filter"}]).plugins["encode-filter"]
+    assert isinstance(f, EncodeFilter)
+    ep = EndpointState("a:1", labels={"llm-d.ai/role": "encode"})
+    assert f.filter(request(), [ep]) == [ep]
+
+
+def load(name: str) -> Scheduler:
+    cfg = load_config(EXAMPLES / name)
+    return build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=2)
+
+
+def send(s: Scheduler, eps: list[EndpointState], rid: str, *parts: str | MediaAsset) -> dict[str, list[str]]:
+    req = SchedulingRequest(view(*parts), rid)
+    result = s.schedule(req, eps, 0.0)
+    s.on_started(req, result.target, 0.0)
+    s.pre_request(req, result, 0.0)
+    s.on_finished(rid, 0.0)
+    assert result.primary_profile == "decode"
+    return {name: [e.name for e in result.targets_of(name)] for name in result.profiles}
+
+
+def test_e_p_d_media_request_uses_three_stages_on_the_right_roles() -> None:
+    s = load("e-p-d.yaml")
+    eps = fleet("encode", "encode", "prefill", "decode")
+    got = send(s, eps, "a", "what is this?", image("c" * 32))
+    assert got["decode"] == [eps[3].name]
+    assert got["prefill"] == [eps[2].name]
+    assert got["encode"][0] in {eps[0].name, eps[1].name}
+
+
+def test_text_only_request_skips_the_encode_stage() -> None:
+    s = load("e-p-d.yaml")
+    got = send(s, fleet("encode", "prefill", "decode"), "t", "hello there")
+    assert "encode" not in got and "prefill" in got
+
+
+def test_repeat_image_goes_to_the_encoder_that_encoded_it() -> None:
+    """The llm-d #2626 fix end to end: encoder-cache affinity works in the encode profile."""
+    s = load("e-pd.yaml")
+    eps = fleet("encode", "encode", "encode", "prefill-decode", "prefill-decode")
+    picture = image("d" * 32)
+    first = send(s, eps, "0", "describe", picture)["encode"]
+    for i in range(6):
+        assert send(s, eps, f"r{i}", f"unrelated question {i}", picture)["encode"] == first
+
+
+def test_prefix_based_decider() -> None:
+    s = scheduler(
+        [{"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": 100, "promptTokens": 200}}]
+    )
+    d = s.plugins["prefix-based-pd-decider"]
+    assert isinstance(d, PrefixBasedPDDecider)
+    ep = EndpointState("d:1")
+
+    def decide(total: int, matched_blocks: int) -> bool:
+        req = request()
+        req.put(TOKENIZED_PROMPT, TokenizedPrompt([0] * total, [], total, 0))
+        req.put(PREFIX_MATCH, PrefixMatch(64, total // 64 + 1, total, [], {ep.name: matched_blocks}))
+        return d.disaggregate(req, ep)
+
+    assert decide(1000, 0)  # 1000 uncached
+    assert not decide(150, 0)  # shorter than promptTokens
+    assert not decide(1000, 15)  # 1000 - 960 = 40 uncached < 100
+    assert decide(1000, 14)  # 1000 - 896 = 104 uncached
+
+
+def test_decider_references_are_checked() -> None:
+    with pytest.raises(ConfigError) as err:
+        scheduler([{"type": "disagg-profile-handler", "parameters": {"deciders": {"encode": "nope"}}}])
+    assert err.value.path == "plugins[0].parameters"
+    assert "deciders.encode" in str(err.value)
+    with pytest.raises(ConfigError, match="not a decider"):
+        scheduler(
+            [
+                {"type": "queue-scorer"},
+                {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "queue-scorer"}}},
+            ]
+        )
