@@ -238,3 +238,25 @@ async def test_health_ready_models_and_metrics(env: Env, upstreams: list[Upstrea
 async def test_removing_an_endpoint_makes_the_router_forget_it(env: Env, upstreams: list[Upstream]) -> None:
     env.gateway.data.registry.remove(upstreams[1].address)
     assert env.router.forgotten == [upstreams[1].address]
+
+
+async def test_anthropic_messages_and_completions_pass_through_to_the_same_path(
+    env: Env, upstreams: list[Upstream]
+) -> None:
+    seen: list[str] = []
+
+    async def record_path(request: web.Request, body: bytes) -> web.StreamResponse:
+        seen.append(request.path_qs)
+        return web.json_response({"type": "message"})
+
+    upstreams[0].behaviour = record_path
+    body = b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+    status, headers, _ = await env.post(
+        body, path="/v1/messages?beta=true", **{"anthropic-version": "2023-06-01"}
+    )
+    assert status == 200 and headers["x-mmgate-endpoint"] == upstreams[0].address
+    status, _, _ = await env.post(b'{"model": "m", "prompt": "x"}', path="/v1/completions")
+    assert status == 200
+    assert seen == ["/v1/messages?beta=true", "/v1/completions"]
+    assert upstreams[0].bodies[0] == body
+    assert upstreams[0].headers[0]["anthropic-version"] == "2023-06-01"

@@ -10,8 +10,10 @@ import pytest
 from gw_support import Upstream, free_port, sse_behaviour, start_gateway
 
 from mmgate.config import load_config_text
+from mmgate.datalayer.endpoints import EndpointRegistry, parse_endpoint
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
+from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import build_scheduler
 
 ROUND_ROBIN = """
@@ -88,3 +90,20 @@ async def test_retry_releases_the_failed_attempt_and_scores_are_reported(upstrea
         assert dead not in router._states
     finally:
         await runner.cleanup()
+
+
+def test_clients_reusing_a_request_id_do_not_corrupt_inflight_accounting() -> None:
+    router = make_router()
+    registry = EndpointRegistry()
+    records = [registry.add(parse_endpoint(a)) for a in ("127.0.0.1:1", "127.0.0.1:2")]
+    view = RequestView(api=Api.CHAT, model="m", parts=["hello"], body=BODY)
+    first, second = (
+        router.decide(view, records, 0.0, request_id="same-id", headers={}, debug=False) for _ in range(2)
+    )
+    router.started(first)
+    router.started(second)
+    router.finished(first, ok=True)
+    # The second request is still running and must still count.
+    assert sum(s.inflight.requests for s in router._states.values()) == 1
+    router.finished(second, ok=True)
+    assert sum(s.inflight.requests for s in router._states.values()) == 0

@@ -7,6 +7,7 @@ layer before each decision (a reference, not a copy), and drops it when the endp
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -44,6 +45,7 @@ class SchedulerRouter:
         self.pricing = pricing or PricingConfig()
         self.clock = clock
         self._states: dict[str, EndpointState] = {}
+        self._seq = itertools.count()
 
     def state_of(self, record: EndpointRecord) -> EndpointState:
         state = self._states.get(record.name)
@@ -68,7 +70,9 @@ class SchedulerRouter:
         debug: bool,
     ) -> Decision:
         states = [self.state_of(r) for r in candidates]
-        request = SchedulingRequest(view, request_id, headers, debug=debug)
+        # The scheduler tracks in-flight requests by id; clients choose x-request-id, so two
+        # concurrent requests may share one. A per-attempt suffix keeps their accounting apart.
+        request = SchedulingRequest(view, f"{request_id}#{next(self._seq)}", headers, debug=debug)
         try:
             result = self.scheduler.schedule(request, states, now)
             target = result.target
