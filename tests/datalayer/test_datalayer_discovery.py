@@ -21,8 +21,11 @@ def test_document_shapes() -> None:
     assert [e.name for e in endpoints_from_document("a:1\nb:2, a:1")] == ["a:1", "b:2"]
     doc = {"endpoints": ["a:1", {"address": "http://b:2", "role": "encode"}]}
     assert endpoints_from_document(doc)[1] == Endpoint("b:2", "http://b:2", role="encode")
-    with pytest.raises(ValueError, match="address"):
+    with pytest.raises(ValueError, match="unknown: adress"):
         endpoints_from_document([{"adress": "a:1"}])
+    # What `mmgate sim --endpoints-file` writes.
+    sim = [{"name": "pod-0", "role": "both", "model": "m", "url": "http://127.0.0.1:8101", "kv_events": None}]
+    assert endpoints_from_document(sim) == [Endpoint("127.0.0.1:8101", "http://127.0.0.1:8101", role="both")]
 
 
 def test_removal_notifies_listeners_so_indexes_forget() -> None:
@@ -54,5 +57,22 @@ async def test_watched_file_changes_the_fleet_and_a_broken_file_keeps_it(tmp_pat
         os.utime(path, ns=(2, 2))
         await asyncio.sleep(0.1)
         assert sorted(r.name for r in registry.records()) == ["b:2", "s:9"]
+    finally:
+        await watcher.stop()
+
+
+async def test_a_missing_file_is_waited_for(tmp_path: Path) -> None:
+    path = tmp_path / "later.json"
+    registry = EndpointRegistry()
+    watcher = FileDiscovery(path, poll_interval_s=0.02)
+    await watcher.start(registry)
+    try:
+        assert len(registry) == 0
+        path.write_text('[{"url": "http://127.0.0.1:9", "name": "pod-0"}]')
+        for _ in range(100):
+            if len(registry):
+                break
+            await asyncio.sleep(0.02)
+        assert [r.name for r in registry.records()] == ["127.0.0.1:9"]
     finally:
         await watcher.stop()

@@ -1,7 +1,8 @@
 """Where the endpoint list comes from: a static list, or a file that is watched for changes.
 
-The file may be YAML: a list of addresses, or a mapping with an ``endpoints:`` list; an entry is
-an address string (``host:port`` or a URL) or ``{address: ..., role: ...}``. A plain text file
+The file may be YAML or JSON: a list of addresses, or a mapping with an ``endpoints:`` list; an
+entry is an address string (``host:port`` or a URL) or ``{address: ..., role: ...}`` (``url`` is
+accepted for ``address``, so the file ``mmgate sim --endpoints-file`` writes works as is). A plain text file
 with one address per line works too (it reads as one YAML string split on whitespace/commas).
 A file that fails to parse keeps the previous set: a half-written file must not empty the fleet.
 """
@@ -23,15 +24,23 @@ from mmgate.datalayer.endpoints import Endpoint, EndpointRegistry, parse_endpoin
 log = logging.getLogger("mmgate.datalayer")
 
 
+# Keys describing an endpoint that discovery reads past (``mmgate sim --endpoints-file`` writes them).
+_INFORMATIONAL = frozenset({"name", "model", "kv_events", "kv_replay", "labels"})
+
+
 def _entry(item: Any, where: str) -> Endpoint:
     if isinstance(item, str):
         return parse_endpoint(item)
     if isinstance(item, dict):
-        unknown = set(item) - {"address", "role"}
-        if unknown or "address" not in item:
-            raise ValueError(f"{where}: an endpoint entry takes 'address' and optional 'role'")
+        address = item.get("address", item.get("url"))
+        unknown = set(item) - {"address", "url", "role"} - _INFORMATIONAL
+        if unknown or address is None:
+            raise ValueError(
+                f"{where}: an endpoint entry takes 'address' (or 'url') and optional 'role'"
+                + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+            )
         role = item.get("role")
-        return parse_endpoint(str(item["address"]), role=None if role is None else str(role))
+        return parse_endpoint(str(address), role=None if role is None else str(role))
     raise ValueError(f"{where}: expected an address string or a mapping, got {type(item).__name__}")
 
 
@@ -106,8 +115,9 @@ class FileDiscovery:
         return True
 
     async def start(self, registry: EndpointRegistry) -> None:
-        if self._stat() is None:
-            raise FileNotFoundError(f"endpoint file {self.path} does not exist")
+        if self._stat() is None:  # e.g. written by a fleet that is still starting: keep looking
+            log.warning("endpoint file %s does not exist yet; watching for it", self.path)
+            registry.sync(self.static)
         self.refresh(registry)
         self._task = asyncio.create_task(self._watch(registry), name="mmgate-endpoint-file")
 

@@ -47,7 +47,11 @@ class DataLayer:
 
     async def start(self) -> None:
         await self.scraper.start()
-        await self.source.start(self.registry)
+        try:
+            await self.source.start(self.registry)
+        except BaseException:
+            await self.scraper.stop()
+            raise
 
     async def stop(self) -> None:
         await self.source.stop()

@@ -75,7 +75,11 @@ class Gateway:
 
     async def start(self) -> None:
         await self.proxy.start()
-        await self.data.start()
+        try:
+            await self.data.start()
+        except BaseException:
+            await self.proxy.stop()
+            raise
 
     async def stop(self) -> None:
         await self.data.stop()

@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.routing import Decision
+
+# The *_created series double the page for no use to a scraper of a long-running process.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 RATIO_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))
 DECISION_BUCKETS = (25e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1.6e-3, 3.2e-3, 6.4e-3, 0.0128, 0.0256, 0.1)
@@ -69,7 +72,12 @@ class Telemetry:
         )  # fmt: skip
         self.inflight = Gauge("mmgate_inflight_requests", "Requests being proxied now", registry=r)
         self.decision_latency = Histogram(
-            "mmgate_decision_latency_seconds", "Time to pick an endpoint (parse and pricing excluded)",
+            "mmgate_decision_latency_seconds",
+            "Scheduler time per attempt (pricing, producers, filters, scorers)",
+            buckets=DECISION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.parse_latency = Histogram(
+            "mmgate_parse_seconds", "Time to parse a request body (media headers probed, not decoded)",
             buckets=DECISION_BUCKETS, registry=r,
         )  # fmt: skip
         self.request_latency = Histogram(
