@@ -18,6 +18,7 @@ import json
 import random
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from mmgate.sim.engine import Engine, EngineConfig, MediaSpan, SimRequest
 
@@ -153,11 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hash-algo", default="sha256")
     parser.add_argument("--output-tokens", type=int, default=300)
     parser.add_argument("--no-prefix-caching", action="store_true", help="engines without prefix caching")
+    parser.add_argument("--out", help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     result = run(
         args.pods, args.requests, args.rate, args.profile, args.hash_algo, output_tokens=args.output_tokens
     )
-    print(json.dumps(asdict(result), indent=2))
+    text = json.dumps(asdict(result), indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
     return 0
 
 
