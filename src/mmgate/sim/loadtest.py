@@ -311,7 +311,7 @@ async def _capacity_step(
     session: aiohttp.ClientSession,
     rate: float,
     duration: float,
-    bodies: list[bytes],
+    workload: Workload,
     rng: random.Random,
     time_scale: float,
 ) -> Step:
@@ -327,8 +327,7 @@ async def _capacity_step(
         delay = next_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        body = bodies[i % len(bodies)]
-        tasks.append(asyncio.create_task(stream_one(session, urls[i % len(urls)], body)))
+        tasks.append(asyncio.create_task(stream_one(session, urls[i % len(urls)], workload.next_body())))
         i += 1
         next_at += rng.expovariate(wall_rate)
     results = await asyncio.gather(*tasks)
@@ -374,26 +373,36 @@ async def _capacity_step(
     )
 
 
-async def _capacity(args: argparse.Namespace, sim: SimProcess) -> list[Step]:
-    png = base_png(1280, 720)
-    rng = random.Random(args.seed)
-    n_bodies = max(64, int(max(args.rates) / args.time_scale * args.duration) + 1)
-    bodies = []
-    for i in range(n_bodies):
-        if args.image_pool:
-            tags = sorted(rng.sample(range(args.image_pool), args.images))
+class Workload:
+    """Request bodies made on demand, numbered across the whole run so no two are alike: every
+    image new (``pool`` 0) or drawn from ``pool`` images, and a question that names the request."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.png = base_png(1280, 720)
+        self.rng = random.Random(args.seed + 1)
+        self.count = 0
+
+    def next_body(self) -> bytes:
+        a, i = self.args, self.count
+        self.count += 1
+        if a.image_pool:
+            tags = sorted(self.rng.sample(range(a.image_pool), a.images))
         else:
-            tags = [args.images * i + k for k in range(args.images)]
-        images = [unique_png(png, t) for t in tags]
-        bodies.append(
-            chat_body(args.model, images, f"Request {i}: compare the pictures.", args.output_tokens)
-        )
+            tags = [a.images * i + k for k in range(a.images)]
+        images = [unique_png(self.png, t) for t in tags]
+        return chat_body(a.model, images, f"Request {i}: compare the pictures.", a.output_tokens)
+
+
+async def _capacity(args: argparse.Namespace, sim: SimProcess) -> list[Step]:
+    rng = random.Random(args.seed)
+    workload = Workload(args)
     steps = []
     conn = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         for rate in args.rates:
-            step = await _capacity_step(sim, session, rate, args.duration, bodies, rng, args.time_scale)
+            step = await _capacity_step(sim, session, rate, args.duration, workload, rng, args.time_scale)
             steps.append(step)
             _print_step(step)
             await asyncio.sleep(args.pause)
