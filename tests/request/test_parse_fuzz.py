@@ -135,3 +135,33 @@ def test_any_media_header_value_gives_a_view_or_a_request_error(name: str, value
         assert exc.param == name
         return
     assert view.assets[0].url == "https://x/v.mp4"
+
+
+_BIG = json.dumps(
+    {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUFB" * 20_000}},
+                ],
+            }
+        ],
+    }
+).encode()
+
+
+_POSITIONS = st.integers(0, 200) | st.integers(len(_BIG) - 120, len(_BIG) - 1) | st.integers(0, len(_BIG) - 1)
+_BYTES = st.sampled_from(list(b'"\\\n{}[],: \x00')) | st.integers(0, 255)
+
+
+@FUZZ
+@given(flips=st.lists(st.tuples(_POSITIONS, _BYTES), min_size=1, max_size=6))
+def test_corrupted_large_bodies_give_a_view_or_a_request_error(flips: list[tuple[int, int]]) -> None:
+    # Over 64 KiB, so the data-URI cutting decode (request/skeleton.py) is the path under test.
+    data = bytearray(_BIG)
+    for pos, value in flips:
+        data[pos] = value
+    _answer(bytes(data), Api.CHAT)

@@ -50,7 +50,10 @@ def unescape(text: Buffer) -> bytes:
     data = bytes(text)
     if b"\\" not in data:
         return data
-    return str(msgspec.json.decode(b'"' + data + b'"', type=str)).encode()
+    try:
+        return str(msgspec.json.decode(b'"' + data + b'"', type=str)).encode()
+    except msgspec.DecodeError:  # only reachable if a caller skipped the JSON decode of this text
+        raise RequestError("Malformed JSON string escape in a media value.") from None
 
 
 @dataclass(frozen=True, slots=True)
