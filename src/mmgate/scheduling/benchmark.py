@@ -16,6 +16,8 @@ import dataclasses
 import gc
 import io
 import json
+import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -204,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     Console(width=120).print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {k: getattr(args, k) for k in ("endpoints", "groups", "per_group", "rounds", "inflight")}
+    meta: dict[str, Any] = {
+        k: getattr(args, k) for k in ("endpoints", "groups", "per_group", "rounds", "inflight")
+    }
+    meta["python"] = platform.python_version()
+    meta["cpus"] = os.cpu_count()
+    meta["loadavg_1m"] = os.getloadavg()[0]  # the machine is shared: say how busy it was
     out.write_text(json.dumps({"params": meta, "results": rows}, indent=2))
     print(f"wrote {out}")
     return 0
