@@ -260,3 +260,55 @@ async def test_anthropic_messages_and_completions_pass_through_to_the_same_path(
     assert seen == ["/v1/messages?beta=true", "/v1/completions"]
     assert upstreams[0].bodies[0] == body
     assert upstreams[0].headers[0]["anthropic-version"] == "2023-06-01"
+
+
+async def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_request(
+    env: Env, upstreams: list[Upstream]
+) -> None:
+    cancelled = asyncio.Event()
+
+    async def slow(request: web.Request, _body: bytes) -> web.StreamResponse:
+        try:
+            await asyncio.sleep(5)  # a long prefill
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return web.json_response({})
+
+    upstreams[0].behaviour = slow
+    with pytest.raises(asyncio.TimeoutError):
+        async with env.session.post(
+            env.url + "/v1/chat/completions", data=BODY, timeout=aiohttp.ClientTimeout(total=0.3)
+        ) as resp:
+            await resp.read()
+    await asyncio.wait_for(cancelled.wait(), timeout=3)
+    for _ in range(100):
+        if env.router.calls and env.router.calls[-1][0] == "failed":
+            break
+        await asyncio.sleep(0.01)
+    assert env.router.calls == [("started", upstreams[0].address), ("failed", upstreams[0].address)]
+    text = await (await env.session.get(env.url + "/metrics")).text()
+    assert 'status="client_closed"' in text
+    assert "mmgate_inflight_requests 0.0" in text
+
+
+async def test_beyond_the_inflight_limit_requests_get_429_with_retry_after(
+    env: Env, upstreams: list[Upstream]
+) -> None:
+    env.gateway.settings.max_inflight = 2
+    release = asyncio.Event()
+
+    async def held(_request: web.Request, _body: bytes) -> web.StreamResponse:
+        await release.wait()
+        return web.json_response({})
+
+    upstreams[0].behaviour = held
+    upstreams[1].behaviour = held
+    first = [asyncio.create_task(env.post()) for _ in range(2)]
+    while env.gateway.inflight < 2:
+        await asyncio.sleep(0.01)
+    status, headers, body = await env.post()
+    assert status == 429 and headers["Retry-After"] == "1" and b'"code":"overloaded"' in body
+    release.set()
+    assert [r[0] for r in await asyncio.gather(*first)] == [200, 200]
+    assert env.gateway.inflight == 0

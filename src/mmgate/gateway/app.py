@@ -105,7 +105,11 @@ async def start(
     """
     host = host if host is not None else gateway.settings.host
     port = port if port is not None else gateway.settings.port
-    runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False, shutdown_timeout=10.0)
+    # handler_cancellation: a client that disconnects cancels its handler, which closes the
+    # upstream connection, which makes vLLM abort the request instead of finishing it for nobody.
+    runner = web.AppRunner(
+        gateway.app(), access_log=None, handle_signals=False, shutdown_timeout=10.0, handler_cancellation=True
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True, reuse_port=reuse_port or None)
     await site.start()

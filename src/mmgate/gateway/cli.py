@@ -47,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
+    parser.add_argument(
+        "--max-inflight",
+        type=int,
+        default=0,
+        metavar="N",
+        help="answer 429 + Retry-After beyond N requests in flight (default 0: no limit)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(
         "--log-format", default="json", choices=["json", "text"], help="request log format (default json)"
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         print("mmgate serve: --workers must be at least 1", file=sys.stderr)
         return 2
     gateway.settings.access_log = not args.no_access_log
+    gateway.settings.max_inflight = max(0, args.max_inflight)
     keep_large_buffers()  # multi-MB bodies: reuse heap pages instead of fresh mmaps per request
 
     def ready(running: Running) -> None:

@@ -7,6 +7,7 @@ original bytes to :class:`~mmgate.gateway.proxy.Proxy`. Client mistakes become O
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -48,6 +49,7 @@ class GatewaySettings:
     proxy: ProxySettings = field(default_factory=ProxySettings)
     max_body_bytes: int = 64 * 1024 * 1024
     access_log: bool = True
+    max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
 
 
 class Gateway:
@@ -69,6 +71,7 @@ class Gateway:
         self.telemetry = Telemetry(self.data.registry, clock)
         self.proxy = Proxy(self.data, router, self.telemetry, settings.proxy, clock=clock)
         self.data.registry.on_remove(self._forget)
+        self.inflight = 0
 
     def _forget(self, endpoint: Endpoint) -> None:
         self.router.forget(endpoint.name)
@@ -147,16 +150,30 @@ class Gateway:
                     code="no_endpoint",
                     headers={"Retry-After": "1", REQUEST_ID: request_id},
                 )
+            limit = self.settings.max_inflight
+            if limit and self.inflight >= limit:
+                out.status = 429
+                return error_response(
+                    429,
+                    f"the gateway is at its limit of {limit} requests in flight; retry shortly",
+                    code="overloaded",
+                    headers={"Retry-After": "1", REQUEST_ID: request_id},
+                )
+            self.inflight += 1
             self.telemetry.inflight.inc()
             try:
                 return await self.proxy.forward(request, body, view, candidates, request_id, received, out)
             finally:
+                self.inflight -= 1
                 self.telemetry.inflight.dec()
         except RequestError as exc:
             out.status = exc.status
             return request_error_response(exc, headers={REQUEST_ID: request_id})
         except web.HTTPException as exc:  # e.g. body over the limit; shaped by the middleware
             out.status = exc.status
+            raise
+        except asyncio.CancelledError:  # the client went away; the upstream request was closed
+            out.label = "client_closed"
             raise
         finally:
             self._record(api, view, out, received, request_id)
