@@ -39,6 +39,8 @@ from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
+import mmgate
+
 TOKEN_MARK = b'"delta":{"content":'
 
 # qwen2-vl-2b on an RTX 4060, batch 1, bf16 (issue 4): image size -> (first token ms, decode ms/token)
@@ -141,7 +143,13 @@ class SimProcess:
     def __enter__(self) -> SimProcess:
         endpoints = Path(self._tmp.name) / "endpoints.json"
         cmd = [sys.executable, "-m", "mmgate", "sim", *self.args, "--endpoints-file", str(endpoints)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # run the same mmgate as this process, wherever it was imported from
+        src = str(Path(mmgate.__file__).resolve().parents[1])
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
+        }
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + 60
         while not endpoints.exists():
             if self.proc.poll() is not None:
