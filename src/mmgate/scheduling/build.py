@@ -10,9 +10,9 @@ producer produces. Producers then run in dependency order.
 from __future__ import annotations
 
 import random
-from typing import Any
+from collections.abc import Callable
 
-from mmgate.config.schema import EndpointPickerConfig, MmgateSection, SchedulingProfile
+from mmgate.config.schema import EndpointPickerConfig, MmgateSection, PluginRef, SchedulingProfile
 from mmgate.config.strict import ConfigError
 from mmgate.scheduling import registry
 from mmgate.scheduling.framework import (
@@ -68,7 +68,7 @@ def build_scheduler(
         except ValueError as exc:
             raise ConfigError(str(exc), path=f"plugins[{i}].parameters") from None
 
-    profile_specs = cfg.schedulingProfiles or [_default_profile(cfg, plugins)]
+    profile_specs = cfg.schedulingProfiles or [_default_profile(plugins)]
     profiles = {spec.name: _build_profile(i, spec, plugins, injected) for i, spec in enumerate(profile_specs)}
 
     handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
@@ -98,16 +98,16 @@ def build_scheduler(
     )
 
 
-def _default_profile(cfg: EndpointPickerConfig, plugins: dict[str, Plugin]) -> SchedulingProfile:
-    from mmgate.config.schema import PluginRef
-
+def _default_profile(plugins: dict[str, Plugin]) -> SchedulingProfile:
     refs = [
         PluginRef(pluginRef=name) for name, p in plugins.items() if isinstance(p, Filter | Scorer | Picker)
     ]
     return SchedulingProfile(name=DEFAULT_PROFILE, plugins=refs)
 
 
-def _build_profile(index: int, spec: SchedulingProfile, plugins: dict[str, Plugin], injected: Any) -> Profile:
+def _build_profile(
+    index: int, spec: SchedulingProfile, plugins: dict[str, Plugin], injected: Callable[[str], Plugin]
+) -> Profile:
     filters: list[Filter] = []
     scorers: list[WeightedScorer] = []
     picker: Picker | None = None
@@ -146,7 +146,7 @@ def _base(key: str) -> str:
     return key.split("@", 1)[0]
 
 
-def _resolve_producers(plugins: dict[str, Plugin], injected: Any) -> list[Producer]:
+def _resolve_producers(plugins: dict[str, Plugin], injected: Callable[[str], Plugin]) -> list[Producer]:
     """Create missing default producers, then order all producers so inputs come first."""
     while True:
         produced = {k.name for p in plugins.values() if isinstance(p, Producer) for k in p.produces()}
