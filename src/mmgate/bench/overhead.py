@@ -116,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sweep-fractions",
         default=",".join(str(f) for f in SWEEP_FRACTIONS),
-        help="offered rates as fractions of the best measured throughput of that body",
+        help="offered rates as fractions of the best throughput a router (not direct) reached on that body",
     )
     parser.add_argument(
         "--upstream-latency-ms", type=float, default=1.0, help="null upstream delay (default: 1)"
@@ -378,11 +378,13 @@ class Bench:
         fractions = [float(f) for f in self.args.sweep_fractions.split(",") if f]
         points: list[dict[str, Any]] = []
         for name in [b for b in self.args.sweep_bodies.split(",") if b in self.bodies]:
+            # The range spans the routers' capacities; direct (usually far above) is the floor line.
+            routed = [s.name for s in live if s.kind != "direct"] or [s.name for s in live]
             best = max(
                 (
                     c["throughput"]["ok"] / max(c["throughput"]["elapsed_s"], 1e-9)
                     for c in cells
-                    if c["body"] == name
+                    if c["body"] == name and c["system"] in routed
                 ),
                 default=0.0,
             )

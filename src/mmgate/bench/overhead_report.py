@@ -274,6 +274,7 @@ def print_tables(summary: dict[str, Any]) -> None:
 def plot(summary: dict[str, Any], path: Path) -> None:
     """Latency (p50 solid, p99 dotted) against offered rate, one panel per swept body."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -295,6 +296,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
             ax.plot(xs, [p["p50_ms"] for p in points], "-o", color=colour, label=name, markersize=3)
             ax.plot(xs, [p["p99_ms"] for p in points], ":", color=colour, linewidth=1)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylabel("latency (ms): p50 solid, p99 dotted")
         size = summary["bodies"].get(body, {}).get("bytes")
