@@ -66,6 +66,16 @@ def test_quick_run_writes_a_sane_report(tmp_path: Path) -> None:
     for point in sweep:
         assert point["errors"] == 0 and point["ok"] > 0 and point["p50_ms"] > 0
 
+    # Routers (mmgate here) are charged CPU and memory read from /proc; direct has no router.
+    for name in live:
+        cells = [c for c in raw["cells"] if c["system"] == name]
+        cpu = [c["throughput"]["router_cpu_s"] for c in cells]
+        if systems[name]["kind"] == "direct":
+            assert cpu == [None] * len(cells) and systems[name]["peak_rss_mb"] is None
+        else:
+            assert all(v is not None and v >= 0 for v in cpu) and sum(cpu) > 0
+            assert systems[name]["peak_rss_mb"] > 10
+
     markdown = (out / "overhead.md").read_text()
     for body in BODIES:
         assert f"### {body}:" in markdown

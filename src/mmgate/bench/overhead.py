@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -422,7 +423,7 @@ class Bench:
         return {
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(["mmgate bench overhead", *_cli_args()]),
+            "command": " ".join(["mmgate bench overhead", *map(shlex.quote, _cli_args())]),
             "python": platform.python_version(),
             "machine": _machine(),
             "versions": self.versions,
