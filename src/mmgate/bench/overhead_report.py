@@ -69,6 +69,14 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                 None if mine is None or theirs is None or row["kind"] == "direct" else mine - theirs
             )
     ratios, goals = _ratios(rows)
+    sustained = _sustained(raw.get("sweep", []))
+    kinds = {s["name"]: s["kind"] for s in raw["systems"]}
+    for goal in goals:
+        rates = sustained.get(goal["body"], {})
+        peer_rates = [v for name, v in rates.items() if kinds.get(name) == "peer"]
+        mine = rates.get(goal["system"])
+        best_peer = max(peer_rates, default=0.0)
+        goal["sustained_ratio"] = mine / best_peer if mine is not None and best_peer > 0 else None
     return {
         "meta": raw["meta"],
         "settings": raw.get("settings", {}),
@@ -78,7 +86,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         "ratios": ratios,
         "goals": goals,
         "sweep": raw.get("sweep", []),
-        "sustained": _sustained(raw.get("sweep", [])),
+        "sustained": sustained,
     }
 
 
@@ -121,15 +129,36 @@ def _ratios(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict
     return ratios, goals
 
 
+SUSTAINED_SERVED = 0.95
+SUSTAINED_SLOWDOWN = 10.0
+SUSTAINED_FLOOR_MS = 50.0
+
+
 def _sustained(sweep: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per body and system: the highest offered rate served at >= 95% with no errors."""
-    best: dict[str, dict[str, float]] = {}
-    for point in sweep:
-        per_body = best.setdefault(point["body"], {})
-        per_body.setdefault(point["system"], 0.0)
-        if point["errors"] == 0 and point["achieved_rps"] >= 0.95 * point["offered_rps"]:
-            per_body[point["system"]] = max(per_body[point["system"]], point["offered_rps"])
-    return best
+    """Per body and system: the highest offered rate of the unbroken run of rates, from the
+    lowest up, that were all sustained: >= 95% served, no errors, and p50 no worse than 10x the
+    p50 at the lowest rate (or 50 ms, whichever is larger). 0 when the lowest rate already fails.
+
+    Stopping at the first failure keeps one lucky step above a failing one from counting.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for body in dict.fromkeys(p["body"] for p in sweep):
+        for system in dict.fromkeys(p["system"] for p in sweep if p["body"] == body):
+            points = sorted(
+                (p for p in sweep if p["body"] == body and p["system"] == system),
+                key=lambda p: p["offered_rps"],
+            )
+            base = points[0]["p50_ms"] or 0.0
+            limit = max(SUSTAINED_SLOWDOWN * base, SUSTAINED_FLOOR_MS)
+            best = 0.0
+            for point in points:
+                served = point["achieved_rps"] >= SUSTAINED_SERVED * point["offered_rps"]
+                fast = point["p50_ms"] is not None and point["p50_ms"] <= limit
+                if point["errors"] or not served or not fast:
+                    break
+                best = point["offered_rps"]
+            out.setdefault(body, {})[system] = best
+    return out
 
 
 def _fmt(value: float | None, digits: int = 2, signed: bool = False) -> str:
@@ -235,13 +264,31 @@ def markdown(summary: dict[str, Any]) -> str:
                 else "— (no peer measured)",
                 f"{_fmt(g['added_p50_ms'], signed=True)} ms (goal ≤ {g['added_goal_ms']}) "
                 + ("met" if g["added_met"] else "MISSED"),
+                "—"
+                if g.get("sustained_ratio") is None
+                else f"{_fmt(g['sustained_ratio'])}x "
+                + ("met" if g["sustained_ratio"] >= g["rps_goal"] else "MISSED"),
             ]
             for g in summary["goals"]
         ]
-        lines += _md_table(("body", "mmgate", "req/s vs best peer", "added p50"), rows)
+        lines += _md_table(
+            (
+                "body",
+                "mmgate",
+                "max req/s vs best peer (closed loop)",
+                "added p50",
+                "sustained rate vs best peer (sweep)",
+            ),
+            rows,
+        )
         lines.append("")
     if summary["sustained"]:
-        lines += ["### Highest offered rate sustained in the open-loop sweep (≥ 95% served, no errors)", ""]
+        lines += [
+            "### Highest offered rate sustained in the open-loop sweep",
+            "",
+            "(every rate up to it: ≥ 95% served, no errors, p50 ≤ max(10x the lowest rate's p50, 50 ms))",
+            "",
+        ]
         bodies = list(summary["sustained"])
         names = list(dict.fromkeys(n for per in summary["sustained"].values() for n in per))
         rows = [[n, *(_fmt(summary["sustained"][b].get(n), 0) for b in bodies)] for n in names]
