@@ -199,6 +199,7 @@ class Bench:
         self.upstream: Managed | None = None
         self.systems: list[System] = []
         self.client: ClientProcess | None = None
+        self.load_at_start: tuple[float, float, float] = (0.0, 0.0, 0.0)
         self.versions: dict[str, str] = {
             "mmgate": mmgate.__version__ if hasattr(mmgate, "__version__") else "?"
         }
@@ -307,6 +308,7 @@ class Bench:
     def run(self) -> dict[str, Any]:
         args = self.args
         started = time.time()
+        self.load_at_start = os.getloadavg()
         print("starting the null upstream and the systems under test", flush=True)
         upstream_ports = self._start_upstream()
         self._start_systems(upstream_ports)
@@ -426,6 +428,7 @@ class Bench:
             "command": " ".join(["mmgate bench overhead", *map(shlex.quote, _cli_args())]),
             "python": platform.python_version(),
             "machine": _machine(),
+            "load_average": {"start": list(self.load_at_start), "end": list(os.getloadavg())},
             "versions": self.versions,
         }
 

@@ -218,6 +218,8 @@ def markdown(summary: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
         + f"; Python {meta['python']}.",
         "",
+        _machine_line(meta),
+        "",
     ]
     skipped = [s for s in summary["systems"] if s["status"] != "ok"]
     for system in skipped:
@@ -295,6 +297,19 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += _md_table(("system", *(f"{b} req/s" for b in bodies)), rows)
         lines.append("")
     return "\n".join(lines)
+
+
+def _machine_line(meta: dict[str, Any]) -> str:
+    machine = meta.get("machine", {})
+    cpus, model, kernel = (machine.get(k, "?") for k in ("cpus", "cpu_model", "kernel"))
+    text = f"Machine: {cpus} CPUs ({model}), Linux {kernel}"
+    load = meta.get("load_average")
+    if load:
+        text += (
+            f"; 1-minute load average {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end"
+            " (other engineers' jobs share the machine)"
+        )
+    return text + "."
 
 
 def print_tables(summary: dict[str, Any]) -> None:
