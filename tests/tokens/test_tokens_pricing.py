@@ -76,6 +76,14 @@ def test_rule_refusal_names_the_part() -> None:
     assert err.value.param == "messages[0].content[thin]" and "aspect ratio" in err.value.message
 
 
+def test_absurd_totals_are_refused_before_building_a_sequence() -> None:
+    # llm-d's estimate is uncapped by default: a day of 8K video would be billions of tokens.
+    v = view(video("day", 7680, 4320, 86_400.0, 30.0))
+    with pytest.raises(RequestError, match="more than the 16,777,216") as err:
+        price(v, PricingConfig(family=None, estimate=EstimateConfig()))
+    assert err.value.param == "messages"
+
+
 def test_unknown_family_lists_valid_ones() -> None:
     with pytest.raises(UnknownNameError, match=r"valid choices: .*qwen3-vl"):
         PricingConfig(family="qwen9-vl")

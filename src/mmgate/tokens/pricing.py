@@ -15,11 +15,19 @@ from functools import lru_cache, partial
 from typing import Any
 
 from mmgate.errors import RequestError
-from mmgate.request.view import MediaAsset, Modality, RequestView
+from mmgate.request.view import Api, MediaAsset, Modality, RequestView
 from mmgate.tokens.estimator import EstimateConfig, Estimator
 from mmgate.tokens.families import get_family
 from mmgate.tokens.providers import Provider, get_provider
-from mmgate.tokens.rules import MAX_SIDE, Count, Family, UnknownNameError, check_duration, check_size
+from mmgate.tokens.rules import (
+    MAX_SIDE,
+    Count,
+    Family,
+    UnknownNameError,
+    check_duration,
+    check_fps,
+    check_size,
+)
 from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
 
 IMAGE_CACHE_SIZE = 4096  # distinct (width, height) counts kept per pricing config
@@ -92,6 +100,7 @@ class PricingConfig:
     default_video_fps: float = 24.0
     default_audio_duration_s: float = 10.0
     tokenizer: str | None = None  # path of a local tokenizer.json for exact text counts
+    max_total_tokens: int = 16_777_216  # beyond any model's context: refused before building a sequence
     _resolved: _Resolved = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -166,35 +175,40 @@ class _Resolved:
             )
         if mod is Modality.VIDEO:
             w, h, dur = a.width, a.height, a.duration_s
-            defaulted = not (w and h and dur)
-            if not (w and h):
+            defaulted = w is None or h is None or not dur or dur <= 0
+            if w is None or h is None:
                 w, h = cfg.default_video
-            if not dur:
+            if not dur or dur <= 0:
                 dur = cfg.default_video_duration_s
-            fps = a.fps or cfg.default_video_fps
-            count, rule = self._video(w, h, dur, fps, a.field)
+            fps = a.fps if a.fps and a.fps > 0 else cfg.default_video_fps
+            self._check(w, h, a.field)
+            check_duration(dur, param=a.field)
+            check_fps(fps, param=a.field)
+            count, rule = self._video(w, h, dur, fps)
             return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h, dur)
         # images, and precomputed embeddings (their length is not known without decoding them)
         w, h = a.width, a.height
-        defaulted = mod is Modality.EMBEDS or not (w and h)
-        if not (w and h):
+        defaulted = mod is Modality.EMBEDS or w is None or h is None
+        if w is None or h is None:
             w, h = cfg.default_image
-        count, rule = self._image(w, h, a)
+        self._check(w, h, a.field)
+        count, rule = self._image(w, h, a.detail)
         return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
 
-    def _image(self, w: int, h: int, a: MediaAsset) -> tuple[Count, str]:
-        if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE):
-            check_size(w, h, param=a.field)  # raises with a message naming the field
+    @staticmethod
+    def _check(w: int, h: int, param: str) -> None:
+        if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE) or type(w) is not int or type(h) is not int:
+            check_size(w, h, param=param)  # raises with a message naming the field
+
+    def _image(self, w: int, h: int, detail: str | None) -> tuple[Count, str]:
         if self.family is not None and self.family.image is not None:
             return self.family_image(w, h), self.name
         if self.provider is not None:
-            return self.provider.image(w, h, a.detail), self.name
+            return self.provider.image(w, h, detail), self.name
         return self.estimator.image(w, h), self.estimate_image_rule
 
-    def _video(self, w: int, h: int, dur: float, fps: float, param: str) -> tuple[Count, str]:
+    def _video(self, w: int, h: int, dur: float, fps: float) -> tuple[Count, str]:
         if self.family is not None and self.family.video is not None:
-            check_size(w, h, param=param)
-            check_duration(dur, param=param)
             return self.family.video(self.family.params, w, h, dur, fps), self.name
         if self.provider is not None and self.provider.video is not None:
             return self.provider.video(w, h, dur, fps), self.name
@@ -242,4 +256,11 @@ def price(view: RequestView, config: PricingConfig) -> Pricing:
         t = a.tokens + a.extra_tokens
         media += t
         by_modality[a.modality] = by_modality.get(a.modality, 0) + t
-    return Pricing(text, assets, text + media, by_modality)
+    total = text + media
+    if total > config.max_total_tokens:
+        raise RequestError(
+            f"the request prices at {total:,} tokens ({media:,} of them media), more than the "
+            f"{config.max_total_tokens:,} any model here accepts; send fewer or smaller media",
+            param="prompt" if view.api is Api.COMPLETIONS else "messages",
+        )
+    return Pricing(text, assets, total, by_modality)

@@ -78,7 +78,8 @@ IDEFICS3 = Family(
     about="Idefics3-8B-Llama3: 1456-px longest edge, 364-px tiles of 169 tokens + global image",
 )
 # HuggingFaceTB/SmolVLM-256M-Instruct preprocessor/processor config: size.longest_edge 2048,
-# max_image_size 512, image_seq_len 64 (vllm.md §7 lists these hub values as not verified).
+# max_image_size 512, image_seq_len 64 (not read from the hub itself; vllm.md §7 and several
+# public copies of those config files agree).
 SMOLVLM = Family(
     "smolvlm",
     IdeficsParams(longest_edge=2048, max_image_size=512, image_seq_len=64),
