@@ -40,7 +40,7 @@ from mmgate.bench.peers import PEERS, find_peers_python, installed_versions
 SRC = Path(mmgate.__file__).resolve().parent.parent
 REPO = SRC.parent
 DEFAULT_MMGATE_CONFIGS = ("round-robin=examples/round-robin.yaml", "aggregated=examples/aggregated.yaml")
-SWEEP_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85, 1.0, 1.2)
+SWEEP_FRACTIONS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.55, 0.7, 0.85, 1.0)
 
 
 @dataclass
