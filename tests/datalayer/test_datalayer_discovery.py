@@ -26,6 +26,10 @@ def test_document_shapes() -> None:
     # What `mmgate sim --endpoints-file` writes.
     sim = [{"name": "pod-0", "role": "both", "model": "m", "url": "http://127.0.0.1:8101", "kv_events": None}]
     assert endpoints_from_document(sim) == [Endpoint("127.0.0.1:8101", "http://127.0.0.1:8101", role="both")]
+    labelled = endpoints_from_document(
+        [{"address": "a:1", "labels": {"zone": "b", "llm-d.ai/role": "decode"}}]
+    )
+    assert labelled[0].labels == (("llm-d.ai/role", "decode"), ("zone", "b"))
 
 
 def test_removal_notifies_listeners_so_indexes_forget() -> None:

@@ -1,9 +1,9 @@
 """Where the endpoint list comes from: a static list, or a file that is watched for changes.
 
-The file may be YAML or JSON: a list of addresses, or a mapping with an ``endpoints:`` list; an
-entry is an address string (``host:port`` or a URL) or ``{address: ..., role: ...}`` (``url`` is
-accepted for ``address``, so the file ``mmgate sim --endpoints-file`` writes works as is). A plain text file
-with one address per line works too (it reads as one YAML string split on whitespace/commas).
+The file may be YAML or JSON: a list of addresses, or a mapping with an ``endpoints:`` list. An
+entry is an address string (``host:port`` or a URL) or a mapping with ``address`` (or ``url``),
+optional ``role`` and ``labels``; the file ``mmgate sim --endpoints-file`` writes works as is.
+A plain text file with one address per line works too (one YAML string, split on whitespace).
 A file that fails to parse keeps the previous set: a half-written file must not empty the fleet.
 """
 
@@ -25,7 +25,7 @@ log = logging.getLogger("mmgate.datalayer")
 
 
 # Keys describing an endpoint that discovery reads past (``mmgate sim --endpoints-file`` writes them).
-_INFORMATIONAL = frozenset({"name", "model", "kv_events", "kv_replay", "labels"})
+_INFORMATIONAL = frozenset({"name", "model", "kv_events", "kv_replay"})
 
 
 def _entry(item: Any, where: str) -> Endpoint:
@@ -33,14 +33,17 @@ def _entry(item: Any, where: str) -> Endpoint:
         return parse_endpoint(item)
     if isinstance(item, dict):
         address = item.get("address", item.get("url"))
-        unknown = set(item) - {"address", "url", "role"} - _INFORMATIONAL
+        unknown = set(item) - {"address", "url", "role", "labels"} - _INFORMATIONAL
         if unknown or address is None:
             raise ValueError(
-                f"{where}: an endpoint entry takes 'address' (or 'url') and optional 'role'"
+                f"{where}: an endpoint entry takes 'address' (or 'url') and optional 'role', 'labels'"
                 + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
             )
         role = item.get("role")
-        return parse_endpoint(str(address), role=None if role is None else str(role))
+        labels = item.get("labels") or {}
+        if not isinstance(labels, dict):
+            raise ValueError(f"{where}.labels: expected a mapping of label to value")
+        return parse_endpoint(str(address), role=None if role is None else str(role), labels=labels)
     raise ValueError(f"{where}: expected an address string or a mapping, got {type(item).__name__}")
 
 

@@ -6,7 +6,7 @@ encoder-cache LRU, in-flight load) and the value of the ``x-mmgate-endpoint`` re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -16,14 +16,18 @@ from mmgate.datalayer.metrics import MetricsSnapshot
 
 @dataclass(slots=True, frozen=True)
 class Endpoint:
-    """One model server: where it is and what role it plays (``None`` = serves everything)."""
+    """One model server: where it is, what role it plays (``None`` = serves everything), and
+    its labels (llm-d reads pod labels such as ``llm-d.ai/role``), as sorted pairs."""
 
     name: str
     url: str
     role: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
-def parse_endpoint(text: str, *, role: str | None = None) -> Endpoint:
+def parse_endpoint(
+    text: str, *, role: str | None = None, labels: Mapping[str, str] | None = None
+) -> Endpoint:
     """``host:port``, ``http://host:port`` or ``https://host:port[/]`` → :class:`Endpoint`.
 
     Raises ``ValueError`` with the offending text when it is not a usable address.
@@ -44,7 +48,8 @@ def parse_endpoint(text: str, *, role: str | None = None) -> Endpoint:
     if parts.path not in ("", "/"):
         raise ValueError(f"endpoint {raw!r}: give the server root, not a path")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return Endpoint(name=f"{host}:{port}", url=f"{parts.scheme}://{host}:{port}", role=role)
+    pairs = tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+    return Endpoint(name=f"{host}:{port}", url=f"{parts.scheme}://{host}:{port}", role=role, labels=pairs)
 
 
 def parse_endpoints(texts: Iterable[str]) -> list[Endpoint]:

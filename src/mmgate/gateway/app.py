@@ -36,7 +36,7 @@ def endpoints_of(section: MmgateSection) -> list[Endpoint]:
     out: list[Endpoint] = []
     for item in section.endpoints:
         if isinstance(item, EndpointSpec):
-            out.append(parse_endpoint(item.url, role=item.role))
+            out.append(parse_endpoint(item.url, role=item.role, labels=item.labels))
         else:
             out.append(parse_endpoint(item))
     return out

@@ -51,7 +51,9 @@ class SchedulerRouter:
         state = self._states.get(record.name)
         endpoint = record.endpoint
         if state is None or state.url != endpoint.url or state.role != endpoint.role:
-            labels = {ROLE_LABEL: endpoint.role} if endpoint.role else {}
+            labels = dict(endpoint.labels)
+            if endpoint.role:
+                labels[ROLE_LABEL] = endpoint.role
             fresh = EndpointState(name=record.name, url=endpoint.url, role=endpoint.role, labels=labels)
             if state is not None:
                 fresh.inflight = state.inflight
