@@ -137,3 +137,20 @@ async def test_slowdown_stretches_steps(http: aiohttp.ClientSession) -> None:
             assert resp.status == 200
         slowed = pod.metrics.busy_sim_s - normal
     assert slowed > 10 * normal
+
+
+async def test_an_engine_failure_turns_into_503s_not_hangs(http: aiohttp.ClientSession) -> None:
+    async with SimFleet(profile="fast") as fleet:
+        pod = fleet.pods[0]
+
+        def broken_step(now: float) -> None:
+            raise RuntimeError("boom")
+
+        pod.engine.step = broken_step  # type: ignore[method-assign]
+        async with http.post(pod.url + "/v1/chat/completions", json=BODY) as resp:
+            assert resp.status == 503
+        async with http.get(pod.url + "/health") as resp:
+            assert resp.status == 503
+        async with http.post(pod.url + "/v1/chat/completions", json=BODY) as resp:
+            assert resp.status == 503
+            assert "engine failed" in (await resp.json())["error"]["message"]

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
 from collections.abc import Coroutine
@@ -262,6 +263,7 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         specs = specs_from_args(args)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from mmgate.sim.engine import Engine
 from mmgate.sim.engine_types import SimRequest, StepOutput
 from mmgate.sim.faults import Faults
 from mmgate.sim.metrics import PodMetrics
+
+log = logging.getLogger(__name__)
 
 # How far behind schedule the loop may fall before it stops trying to catch up (then it drifts).
 MAX_CATCH_UP_S = 0.5
@@ -82,6 +85,7 @@ class Driver:
         self._t0 = self._loop.time()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.failed: Exception | None = None
 
     def now(self) -> float:
         """Simulated seconds since the pod started."""
@@ -110,7 +114,10 @@ class Driver:
         return arrival
 
     def submit(self, request: SimRequest, arrival: float | None = None) -> Flight:
-        """Hand a preprocessed request to the engine (``ValueError`` if it can never run here)."""
+        """Hand a preprocessed request to the engine (``ValueError`` if it can never run here,
+        ``RuntimeError`` once the engine has failed)."""
+        if self.failed is not None:
+            raise RuntimeError(f"the simulated engine failed: {self.failed!r}")
         now = self.now()
         self.engine.add_request(request, now)
         flight = Flight(request.request_id, len(request.token_ids), now if arrival is None else arrival)
@@ -133,6 +140,20 @@ class Driver:
         self._wake.set()
 
     async def _run(self) -> None:
+        try:
+            await self._loop_steps()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in the engine must not leave every stream hanging
+            log.exception("simulated engine failed; the pod now answers 503")
+            self.failed = exc
+            for f in list(self.flights.values()):
+                f.finished = True
+                f.reason = "abort"
+                f.wake()
+            self.flights.clear()
+
+    async def _loop_steps(self) -> None:
         loop = self._loop
         deadline = loop.time()
         while True:

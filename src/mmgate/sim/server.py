@@ -127,6 +127,8 @@ class SimPod:
     # --- small endpoints ---------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
+        if self.driver is not None and self.driver.failed is not None:
+            return web.Response(status=503, text="engine failed\n", headers={POD_HEADER: self.name})
         return web.Response(headers={POD_HEADER: self.name})
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -256,6 +258,8 @@ class SimPod:
             flight = driver.submit(sim, arrival)
         except ValueError as exc:
             return error_response(RequestError(str(exc), param="messages"), self.name)
+        except RuntimeError as exc:
+            return error_response(RequestError(str(exc), status=503, type="service_unavailable"), self.name)
         writer = ResponseWriter(api, request_id, self.model, offset=hash(request_id) & 0xFF)
         extra: dict[str, Any] | None = None
         if transfer.remote_decode:
