@@ -87,6 +87,25 @@ def test_tokens_video_audio_and_files(capsys: pytest.CaptureFixture[str], tmp_pa
     assert rows[1]["tokens"] == 300 and rows[1]["duration_s"] == pytest.approx(12.0)
 
 
+def test_tokens_reads_an_mp4_header_and_openai_detail(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from mmgate.bench import media
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(media.render_video(media.video("k", 1280, 720, 10.0, 30.0)))
+    code, out, _ = run_cli(cli, str(clip), "-f", "qwen3-vl", "--json", capsys=capsys)
+    assert code == 0
+    (row,) = json.loads(out)
+    assert (row["modality"], row["width"], row["height"]) == ("video", 1280, 720)
+    assert row["duration_s"] == pytest.approx(10.0) and row["fps"] == pytest.approx(30.0, rel=0.01)
+    assert row["tokens"] == get_family("qwen3-vl").count_video(1280, 720, 10.0, 30.0).tokens
+    code, out, _ = run_cli(
+        cli, "4096x8192", "-p", "openai:gpt-4o", "--detail", "low", "--json", capsys=capsys
+    )
+    assert json.loads(out)[0]["tokens"] == 85
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

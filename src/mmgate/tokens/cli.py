@@ -93,6 +93,7 @@ class Column:
     kind: str  # "family" | "provider" | "estimate"
     family: Family[Any] | None = None
     provider: Provider | None = None
+    detail: str | None = None  # OpenAI image detail for provider columns
 
     def count(self, item: Input) -> Count | None:
         """The count, or None when this rule has nothing for the input's modality."""
@@ -109,7 +110,7 @@ class Column:
         if self.provider is not None:
             p = self.provider
             if item.modality is Modality.IMAGE:
-                return p.image(w, h, None)  # type: ignore[arg-type]
+                return p.image(w, h, self.detail)  # type: ignore[arg-type]
             if item.modality is Modality.VIDEO and p.video is not None:
                 return p.video(w, h, d, f)  # type: ignore[arg-type]
             if item.modality is Modality.AUDIO and p.audio is not None:
@@ -136,7 +137,7 @@ def split_params(items: list[str]) -> list[tuple[str | None, str, str]]:
 
 
 def build_columns(
-    families: list[str], providers: list[str], params: list[str], estimate: bool
+    families: list[str], providers: list[str], params: list[str], estimate: bool, detail: str | None = None
 ) -> list[Column]:
     names: list[str] = []
     for group in families:
@@ -161,7 +162,7 @@ def build_columns(
         for fam in targets:
             overrides[fam.name][key] = value
     columns = [Column(f.name, "family", family=f.with_params(overrides[f.name])) for f in fams]
-    columns += [Column(p.name, "provider", provider=p) for p in provs]
+    columns += [Column(p.name, "provider", provider=p, detail=detail) for p in provs]
     if estimate:
         columns.append(Column("llm-d-estimate", "estimate"))
     return columns
@@ -226,6 +227,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override a family parameter (HF processor config names, e.g. max_pixels, max_soft_tokens); "
         "FAMILY.KEY=VALUE targets one family",
     )
+    parser.add_argument(
+        "--detail", choices=("low", "high", "auto"), help="OpenAI image detail for --provider openai:MODEL"
+    )
     parser.add_argument("--estimate", action="store_true", help="add llm-d's default token-producer estimate")
     parser.add_argument(
         "--json", action="store_true", help="print JSON: one object per (input, family/provider)"
@@ -243,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.inputs:
             print("mmgate tokens: error: give at least one INPUT (or --list); see --help", file=sys.stderr)
             return 2
-        columns = build_columns(args.family, args.provider, args.param, args.estimate)
+        columns = build_columns(args.family, args.provider, args.param, args.estimate, args.detail)
         inputs = [parse_input(i) for i in args.inputs]
         rows = count_all(inputs, columns)
     except (RequestError, ValueError) as exc:
