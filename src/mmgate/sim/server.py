@@ -14,6 +14,7 @@ import json
 import socket
 import struct
 import uuid
+import zlib
 from typing import Any
 
 from aiohttp import web
@@ -238,7 +239,7 @@ class SimPod:
         n_out = 1 if transfer.remote_decode else job.output_tokens
         reason = "length" if transfer.remote_decode else job.reason
         prompt_tokens = len(job.sequence)
-        block_size = self.engine.stats().block_size
+        block_size = self.engine.block_size
         if transfer.remote_prefill:
             # The KV cache arrives over the wire instead of being computed here.
             n = transfer.remote_num_tokens if transfer.remote_num_tokens is not None else prompt_tokens
@@ -260,7 +261,7 @@ class SimPod:
             return error_response(RequestError(str(exc), param="messages"), self.name)
         except RuntimeError as exc:
             return error_response(RequestError(str(exc), status=503, type="service_unavailable"), self.name)
-        writer = ResponseWriter(api, request_id, self.model, offset=hash(request_id) & 0xFF)
+        writer = ResponseWriter(api, request_id, self.model, offset=zlib.crc32(request_id.encode()) & 0xFF)
         extra: dict[str, Any] | None = None
         if transfer.remote_decode:
             extra = {
