@@ -60,7 +60,8 @@ class Upstream:
         return web.Response(text='vllm:num_requests_waiting{model_name="m"} 0\n')
 
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        card = {"id": self.model, "object": "model", "max_model_len": 4096}
+        return web.json_response({"object": "list", "data": [card]})
 
     async def start(self) -> None:
         app = web.Application(client_max_size=1 << 30)

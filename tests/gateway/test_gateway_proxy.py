@@ -67,6 +67,7 @@ async def test_original_bytes_are_forwarded_and_the_decision_is_reported(
             "X-Encoder-Hosts-Ports": "10.9.9.9:2",
             "x-mmgate-endpoint": "forged",
             "x-request-id": "req-123",
+            "Expect": "100-continue",
         },
     )
     assert status == 200
@@ -77,6 +78,7 @@ async def test_original_bytes_are_forwarded_and_the_decision_is_reported(
     assert "x-gateway-destination-endpoint" not in sent
     assert "x-encoder-hosts-ports" not in sent
     assert "x-mmgate-endpoint" not in sent
+    assert "expect" not in sent
     assert sent["x-prefiller-host-port"] == "10.0.0.1:1"  # set by the router, not the client
     assert headers["x-mmgate-endpoint"] == upstreams[0].address
     assert headers["x-mmgate-request-tokens"] == "42"
@@ -223,6 +225,7 @@ async def test_health_ready_models_and_metrics(env: Env, upstreams: list[Upstrea
             break
         await asyncio.sleep(0.02)
     assert [m["id"] for m in models["data"]] == ["m"]
+    assert models["data"][0]["max_model_len"] == 4096  # the servers' own model objects
     await env.post()
     async with env.session.get(env.url + "/metrics") as resp:
         text = await resp.text()

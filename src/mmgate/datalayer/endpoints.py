@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from mmgate.datalayer.health import Health
@@ -69,6 +70,7 @@ class EndpointRecord:
     health: Health = field(default_factory=Health)
     metrics: MetricsSnapshot | None = None
     models: tuple[str, ...] = ()
+    model_cards: tuple[dict[str, Any], ...] = ()  # the /v1/models objects behind ``models``
 
     @property
     def name(self) -> str:

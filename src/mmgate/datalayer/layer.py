@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mmgate.datalayer.discovery import FileDiscovery, StaticDiscovery
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
@@ -67,8 +68,12 @@ class DataLayer:
 
     def models(self) -> list[str]:
         """The union of the models the fleet serves, in first-seen order."""
-        seen: dict[str, None] = {}
+        return [card["id"] for card in self.model_cards()]
+
+    def model_cards(self) -> list[dict[str, Any]]:
+        """One ``/v1/models`` object per model id the fleet serves (the first endpoint's)."""
+        seen: dict[str, dict[str, Any]] = {}
         for record in self.registry.records():
-            for model in record.models:
-                seen.setdefault(model, None)
-        return list(seen)
+            for card in record.model_cards:
+                seen.setdefault(card["id"], card)
+        return list(seen.values())

@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -26,8 +27,10 @@ log = logging.getLogger("mmgate.datalayer")
 HealthListener = Callable[[EndpointRecord], None]
 
 
-def models_from_listing(body: bytes) -> tuple[str, ...]:
-    """Model ids from an OpenAI ``/v1/models`` body; malformed bodies give no models."""
+def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
+    """The model objects of an OpenAI ``/v1/models`` body (each has a string ``id``); malformed
+    bodies give none. Kept whole so the gateway's listing shows what the servers said
+    (``max_model_len``, ``owned_by``, ...)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -35,7 +38,7 @@ def models_from_listing(body: bytes) -> tuple[str, ...]:
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
         return ()
-    return tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
+    return tuple(m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
 
 
 class MetricsScraper:
@@ -151,7 +154,9 @@ class MetricsScraper:
         try:
             async with self._session.get(record.endpoint.url + "/v1/models") as resp:
                 if resp.status == 200:
-                    record.models = models_from_listing(await resp.read())
+                    cards = model_cards(await resp.read())
+                    record.model_cards = cards
+                    record.models = tuple(card["id"] for card in cards)
         except asyncio.CancelledError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

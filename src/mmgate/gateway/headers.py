@@ -41,6 +41,7 @@ HOP_BY_HOP = frozenset(
         "upgrade",
         "host",
         "content-length",
+        "expect",  # 100-continue was answered to the client; the body is already read
     }
 )
 

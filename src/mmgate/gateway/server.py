@@ -216,7 +216,7 @@ class Gateway:
         access_log.info("request", extra={"fields": fields})
 
     async def models(self, _request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "mmgate"} for m in self.data.models()]
+        data = self.data.model_cards()
         return web.Response(
             body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
         )
