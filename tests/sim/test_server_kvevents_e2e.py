@@ -183,3 +183,23 @@ async def test_legacy_format_and_raw_hashes_by_option(http: aiohttp.ClientSessio
     first = batch[1][0]
     assert first[0] == "BlockStored" and len(first) == 6
     assert all(isinstance(h, bytes) and len(h) == 32 for h in first[1])
+
+
+async def test_topic_template_names_each_pod() -> None:
+    template = '"topic": "kv@{host}:{port}@{model}"'
+    kv = parse_kv_events_config(
+        '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*", ' + template + "}"
+    )
+    async with SimFleet(pods=2, profile="fast", kv_events=kv) as fleet:
+        topics = [p.publisher.config.topic if p.publisher else None for p in fleet]
+        expected = [f"kv@127.0.0.1:{p.port}@test" for p in fleet]
+    assert topics == expected and len(set(topics)) == 2
+
+
+async def test_topic_template_with_an_unknown_placeholder_is_refused() -> None:
+    kv = parse_kv_events_config(
+        '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*", "topic": "{gpu}"}'
+    )
+    with pytest.raises(ValueError, match="gpu"):
+        async with SimFleet(profile="fast", kv_events=kv):
+            pass

@@ -17,6 +17,7 @@ import uuid
 import zlib
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from mmgate.errors import RequestError
@@ -80,12 +81,6 @@ class SimPod:
         return None if self.publisher is None else self.publisher.replay_endpoint
 
     async def start(self) -> None:
-        kv = self.spec.kv_events
-        if kv is not None and kv.active:
-            self.publisher = KVEventPublisher(
-                kv, fmt=self.spec.kv_events_format, int_hashes=self.spec.kv_events_int_hashes
-            )
-            self.publisher.start()
         self.driver = Driver(
             self.engine,
             metrics=self.metrics,
@@ -111,6 +106,26 @@ class SimPod:
         if self.spec.port == 0 and server is not None:
             sockets = getattr(server, "sockets", None) or []
             self.port = sockets[0].getsockname()[1]
+        kv = self.spec.kv_events
+        if kv is not None and kv.active:
+            kv = msgspec.structs.replace(kv, topic=self.kv_topic(kv.topic))
+            self.publisher = KVEventPublisher(
+                kv, fmt=self.spec.kv_events_format, int_hashes=self.spec.kv_events_int_hashes
+            )
+            self.publisher.start()
+
+    def kv_topic(self, template: str) -> str:
+        """The KV-event topic: vLLM's as given, or (mmgate's extension) a template naming this pod,
+        e.g. ``kv@{host}:{port}@{model}`` as llm-d's simulator and indexer spell it."""
+        if "{" not in template:
+            return template
+        try:
+            return template.format(pod=self.name, host=self.spec.host, port=self.port, model=self.model)
+        except (KeyError, IndexError, ValueError) as exc:
+            known = "{pod} {host} {port} {model}"
+            raise ValueError(
+                f"kv_events topic {template!r}: unknown placeholder {exc}; use {known}"
+            ) from None
 
     async def stop(self) -> None:
         if self.driver is not None:
