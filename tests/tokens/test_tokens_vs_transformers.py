@@ -7,6 +7,7 @@ images also go through full pixel preprocessing to show the counting methods agr
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import numpy as np
@@ -339,3 +340,30 @@ def test_llama4_best_fit_matches_get_best_fit() -> None:
         ch, cw = (int(v) for v in mod.get_best_fit((h, w), canvases))
         grid = (ch // 336) * (cw // 336)
         assert fam.count_image(w, h).tokens == 144 * (grid + 1 if grid > 1 else 1), (w, h)
+
+
+def test_qwen3_vl_video_with_the_per_frame_cap() -> None:
+    mod = qwen3_video_module()
+    proc = bare(
+        mod.Qwen3VLVideoProcessor,
+        size={"shortest_edge": 4096, "longest_edge": 25_165_824},
+        cap_pixels_per_frame=True,
+    )
+    fam = get_family("qwen3-vl").with_params({"cap_pixels_per_frame": True})
+    for frames, fps, w, h in _video_cases(13, 200):
+        meta = VideoMetadata(total_num_frames=frames, fps=fps, width=w, height=h)
+        sampled = len(mod.Qwen3VLVideoProcessor.sample_frames(proc, meta))
+        expected = mod.Qwen3VLVideoProcessor.get_num_of_video_patches(proc, sampled, h, w) // 4
+        assert fam.count_video(w, h, frames / fps, fps).tokens == expected, (frames, fps, w, h)
+
+
+def test_gemma4_video_frames_at_the_video_budget() -> None:
+    video_processor = types.SimpleNamespace(patch_size=16, pooling_kernel_size=3, max_soft_tokens=70)
+    proc = bare(Gemma4Processor, image_processor=Gemma4ImageProcessorPil(), video_processor=video_processor)
+    fam = get_family("gemma4")
+    for frames, fps, w, h in _video_cases(17, 200):
+        if max(w, h) / min(w, h) > 20:
+            continue  # too elongated for a 70-token frame budget in both implementations
+        sampled = min(32, frames)  # num_frames=32, uniformly spaced when the clip has more
+        expected = proc._get_num_multimodal_tokens(video_sizes=[(sampled, h, w)])["num_video_tokens"][0]
+        assert fam.count_video(w, h, frames / fps, fps).tokens == expected, (frames, fps, w, h)
