@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the headline comparison (discrete-event, 8 pods): shared-prefix and image-reuse",
     )
     headline.add_argument("--out", type=Path, default=Path("results/headline"), help="output folder")
-    headline.add_argument("--duration", type=float, default=None, help="seconds per rung (default: 60)")
+    headline.add_argument("--duration", type=float, default=None, help="seconds per rung (default: 100, as llm-d)")
     headline.add_argument("--rates", default="5:40:5", help="rate ladder (default 5:40:5)")
     headline.add_argument("--quick", action="store_true", help="a small smoke version (seconds)")
 

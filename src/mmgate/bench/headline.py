@@ -31,7 +31,7 @@ SYSTEMS = {
     "shared-prefix": "round-robin,aggregated,encoder-affinity",
     "image-reuse": "round-robin,aggregated,encoder-affinity",
 }
-DEFAULT_DURATION_S = 60.0
+DEFAULT_DURATION_S = 100.0
 TTFT_SLO_S = 2.0
 
 console = Console(stderr=True)
@@ -62,6 +62,7 @@ def _one(name: str, out: str, rates: str, duration_s: float, quick: bool) -> dic
         "cpu_s": round(cpu, 2),
         "simulated_requests": simulated,
         "simulated_requests_per_wall_minute": round(simulated / wall * 60),
+        "simulated_requests_per_cpu_minute": round(simulated / max(cpu, 1e-9) * 60),
     }
     report.write_all(records, Path(out) / name, title=name, meta=meta, ttft_slo_s=TTFT_SLO_S)
     return meta
@@ -120,6 +121,7 @@ def summary(out: Path, metas: list[dict[str, Any]], wall: float) -> tuple[str, d
             "output_tokens_per_s_at_top": {s: at_top[s]["output_tokens_per_s"] for s in systems},
             "ttft_p90_s": {s: {str(r["rate"]): r["ttft_p90_s"] for r in _by(records, s)} for s in systems},
             "simulated_requests_per_wall_minute": meta["simulated_requests_per_wall_minute"],
+            "simulated_requests_per_cpu_minute": meta["simulated_requests_per_cpu_minute"],
             "wall_s": meta["wall_s"],
         }
         facts["workloads"][name] = f
@@ -149,8 +151,10 @@ def summary(out: Path, metas: list[dict[str, Any]], wall: float) -> tuple[str, d
             row = {r["rate"]: r["ttft_p90_s"] for r in _by(records, s)}
             lines.append(f"| {s} | " + " | ".join(_num(row.get(r)) for r in rates) + " |")
         speed = (
-            f"DES speed: {meta['simulated_requests']:,} simulated requests in {meta['wall_s']:.0f} s wall "
-            f"= {meta['simulated_requests_per_wall_minute']:,} per minute (one process)."
+            f"DES speed (one process): {meta['simulated_requests']:,} simulated requests in "
+            f"{meta['cpu_s']:.0f} s of CPU = {meta['simulated_requests_per_cpu_minute']:,} per CPU-minute "
+            f"({meta['wall_s']:.0f} s wall = {meta['simulated_requests_per_wall_minute']:,} per wall minute "
+            "on a shared machine)."
         )
         lines += ["", speed, ""]
     lines.append(f"Total wall time: {wall:.0f} s.")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import mmgate
 from mmgate.bench.loadgen import Target, raw_bodies, run_ladder, workload_bodies
+from mmgate.bench.media import MediaCache
 from mmgate.bench.overhead_proc import Managed, free_port, wait_until_serving
 from mmgate.bench.records import Ladder, RungResult
 from mmgate.bench.systems import System
@@ -44,6 +45,7 @@ class HttpOptions:
     url: str | None = None  # benchmark an external URL instead of starting anything
     seed: int = 0
     logs: Path | None = None
+    media_cache: int = 4096  # distinct encoded media kept in memory (a 720p JPEG is ~270 KB as base64)
 
 
 def _env() -> dict[str, str]:
@@ -110,6 +112,19 @@ def start_router(
     return router, base, ""
 
 
+def _prerender(workload: Workload, media: MediaCache, log: Callable[[str], None]) -> None:
+    """Encode every distinct image before the first rung, when they all fit the cache, so the
+    client spends no time rendering during a rung (and every system meets the same bytes)."""
+    distinct = {m.key: m for item in workload.items for m in item.media}
+    if len(distinct) > media.capacity:
+        log(f"{len(distinct)} distinct media exceed the cache ({media.capacity}); rendering on demand")
+        return
+    started = time.perf_counter()
+    for spec in distinct.values():
+        media.b64(spec)
+    log(f"rendered {len(distinct)} distinct media in {time.perf_counter() - started:.1f} s")
+
+
 def run_http(
     workload: Workload,
     systems: Sequence[System],
@@ -122,10 +137,12 @@ def run_http(
 ) -> list[RungResult]:
     """Every system in turn, each on a fresh fleet; peers that are absent are skipped with a note."""
 
+    media = MediaCache(capacity=opts.media_cache)
+
     def bodies() -> Iterator[tuple[str, bytes]]:
         if replay is not None:
             return raw_bodies(replay)
-        return workload_bodies(workload, model=model)
+        return workload_bodies(workload, model=model, media=media)
 
     if opts.url is not None:
         model = DEFAULT_MODEL
@@ -133,6 +150,8 @@ def run_http(
         return asyncio.run(run_ladder(target, "external", ladder, bodies(), progress=progress))
     profile = load_profile(opts.profile)
     model = profile.model or profile.name
+    if replay is None:
+        _prerender(workload, media, log)
     results: list[RungResult] = []
     with tempfile.TemporaryDirectory(prefix="mmgate-bench-") as tmp:
         logs = opts.logs or Path(tmp)
