@@ -65,3 +65,13 @@ def test_files_are_written_and_replotted(tmp_path: Path) -> None:
 
     assert cli_run(Args()) == 0  # type: ignore[arg-type]
     assert (tmp_path / "ttft.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_lines_up_two_reports() -> None:
+    a = [report.summarize(_rung("mm", 5, 0.2)), report.summarize(_rung("mm", 10, 0.3))]
+    b = [report.summarize(_rung("mm", 5, 0.25))]
+    text = report.compare(a, b, "http", "des")
+    lines = text.strip().splitlines()
+    assert "out tok/s http" in lines[0] and "TTFT p90 des" in lines[0]
+    assert len(lines) == 3  # header, rule, the one (system, rate) both have
+    assert "| mm | 5 |" in lines[2] and "+0.0%" in lines[2]

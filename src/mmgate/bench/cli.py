@@ -52,13 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the headline comparison (discrete-event, 8 pods): shared-prefix and image-reuse",
     )
     headline.add_argument("--out", type=Path, default=Path("results/headline"), help="output folder")
-    headline.add_argument("--duration", type=float, default=None, help="seconds per rung (default: 100, as llm-d)")
+    headline.add_argument(
+        "--duration", type=float, default=None, help="seconds per rung (default: 100, as llm-d)"
+    )
     headline.add_argument("--rates", default="5:40:5", help="rate ladder (default 5:40:5)")
     headline.add_argument("--quick", action="store_true", help="a small smoke version (seconds)")
 
     plot = sub.add_parser("plot", help="redraw report.md and the PNGs from a saved report.json")
     plot.add_argument("folder", type=Path, help="a folder holding report.json (searched recursively)")
     plot.add_argument("--ttft-slo", type=float, default=2.0, help="TTFT p90 SLO for the sustained rate")
+
+    compare = sub.add_parser("compare", help="two reports side by side (e.g. HTTP vs DES of one scenario)")
+    compare.add_argument("a", type=Path, help="first report.json (or its folder)")
+    compare.add_argument("b", type=Path, help="second report.json (or its folder)")
 
     export = sub.add_parser("export", help="write a workload as OpenAI chat request JSONL")
     export.add_argument("--workload", choices=sorted(GENERATORS), required=True)
@@ -184,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         return code
     if verb == "export":
         return _export(args)
+    if verb == "compare":
+        return _compare(args)
     if verb == "overhead":
         if getattr(args, "overhead_missing", False):
             print("mmgate bench overhead: not available in this build", file=sys.stderr)
@@ -272,4 +280,18 @@ def _export(args: argparse.Namespace) -> int:
     workload = workload_from_args(args)
     n = export_jsonl(workload, args.out, n=args.n, model=args.model)
     console.print(f"wrote {n} requests of {workload.name} to {args.out}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    paths = [p / "report.json" if p.is_dir() else p for p in (args.a, args.b)]
+    for p in paths:
+        if not p.exists():
+            console.print(f"[red]mmgate bench compare:[/] {p} does not exist")
+            return 2
+    (a, meta_a), (b, meta_b) = (report.read_json(p) for p in paths)
+    names = [str(m.get("mode") or p.parent.name) for m, p in zip((meta_a, meta_b), paths, strict=True)]
+    if names[0] == names[1]:
+        names = ["A", "B"]
+    print(report.compare(a, b, names[0], names[1]))
     return 0

@@ -176,6 +176,34 @@ def markdown(records: Sequence[dict[str, Any]], title: str = "", ttft_slo_s: flo
     return "\n".join(lines)
 
 
+def compare(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], a_name: str, b_name: str) -> str:
+    """Per system and rate present in both reports: throughput and TTFT side by side, with the
+    relative difference of ``a`` against ``b`` (how the consistency check is read)."""
+    index = {(r["system"], r["rate"]): r for r in b}
+    pairs = ("out tok/s", "Δ", "TTFT p50", "TTFT p90", "prefix hit")
+    cols = [c if c == "Δ" else f"{c} {n}" for c in pairs for n in ((a_name, b_name) if c != "Δ" else ("",))]
+    head = "| system | rate | " + " | ".join(cols) + " |"
+    lines = [head, "|" + "---|" * 11]
+    for ra in sorted(a, key=lambda r: (r["system"], r["rate"])):
+        rb = index.get((ra["system"], ra["rate"]))
+        if rb is None:
+            continue
+        delta = ""
+        if rb["output_tokens_per_s"]:
+            delta = f"{(ra['output_tokens_per_s'] / rb['output_tokens_per_s'] - 1) * 100:+.1f}%"
+        cells = [
+            ra["system"],
+            _fmt(ra["rate"]),
+            _fmt(ra["output_tokens_per_s"]),
+            _fmt(rb["output_tokens_per_s"]),
+            delta,
+        ]
+        for key in ("ttft_p50_s", "ttft_p90_s", "prefix_cache_hit_ratio"):
+            cells += [_fmt(ra.get(key)), _fmt(rb.get(key))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(records: Sequence[dict[str, Any]], out_dir: Path, title: str = "") -> list[Path]:
     """Three PNGs, one line per system: throughput, TTFT p50/p90 (log) and cache hit ratios vs rate."""
     import matplotlib
