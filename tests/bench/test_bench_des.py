@@ -55,10 +55,12 @@ def test_prefix_affinity_beats_round_robin_on_cache_hits() -> None:
 def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
     """The consistency check: the same scenario through the real gateway and simulated pods over
     loopback (time-scaled 2x) and in the DES. Tolerance: throughput within 5%, TTFT p50/p90
-    within 25% + 60 ms (HTTP adds real parsing, proxying and socket time, scaled by 2)."""
+    within 25% + 60 ms (HTTP adds real parsing, proxying and socket time, scaled by 2). Round
+    robin makes the placement independent of timing, so the cache hits must match too; the
+    at-scale comparison with the affinity configs is in docs/benchmarks/des-http.md."""
     workload = shared_prefix(output_tokens=40, **SMALL)  # type: ignore[arg-type]
     ladder = Ladder(rates=(3.0,), duration_s=8.0)
-    system = [resolve("aggregated")]
+    system = [resolve("round-robin")]
     (http,) = run_http(workload, system, ladder, HttpOptions(pods=2, speedup=2.0), progress=False)
     (des,) = run_des(workload, system, ladder, DesOptions(pods=2), progress=False)
     h, d = summarize(http), summarize(des)
@@ -67,7 +69,7 @@ def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
     assert h["output_tokens_per_s"] == pytest.approx(d["output_tokens_per_s"], rel=0.05)
     for key in ("ttft_p50_s", "ttft_p90_s"):
         assert abs(h[key] - d[key]) <= 0.25 * d[key] + 0.06, (key, h[key], d[key])
-    assert h["prefix_cache_hit_ratio"] == pytest.approx(d["prefix_cache_hit_ratio"], abs=0.1)
+    assert h["prefix_cache_hit_ratio"] == pytest.approx(d["prefix_cache_hit_ratio"], abs=0.02)
 
 
 def test_headline_quick_writes_reports_and_summary(tmp_path: Path) -> None:
