@@ -10,10 +10,10 @@ import pytest
 from gw_support import Upstream, free_port, sse_behaviour, start_gateway
 
 from mmgate.config import load_config_text
-from mmgate.datalayer.endpoints import EndpointRegistry, parse_endpoint
+from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
-from mmgate.request.view import Api, RequestView
+from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate.scheduling import build_scheduler
 
 ROUND_ROBIN = """
@@ -107,3 +107,60 @@ def test_clients_reusing_a_request_id_do_not_corrupt_inflight_accounting() -> No
     assert sum(s.inflight.requests for s in router._states.values()) == 1
     router.finished(second, ok=True)
     assert sum(s.inflight.requests for s in router._states.values()) == 0
+
+
+def _epd_router() -> tuple[SchedulerRouter, list[EndpointRecord]]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "e-pd.yaml").read_text()
+    config = load_config_text(text)
+    router = SchedulerRouter(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
+    registry = EndpointRegistry()
+    records = [
+        registry.add(parse_endpoint("127.0.0.1:1", role="encode")),
+        registry.add(parse_endpoint("127.0.0.1:2", role="prefill-decode")),
+    ]
+    return router, records
+
+
+def _image_view() -> RequestView:
+    image = MediaAsset(
+        modality=Modality.IMAGE, source=Source.URL, identity="img-1", field="messages[0].content[0]"
+    )
+    image.width, image.height, image.probed = 1280, 720, True
+    return RequestView(api=Api.CHAT, model="m", parts=["<|user|>\n", image, "what is this?"], body=BODY)
+
+
+def test_encode_pods_carry_the_load_of_the_requests_they_encode_for() -> None:
+    router, records = _epd_router()
+    decision = router.decide(_image_view(), records, 0.0, request_id="r", headers={}, debug=False)
+    assert decision.endpoint == "127.0.0.1:2"
+    assert decision.headers["x-encoder-hosts-ports"] == "127.0.0.1:1"
+    router.started(decision)
+    assert {name: s.inflight.requests for name, s in router._states.items()} == {
+        "127.0.0.1:1": 1,
+        "127.0.0.1:2": 1,
+    }
+    router.finished(decision, ok=True)
+    assert all(s.inflight.requests == 0 for s in router._states.values())
+
+
+def test_requests_whose_end_is_never_reported_stop_counting_as_load() -> None:
+    clock = [0.0]
+    config = load_config_text(ROUND_ROBIN)
+    router = SchedulerRouter(
+        build_scheduler(config.picker, mmgate=config.mmgate, seed=1),
+        clock=lambda: clock[0],
+        lost_after_s=100.0,
+    )
+    registry = EndpointRegistry()
+    records = [registry.add(parse_endpoint("127.0.0.1:1"))]
+    view = RequestView(api=Api.CHAT, model="m", parts=["hello"], body=BODY)
+    router.started(router.decide(view, records, 0.0, request_id="lost", headers={}, debug=False))
+    assert router.scheduler.active_requests == 1
+    clock[0] = 50.0  # a sweep runs, but the request is not old enough to be called lost
+    router.started(router.decide(view, records, 50.0, request_id="alive", headers={}, debug=False))
+    assert router.scheduler.active_requests == 2
+    clock[0] = 120.0
+    router.decide(view, records, 120.0, request_id="next", headers={}, debug=False)
+    assert router.scheduler.active_requests == 1  # only "lost" was released

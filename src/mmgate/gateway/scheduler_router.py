@@ -21,6 +21,12 @@ from mmgate.tokens import PricingConfig, price
 
 PREFILLER_HEADER = "x-prefiller-host-port"
 ENCODERS_HEADER = "x-encoder-hosts-ports"
+SECONDARY_PROFILES = ("encode", "prefill")
+"""Profiles whose targets do work for the request besides the primary (decode) target."""
+
+SWEEP_EVERY_S = 30.0
+LOST_AFTER_S = 900.0
+"""A request whose end was never reported (a lost callback) stops counting as load after this."""
 
 
 class _Handle:
@@ -39,8 +45,11 @@ class SchedulerRouter:
         *,
         pricing: PricingConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        lost_after_s: float = LOST_AFTER_S,
     ) -> None:
         self.scheduler = scheduler
+        self.lost_after_s = lost_after_s
+        self._last_sweep = clock()
         # Used only for the x-mmgate-request-tokens header when no token-producer is configured.
         self.pricing = pricing or PricingConfig()
         self.clock = clock
@@ -71,6 +80,9 @@ class SchedulerRouter:
         headers: Mapping[str, str],
         debug: bool,
     ) -> Decision:
+        if now - self._last_sweep >= SWEEP_EVERY_S:
+            self._last_sweep = now
+            self.scheduler.sweep(now, self.lost_after_s)
         states = [self.state_of(r) for r in candidates]
         # The scheduler tracks in-flight requests by id; clients choose x-request-id, so two
         # concurrent requests may share one. A per-attempt suffix keeps their accounting apart.
@@ -132,7 +144,14 @@ class SchedulerRouter:
     def started(self, decision: Decision) -> None:
         handle = decision.handle
         assert isinstance(handle, _Handle)
-        self.scheduler.on_started(handle.request, handle.state, self.clock())
+        now = self.clock()
+        self.scheduler.on_started(handle.request, handle.state, now)
+        # E/PD and E/P/D: the encode and prefill pods work for this request too, so they carry
+        # its load until it ends (llm-d counts only the primary target).
+        for profile in SECONDARY_PROFILES:
+            for state in handle.result.targets_of(profile):
+                if state is not handle.state:
+                    self.scheduler.on_started(handle.request, state, now, profile=profile)
 
     def first_token(self, decision: Decision) -> None:
         handle = decision.handle
