@@ -133,6 +133,8 @@ class MmgateSection(_Strict):
     metricsStalenessMs: int = 2000
     maxRetries: int = 2
     requestTimeoutS: float = 600.0
+    readTimeoutS: float = 300.0
+    bodyTimeoutS: float = 30.0
     debugHeaders: bool = False
     seed: int | None = None
 

@@ -20,6 +20,7 @@ from mmgate.config import GatewayConfig, MmgateSection
 from mmgate.config.schema import EndpointSpec
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.layer import DataLayerConfig
+from mmgate.errors import RequestError
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
 from mmgate.gateway.server import Gateway, GatewaySettings
@@ -56,15 +57,20 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         proxy=ProxySettings(
             max_attempts=section.maxRetries + 1,
             request_timeout_s=section.requestTimeoutS,
+            read_timeout_s=section.readTimeoutS,
             debug_scores=section.debugHeaders,
         ),
         max_body_bytes=section.limits.maxBodyBytes,
+        body_timeout_s=section.bodyTimeoutS,
     )
 
 
 def make_parser(limits: Limits) -> Callable[[bytes, Mapping[str, str], Api], RequestView]:
     def parse(body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
-        return parse_request(body, headers, api=api, limits=limits)
+        try:
+            return parse_request(body, headers, api=api, limits=limits)
+        except RecursionError:  # JSON nested thousands deep: the decoder gives up, the client erred
+            raise RequestError("The request body is nested too deeply.", param="body") from None
 
     return parse
 

@@ -203,19 +203,19 @@ class Proxy:
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 record.health.record_failure(self.clock(), f"connect: {exc}")
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
+            except TimeoutError:  # before ClientError: aiohttp's ServerTimeoutError is both
+                raise _RetryableError("timeout", "no response headers in time") from None
             except (aiohttp.ClientError, OSError) as exc:
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
-            except TimeoutError:
-                raise _RetryableError("timeout", "no response headers in time") from None
             try:
                 if upstream.status in _RETRY_STATUS and not is_last:
                     raise _RetryableError(str(upstream.status), f"HTTP {upstream.status}")
                 try:
                     first = await upstream.content.readany()
-                except (aiohttp.ClientError, OSError) as exc:
-                    raise _RetryableError("reset", f"failed before the first byte: {exc}") from None
                 except TimeoutError:
                     raise _RetryableError("timeout", "no first byte in time") from None
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise _RetryableError("reset", f"failed before the first byte: {exc}") from None
                 record.health.record_success(self.clock())
                 out.first_byte_s = self.clock() - received
                 self.router.first_token(decision)

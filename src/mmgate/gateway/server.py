@@ -48,6 +48,7 @@ class GatewaySettings:
     data: DataLayerConfig = field(default_factory=DataLayerConfig)
     proxy: ProxySettings = field(default_factory=ProxySettings)
     max_body_bytes: int = 64 * 1024 * 1024
+    body_timeout_s: float = 30.0  # the whole body must arrive within this (slow-loris bodies: 408)
     access_log: bool = True
     max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
 
@@ -136,7 +137,7 @@ class Gateway:
         out = Outcome()
         view: RequestView | None = None
         try:
-            body = await read_body(request, self.settings.max_body_bytes)
+            body = await self._read_body(request)
             view = self.parse(body, request.headers, api)
             candidates = self.candidates(view.model)
             if not candidates:
@@ -177,6 +178,20 @@ class Gateway:
             raise
         finally:
             self._record(api, view, out, received, request_id)
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The body, within ``body_timeout_s``: a client trickling bytes cannot hold a handler."""
+        timeout = self.settings.body_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                return await read_body(request, self.settings.max_body_bytes)
+        except TimeoutError:
+            raise RequestError(
+                f"The request body did not arrive within {timeout:g} s.",
+                param="body",
+                status=408,
+                code="body_timeout",
+            ) from None
 
     def _record(
         self, api: Api, view: RequestView | None, out: Outcome, received: float, request_id: str
