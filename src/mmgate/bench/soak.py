@@ -349,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(Soak(args).run())
     summary = summarize(result)
     result["summary"] = summary
-    (out / "soak.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    (out / "soak.json").write_bytes(
+        orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    )
     plot(result, summary, out / "soak.png")
     print(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
     print(f"wrote {out / 'soak.json'}, {out / 'soak.png'}")

@@ -120,6 +120,16 @@ class PricingSpec(_Strict):
     family: str | None = None
 
 
+class OutlierDetectionSpec(_Strict):
+    """Per-endpoint circuit breaker (``mmgate.gateway.breaker``): eject an endpoint after
+    ``consecutiveFailures`` failed attempts in a row (0 disables), for ``baseEjectionS`` doubling
+    per repeated ejection up to ``maxEjectionS``; then one half-open probe request decides."""
+
+    consecutiveFailures: int = 5
+    baseEjectionS: float = 5.0
+    maxEjectionS: float = 60.0
+
+
 class MmgateSection(_Strict):
     """mmgate's own settings. Command-line flags override them."""
 
@@ -135,6 +145,7 @@ class MmgateSection(_Strict):
     requestTimeoutS: float = 600.0
     readTimeoutS: float = 300.0
     bodyTimeoutS: float = 30.0
+    outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     debugHeaders: bool = False
     seed: int | None = None
 

@@ -21,6 +21,7 @@ from mmgate.config.schema import EndpointSpec
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
+from mmgate.gateway.breaker import BreakerSettings
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
 from mmgate.gateway.server import Gateway, GatewaySettings
@@ -58,6 +59,11 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
             max_attempts=section.maxRetries + 1,
             request_timeout_s=section.requestTimeoutS,
             read_timeout_s=section.readTimeoutS,
+            breaker=BreakerSettings(
+                consecutive_failures=section.outlierDetection.consecutiveFailures,
+                base_ejection_s=section.outlierDetection.baseEjectionS,
+                max_ejection_s=section.outlierDetection.maxEjectionS,
+            ),
             debug_scores=section.debugHeaders,
         ),
         max_body_bytes=section.limits.maxBodyBytes,

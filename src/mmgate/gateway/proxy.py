@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from prometheus_client import Counter, Gauge
 
 from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.datalayer.layer import DataLayer
 from mmgate.gateway.body import ForwardedBody
+from mmgate.gateway.breaker import Breaker, BreakerSettings, State
 from mmgate.gateway.budget import RetryBudget
 from mmgate.gateway.headers import (
     REQUEST_ID,
@@ -52,6 +54,7 @@ class ProxySettings:
     retry_ratio: float = 0.2
     retry_min_per_s: float = 10.0
     debug_scores: bool = False  # honour ``x-mmgate-debug`` from clients
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
 
 
 @dataclass(slots=True)
@@ -90,6 +93,28 @@ class Proxy:
         self.settings = settings
         self.clock = clock
         self.budget = RetryBudget(ratio=settings.retry_ratio, min_per_s=settings.retry_min_per_s)
+        ejections = Counter(
+            "mmgate_endpoint_ejections_total",
+            "Times an endpoint was ejected by the circuit breaker (outlier detection)",
+            ["endpoint"],
+            registry=telemetry.registry,
+        )
+        circuit = Gauge(
+            "mmgate_endpoint_circuit_open",
+            "1 while the endpoint's circuit breaker keeps it out of rotation (open or half-open)",
+            ["endpoint"],
+            registry=telemetry.registry,
+        )
+
+        def on_change(name: str, state: State) -> None:
+            circuit.labels(name).set(0 if state is State.CLOSED else 1)
+            if state is State.OPEN:
+                ejections.labels(name).inc()
+                log.warning("endpoint %s ejected by the circuit breaker", name)
+            elif state is State.CLOSED:
+                log.info("endpoint %s back in rotation (half-open probe succeeded)", name)
+
+        self.breaker = Breaker(settings.breaker, clock=clock, on_change=on_change)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -142,7 +167,7 @@ class Proxy:
         self.budget.on_request()
         headers = upstream_headers(request.headers.items(), request_id)
         want_scores = self.settings.debug_scores and "x-mmgate-debug" in request.headers
-        pending = list(candidates)
+        pending = self.breaker.filter(candidates)
         last_error = "no endpoint could be reached"
         while pending:
             try:
@@ -164,6 +189,8 @@ class Proxy:
                 )
             except _RetryableError as exc:
                 out.errors.append(f"{decision.endpoint}: {exc}")
+                if exc.reason != "429":  # shedding load is not sickness
+                    self.breaker.failure(decision.endpoint)
                 last_error = str(exc)
                 self.telemetry.upstream_errors.labels(decision.endpoint, exc.reason).inc()
                 if is_last or not self.budget.try_retry():
@@ -194,6 +221,7 @@ class Proxy:
         send_headers = {**headers, **decision.headers} if decision.headers else headers
         url = record.endpoint.url + request.path_qs
         self.router.started(decision)
+        self.breaker.begin(record.name)
         if decision.pre_request is not None:
             asyncio.get_running_loop().call_soon(_run_hook, decision.pre_request)
         ok = False
@@ -217,11 +245,17 @@ class Proxy:
                 except (aiohttp.ClientError, OSError) as exc:
                     raise _RetryableError("reset", f"failed before the first byte: {exc}") from None
                 record.health.record_success(self.clock())
+                if upstream.status >= 500:  # the last attempt's error, passed through
+                    self.breaker.failure(record.name)
+                else:
+                    self.breaker.success(record.name)
                 out.first_byte_s = self.clock() - received
                 self.router.first_token(decision)
                 response, ok = await self._relay(
                     request, upstream, first, decision, want_scores, request_id, out
                 )
+                if out.label == "aborted":  # the endpoint broke the stream midway
+                    self.breaker.failure(record.name)
                 return response
             finally:
                 if ok:
@@ -229,6 +263,7 @@ class Proxy:
                 else:
                     upstream.close()
         finally:
+            self.breaker.release(record.name)
             self.router.finished(decision, ok=ok)
 
     async def _relay(

@@ -76,6 +76,7 @@ class Gateway:
 
     def _forget(self, endpoint: Endpoint) -> None:
         self.router.forget(endpoint.name)
+        self.proxy.breaker.forget(endpoint.name)
 
     async def start(self) -> None:
         await self.proxy.start()
