@@ -130,6 +130,18 @@ class OutlierDetectionSpec(_Strict):
     maxEjectionS: float = 60.0
 
 
+class AdmissionSpec(_Strict):
+    """Overload shedding (``mmgate.gateway.admission``): at most ``maxInflight`` requests proxied
+    at once (0: no limit; ``--max-inflight`` overrides), up to ``maxQueue`` more waiting for at
+    most ``queueTimeoutS``, ``perClientInflight`` per API key or address (0: no limit). Beyond
+    that: 429 with ``Retry-After``."""
+
+    maxInflight: int = 0
+    maxQueue: int = 0
+    queueTimeoutS: float = 5.0
+    perClientInflight: int = 0
+
+
 class MmgateSection(_Strict):
     """mmgate's own settings. Command-line flags override them."""
 
@@ -146,6 +158,7 @@ class MmgateSection(_Strict):
     readTimeoutS: float = 300.0
     bodyTimeoutS: float = 30.0
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
+    admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
     debugHeaders: bool = False
     seed: int | None = None
 

@@ -21,6 +21,7 @@ from mmgate.config.schema import EndpointSpec
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
+from mmgate.gateway.admission import AdmissionSettings
 from mmgate.gateway.breaker import BreakerSettings
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
@@ -68,6 +69,12 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         ),
         max_body_bytes=section.limits.maxBodyBytes,
         body_timeout_s=section.bodyTimeoutS,
+        max_inflight=section.admission.maxInflight,
+        admission=AdmissionSettings(
+            max_queue=section.admission.maxQueue,
+            queue_timeout_s=section.admission.queueTimeoutS,
+            per_client_inflight=section.admission.perClientInflight,
+        ),
     )
 
 

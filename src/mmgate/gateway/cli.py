@@ -50,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-inflight",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="answer 429 + Retry-After beyond N requests in flight (default 0: no limit)",
+        help="answer 429 + Retry-After beyond N requests in flight (default: mmgate.admission.maxInflight, "
+        "0 = no limit)",
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         print("mmgate serve: --workers must be at least 1", file=sys.stderr)
         return 2
     gateway.settings.access_log = not args.no_access_log
-    gateway.settings.max_inflight = max(0, args.max_inflight)
+    if args.max_inflight is not None:
+        gateway.settings.max_inflight = max(0, args.max_inflight)
     keep_large_buffers()  # multi-MB bodies: reuse heap pages instead of fresh mmaps per request
 
     def ready(running: Running) -> None:
@@ -114,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
             # Each worker builds its own gateway: nothing bound to an event loop crosses fork().
             worker = build_gateway(config)
             worker.settings.access_log = gateway.settings.access_log
+            worker.settings.max_inflight = gateway.settings.max_inflight
             run_forever(lambda: serve_until_signal(worker, ready, port=port, reuse_port=True))
             return 0
 

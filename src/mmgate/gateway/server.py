@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.errors import RequestError
+from mmgate.gateway.admission import Admission, AdmissionSettings, Overloaded, client_key
 from mmgate.gateway.body import read_body
 from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Outcome, Proxy, ProxySettings
@@ -51,6 +52,7 @@ class GatewaySettings:
     body_timeout_s: float = 30.0  # the whole body must arrive within this (slow-loris bodies: 408)
     access_log: bool = True
     max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)  # queue, per-client
 
 
 class Gateway:
@@ -72,7 +74,12 @@ class Gateway:
         self.telemetry = Telemetry(self.data.registry, clock)
         self.proxy = Proxy(self.data, router, self.telemetry, settings.proxy, clock=clock)
         self.data.registry.on_remove(self._forget)
-        self.inflight = 0
+        self.admission = Admission(settings.admission)
+
+    @property
+    def inflight(self) -> int:
+        """Requests holding an admission slot now."""
+        return self.admission.inflight
 
     def _forget(self, endpoint: Endpoint) -> None:
         self.router.forget(endpoint.name)
@@ -152,21 +159,22 @@ class Gateway:
                     code="no_endpoint",
                     headers={"Retry-After": "1", REQUEST_ID: request_id},
                 )
-            limit = self.settings.max_inflight
-            if limit and self.inflight >= limit:
+            client = client_key(request.headers, request.remote)
+            try:
+                await self.admission.enter(self.settings.max_inflight, client)
+            except Overloaded as exc:
                 out.status = 429
                 return error_response(
                     429,
-                    f"the gateway is at its limit of {limit} requests in flight; retry shortly",
+                    exc.message,
                     code="overloaded",
-                    headers={"Retry-After": "1", REQUEST_ID: request_id},
+                    headers={"Retry-After": str(exc.retry_after_s), REQUEST_ID: request_id},
                 )
-            self.inflight += 1
             self.telemetry.inflight.inc()
             try:
                 return await self.proxy.forward(request, body, view, candidates, request_id, received, out)
             finally:
-                self.inflight -= 1
+                self.admission.leave(client)
                 self.telemetry.inflight.dec()
         except RequestError as exc:
             out.status = exc.status
