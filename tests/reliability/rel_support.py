@@ -16,11 +16,13 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateway"))
 
 from e2e_support import ROUND_ROBIN, Stack, chat_body, data_url, png, stack
-from gw_support import free_port
+from gw_support import OrderRouter, Upstream, free_port, serve, start_gateway, status_behaviour
 
 __all__ = [
     "ROUND_ROBIN",
+    "OrderRouter",
     "Stack",
+    "Upstream",
     "assert_openai_error",
     "chat_body",
     "config",
@@ -30,7 +32,10 @@ __all__ = [
     "pod_metric",
     "pod_work",
     "raw_request",
+    "serve",
     "stack",
+    "start_gateway",
+    "status_behaviour",
 ]
 
 # Every request a pod admitted ends in one of these (stop, length, abort): their sum over the

@@ -100,7 +100,7 @@ class Gateway:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[_errors_middleware])
         for path, api in ROUTES.items():
-            app.router.add_post(path, self._api_handler(api))
+            app.router.add_post(path, self._api_handler(api), expect_handler=self._expect)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ready", self.ready)
@@ -115,6 +115,24 @@ class Gateway:
         app.on_startup.append(on_startup)
         app.on_cleanup.append(on_cleanup)
         return app
+
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: refuse an over-limit body before the client sends it; any
+        other expectation is a 417 in the OpenAI shape (aiohttp's own answer is plain text)."""
+        expect = request.headers.get("Expect", "")
+        if expect.lower() != "100-continue":
+            return error_response(417, f"unsupported Expect header: {expect[:64]!r}", param="Expect")
+        declared = request.content_length
+        if declared is not None and declared > self.settings.max_body_bytes:
+            return error_response(
+                413,
+                f"request body too large: {declared} bytes; the limit is {self.settings.max_body_bytes}",
+                param="body",
+                code="body_too_large",
+            )
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+        return None
 
     def _api_handler(self, api: Api) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
