@@ -17,6 +17,7 @@ import contextlib
 import resource
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,15 +116,23 @@ async def _ready(session: aiohttp.ClientSession, url: str, timeout: float = 30.0
 
 async def measure(streams: int, command: list[str], env: dict[str, str] | None = None) -> IdleResult:
     """Open ``streams`` idle streams through a gateway started with ``command`` (``mmgate`` argv
-    prefix); ``--endpoints`` and ``--port`` are appended."""
+    prefix); ``--endpoints`` and ``--port`` are appended, and a config whose upstream pool has
+    room for every stream (``mmgate.upstreamPoolLimit``; beyond it requests wait for a connection)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     upstream = HeldUpstream()
     await upstream.start()
     port = _free_port()
+    folder = tempfile.TemporaryDirectory()
+    config = Path(folder.name) / "idle.yaml"
+    config.write_text(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+        f"mmgate:\n  upstreamPoolLimit: {streams + 64}\n"
+    )
     proc = await asyncio.create_subprocess_exec(
-        *command, "serve", "--endpoints", f"127.0.0.1:{upstream.port}", "--port", str(port),
+        *command, "serve", "--config", str(config), "--endpoints", f"127.0.0.1:{upstream.port}",
+        "--port", str(port),
         "--no-access-log", "--log-level", "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
     )  # fmt: skip
@@ -154,7 +163,8 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
 
             batch = 200
             for i in range(0, streams, batch):
-                await asyncio.gather(*(open_one() for _ in range(min(batch, streams - i))))
+                async with asyncio.timeout(60):
+                    await asyncio.gather(*(open_one() for _ in range(min(batch, streams - i))))
             opened = len(responses)
             open_seconds = time.monotonic() - started
             await asyncio.sleep(1.0)
@@ -174,6 +184,7 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
             proc.terminate()
             await proc.wait()
         await upstream.stop()
+        folder.cleanup()
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     return IdleResult(

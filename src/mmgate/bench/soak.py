@@ -233,6 +233,7 @@ class Soak:
         config.write_text(
             "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nmmgate:\n"
             "  readTimeoutS: 2.0\n  bodyTimeoutS: 10.0\n"
+            "  admission: {maxInflight: 200, maxQueue: 100, queueTimeoutS: 5.0}\n"
         )
         endpoints = ",".join(f"127.0.0.1:{p}" for p in fleet.ports)
         gateway = await asyncio.create_subprocess_exec(

@@ -157,6 +157,7 @@ class MmgateSection(_Strict):
     requestTimeoutS: float = 600.0
     readTimeoutS: float = 300.0
     bodyTimeoutS: float = 30.0
+    upstreamPoolLimit: int = 4096
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
     debugHeaders: bool = False

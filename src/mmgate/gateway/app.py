@@ -60,6 +60,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
             max_attempts=section.maxRetries + 1,
             request_timeout_s=section.requestTimeoutS,
             read_timeout_s=section.readTimeoutS,
+            pool_limit=section.upstreamPoolLimit,
             breaker=BreakerSettings(
                 consecutive_failures=section.outlierDetection.consecutiveFailures,
                 base_ejection_s=section.outlierDetection.baseEjectionS,
