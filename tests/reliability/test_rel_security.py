@@ -144,3 +144,29 @@ async def test_the_gateway_fetches_no_url_it_is_given() -> None:
         await runner.cleanup()
         await ups[0].stop()
         await trap_runner.cleanup()
+
+
+async def test_metrics_and_readiness_can_live_on_a_separate_admin_port() -> None:
+    from mmgate.gateway.app import start
+
+    ups = [Upstream(model="m")]
+    await ups[0].start()
+    gateway, runner, _url = await start_gateway([ups[0].address], OrderRouter(), max_body_bytes=1 << 20)
+    await runner.cleanup()  # only its wiring is reused: start it the way `mmgate serve` does
+    gateway.settings.admin_port = 0
+    running = await start(gateway, "127.0.0.1", 0)
+    try:
+        assert running.admin_port not in (None, running.port)
+        admin = f"http://127.0.0.1:{running.admin_port}"
+        async with aiohttp.ClientSession() as session:
+            for path in ("/metrics", "/ready"):
+                async with session.get(running.url + path) as resp:
+                    assert resp.status == 404, path  # not on the API port
+            async with session.get(admin + "/metrics") as resp:
+                assert resp.status == 200 and "mmgate_requests_total" in await resp.text()
+            for base in (running.url, admin):
+                async with session.get(base + "/health") as resp:
+                    assert resp.status == 200
+    finally:
+        await running.stop()
+        await ups[0].stop()

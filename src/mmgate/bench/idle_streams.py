@@ -43,7 +43,7 @@ class IdleResult:
     open_seconds: float
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -123,7 +123,7 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     upstream = HeldUpstream()
     await upstream.start()
-    port = _free_port()
+    port = free_port()
     folder = tempfile.TemporaryDirectory()
     config = Path(folder.name) / "idle.yaml"
     config.write_text(

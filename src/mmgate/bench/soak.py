@@ -19,7 +19,6 @@ import base64
 import contextlib
 import io
 import random
-import socket
 import sys
 import time
 from collections import Counter
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+
+from mmgate.bench.idle_streams import free_port, rss_mb
 
 MODEL = "test"
 
@@ -39,13 +40,6 @@ class Record:
     outcome: str  # ok | cut | hangup | http_<status>_<code> | client_timeout | client_error
     latency_s: float
     endpoint: str = ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def tiny_png(seed: int) -> str:
@@ -92,13 +86,6 @@ async def wait_http(session: aiohttp.ClientSession, url: str, timeout: float = 3
                     return
         await asyncio.sleep(0.1)
     raise RuntimeError(f"{url} did not come up")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Soak:

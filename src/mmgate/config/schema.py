@@ -158,6 +158,7 @@ class MmgateSection(_Strict):
     readTimeoutS: float = 300.0
     bodyTimeoutS: float = 30.0
     upstreamPoolLimit: int = 4096
+    adminPort: int | None = None
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
     debugHeaders: bool = False

@@ -70,6 +70,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         ),
         max_body_bytes=section.limits.maxBodyBytes,
         body_timeout_s=section.bodyTimeoutS,
+        admin_port=section.adminPort,
         max_inflight=section.admission.maxInflight,
         admission=AdmissionSettings(
             max_queue=section.admission.maxQueue,
@@ -107,6 +108,8 @@ class Running:
     runner: web.AppRunner
     host: str
     port: int
+    admin: web.AppRunner | None = None
+    admin_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -114,6 +117,9 @@ class Running:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
+        if self.admin is not None:
+            await self.admin.cleanup()
+            self.admin = None
 
 
 async def start(
@@ -133,9 +139,27 @@ async def start(
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True, reuse_port=reuse_port or None)
     await site.start()
+    running = Running(gateway, runner, host, _bound_port(site, port))
+    if gateway.settings.admin_port is not None:
+        admin = web.AppRunner(gateway.admin_app(), access_log=None, handle_signals=False)
+        await admin.setup()
+        admin_site = web.TCPSite(
+            admin, host, gateway.settings.admin_port, reuse_address=True, reuse_port=reuse_port or None
+        )
+        try:
+            await admin_site.start()
+        except OSError:
+            await admin.cleanup()
+            await runner.cleanup()
+            raise
+        running.admin = admin
+        running.admin_port = _bound_port(admin_site, gateway.settings.admin_port)
+    return running
+
+
+def _bound_port(site: web.TCPSite, asked: int) -> int:
     sockets = getattr(site._server, "sockets", None) or []
-    bound = int(sockets[0].getsockname()[1]) if sockets else port
-    return Running(gateway, runner, host, bound)
+    return int(sockets[0].getsockname()[1]) if sockets else asked
 
 
 async def serve_until_signal(

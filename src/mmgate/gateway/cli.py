@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="answer 429 + Retry-After beyond N requests in flight (default: mmgate.admission.maxInflight, "
         "0 = no limit)",
     )
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics and /ready on this port instead of the API port (default: mmgate.adminPort)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(
         "--log-format", default="json", choices=["json", "text"], help="request log format (default json)"
@@ -99,12 +105,16 @@ def run(args: argparse.Namespace) -> int:
         print("mmgate serve: --workers must be at least 1", file=sys.stderr)
         return 2
     gateway.settings.access_log = not args.no_access_log
+    if args.admin_port is not None:
+        gateway.settings.admin_port = args.admin_port
     if args.max_inflight is not None:
         gateway.settings.max_inflight = max(0, args.max_inflight)
     keep_large_buffers()  # multi-MB bodies: reuse heap pages instead of fresh mmaps per request
 
     def ready(running: Running) -> None:
         fields = {"url": running.url, "port": running.port, "endpoints": len(gateway.data.registry)}
+        if running.admin_port is not None:
+            fields["admin_port"] = running.admin_port
         if args.workers > 1:
             fields["worker_pid"] = os.getpid()
         log.info("listening", extra={"fields": fields})
@@ -117,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             worker = build_gateway(config)
             worker.settings.access_log = gateway.settings.access_log
             worker.settings.max_inflight = gateway.settings.max_inflight
+            worker.settings.admin_port = gateway.settings.admin_port
             run_forever(lambda: serve_until_signal(worker, ready, port=port, reuse_port=True))
             return 0
 

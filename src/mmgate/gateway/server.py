@@ -51,6 +51,7 @@ class GatewaySettings:
     max_body_bytes: int = 64 * 1024 * 1024
     body_timeout_s: float = 30.0  # the whole body must arrive within this (slow-loris bodies: 408)
     access_log: bool = True
+    admin_port: int | None = None  # serve /metrics and /ready there instead (0 picks a free port)
     max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)  # queue, per-client
 
@@ -103,8 +104,8 @@ class Gateway:
             app.router.add_post(path, self._api_handler(api), expect_handler=self._expect)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
-        app.router.add_get("/ready", self.ready)
-        app.router.add_get("/metrics", self.metrics)
+        if self.settings.admin_port is None:
+            self._add_admin_routes(app)
 
         async def on_startup(_app: web.Application) -> None:
             await self.start()
@@ -115,6 +116,18 @@ class Gateway:
         app.on_startup.append(on_startup)
         app.on_cleanup.append(on_cleanup)
         return app
+
+    def admin_app(self) -> web.Application:
+        """``/metrics``, ``/ready`` and ``/health`` alone, for a separate admin port: the fleet's
+        state and the gateway's counters need not be reachable by API clients."""
+        app = web.Application(middlewares=[_errors_middleware])
+        app.router.add_get("/health", self.health)
+        self._add_admin_routes(app)
+        return app
+
+    def _add_admin_routes(self, app: web.Application) -> None:
+        app.router.add_get("/ready", self.ready)
+        app.router.add_get("/metrics", self.metrics)
 
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
         """``Expect: 100-continue``: refuse an over-limit body before the client sends it; any
