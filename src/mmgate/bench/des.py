@@ -173,6 +173,12 @@ class Simulation:
         self.steps = 0
         self.requests = 0
         self._itl: list[tuple[float, int]] = []
+        # The rung being run: its index, records, requests still open, last completion time.
+        self._rung = -2
+        self._records: list[RequestRecord] = []
+        self._open = 0
+        self._last_done = 0.0
+        self._progress_cb: Callable[[RequestRecord], None] | None = None
         self._scrape_all()
         self._push(self.scrape_s, _SCRAPE, None)
 
@@ -313,7 +319,7 @@ class Simulation:
         start = self.now
         schedule = arrival_times(rate, duration_s, ladder.arrival, ladder.seed * 1_000 + index)
         self._rung = index
-        self._records: list[RequestRecord] = []
+        self._records = []
         self._open = len(schedule)
         self._last_done = start
         self._progress_cb = on_record
@@ -374,12 +380,6 @@ class Simulation:
                 kept.append(ev)
         heapq.heapify(kept)
         self._events = kept
-
-    _rung: int = -2
-    _open: int = 0
-    _last_done: float = 0.0
-    _records: list[RequestRecord]
-    _progress_cb: Callable[[RequestRecord], None] | None = None
 
 
 def run_des(
