@@ -170,10 +170,10 @@ async def test_a_slow_loris_body_is_cut_off_with_a_408_while_others_are_served()
         ]
         await asyncio.sleep(0.2)
         served = [await send(s, chat_body(s.model, f"meanwhile {k}")) for k in range(5)]
-        assert all(status == 200 and took < 1.0 for status, _, took in served), served
+        assert all(status == 200 and took < 2.0 for status, _, took in served), served
         for status, data, took in await asyncio.gather(*lorises):
             assert_openai_error(status, data, 408)
-            assert 0.9 < took < 3.0
+            assert 0.9 < took < 5.0
 
 
 async def test_header_injection_and_routing_headers_do_not_reach_upstream() -> None:

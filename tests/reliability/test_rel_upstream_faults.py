@@ -183,9 +183,12 @@ async def test_mixed_faults_every_accepted_request_completes_or_gets_a_clear_err
 
 
 async def test_graceful_shutdown_drains_in_flight_streams() -> None:
-    async with stack(config(), pods=1, time_scale=1.0) as s:
-        streams = [asyncio.create_task(ask(s, f"drain {k}", max_tokens=20)) for k in range(4)]
-        await asyncio.sleep(0.15)  # the streams are in flight
+    async with stack(config(), pods=1, time_scale=3.0) as s:
+        streams = [asyncio.create_task(ask(s, f"drain {k}", max_tokens=40)) for k in range(4)]
+        while s.running.gateway.inflight < 4:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the streams are flowing
+        assert not any(t.done() for t in streams)
         await s.running.stop()  # stops listening, waits for in-flight handlers
         results = await asyncio.gather(*streams)
         assert all(r.done for r in results), results
