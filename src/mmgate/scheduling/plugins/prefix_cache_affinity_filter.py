@@ -16,6 +16,7 @@ import msgspec
 
 from mmgate.scheduling.framework import Filter, PluginHandle
 from mmgate.scheduling.keys import INFLIGHT_LOAD, PREFIX_MATCH, PrefixMatch
+from mmgate.scheduling.plugins._affinity_gate import gate
 from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
@@ -64,20 +65,7 @@ class PrefixCacheAffinityFilter(Filter):
         if p.explorationProbability > 0 and self._rng.random() < p.explorationProbability:
             self.last_outcome = "exploration"
             return endpoints
-        sticky: list[EndpointState] = []
-        others: list[EndpointState] = []
-        threshold = p.affinityThreshold
-        for ep in endpoints:
-            (sticky if info.ratio(ep.name) >= threshold else others).append(ep)
-        if not sticky:
-            self.last_outcome = "no-match"
-            return endpoints
-        if p.maxTTFTPenaltyMs > 0 and others:
-            per_ms = 1000.0 / p.peakPrefillThroughput
-            best_sticky = min(ep.inflight.tokens for ep in sticky) * per_ms
-            best_other = min(ep.inflight.tokens for ep in others) * per_ms
-            if best_sticky - best_other > p.maxTTFTPenaltyMs:
-                self.last_outcome = "load-override"
-                return endpoints
-        self.last_outcome = "sticky"
-        return sticky
+        kept, self.last_outcome = gate(
+            endpoints, info.ratio, p.affinityThreshold, p.maxTTFTPenaltyMs, p.peakPrefillThroughput
+        )
+        return kept

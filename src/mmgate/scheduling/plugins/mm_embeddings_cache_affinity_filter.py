@@ -1,0 +1,69 @@
+"""``mm-embeddings-cache-affinity-filter`` (mmgate): send a request to the pods whose encoder
+cache holds its media — while that costs less waiting than the encoding it saves.
+
+A scorer weight cannot trade a cache hit against a queue: with ``mm-embeddings-cache-scorer`` at a
+fixed weight, popular images pile onto the pods that hold them and TTFT p90 suffers (measured in
+docs/benchmarks/headline.md). This filter uses the prefix filter's gate instead: "sticky" pods
+hold at least ``affinityThreshold`` of the request's media tokens; they alone are kept unless the
+best of them is estimated to make the request wait more than ``maxTTFTPenaltyMs`` longer than the
+best other pod (in-flight tokens / ``peakPrefillThroughput``). Set the penalty near the encoder
+time a hit saves (tens to hundreds of ms), not the prefix filter's tens of seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mmgate.scheduling.framework import Filter, PluginHandle
+from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, INFLIGHT_LOAD, EncoderCacheMatch
+from mmgate.scheduling.plugins._affinity_gate import gate
+from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
+
+
+class EncoderAffinityFilterParams(msgspec.Struct, forbid_unknown_fields=True):
+    affinityThreshold: float = 0.5
+    maxTTFTPenaltyMs: float = 200.0
+    peakPrefillThroughput: float = 15928.0
+    producerName: str = ""
+    inFlightLoadProducerName: str = ""
+
+
+@plugin("mm-embeddings-cache-affinity-filter")
+class MMEmbeddingsCacheAffinityFilter(Filter):
+    Params = EncoderAffinityFilterParams
+
+    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        p: EncoderAffinityFilterParams = params
+        if not 0.0 < p.affinityThreshold <= 1.0:
+            raise ValueError(f"affinityThreshold must be in (0, 1], got {p.affinityThreshold}")
+        if p.maxTTFTPenaltyMs < 0:
+            raise ValueError(f"maxTTFTPenaltyMs must be >= 0, got {p.maxTTFTPenaltyMs}")
+        if p.peakPrefillThroughput <= 0:
+            raise ValueError(f"peakPrefillThroughput must be > 0, got {p.peakPrefillThroughput}")
+        self._match_key: DataKey[EncoderCacheMatch] = ENCODER_CACHE_MATCH.scoped(p.producerName)
+        self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(p.inFlightLoadProducerName)
+        self.last_outcome = ""  # for tests and debugging: why the last call kept what it kept
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        return (self._match_key, self._load_key)
+
+    def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
+        p: EncoderAffinityFilterParams = self.params
+        info = request.get(self._match_key)
+        total = info.total_tokens if info is not None else 0
+        if len(endpoints) <= 1 or info is None or total <= 0:
+            self.last_outcome = "not-applicable"
+            return endpoints
+        matched = info.matched_tokens
+        kept, self.last_outcome = gate(
+            endpoints,
+            lambda name: matched.get(name, 0) / total,
+            p.affinityThreshold,
+            p.maxTTFTPenaltyMs,
+            p.peakPrefillThroughput,
+        )
+        return kept
