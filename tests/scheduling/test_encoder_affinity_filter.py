@@ -66,3 +66,13 @@ def test_requests_without_media_pass_through() -> None:
     eps = endpoints(2)
     assert f.filter(request(), eps) == eps
     assert f.last_outcome == "not-applicable"
+
+
+def test_impossible_gate_settings_are_refused_when_configured() -> None:
+    import pytest
+
+    from mmgate.config import ConfigError
+
+    for bad in ({"affinityThreshold": 1.5}, {"maxTTFTPenaltyMs": -1}, {"peakPrefillThroughput": 0}):
+        with pytest.raises((ConfigError, ValueError)):
+            make_filter(**bad)

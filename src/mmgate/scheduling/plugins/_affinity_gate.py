@@ -13,6 +13,16 @@ from collections.abc import Callable
 from mmgate.scheduling.types import EndpointState
 
 
+def check_gate_params(threshold: float, max_penalty_ms: float, peak_prefill_tokens_per_s: float) -> None:
+    """Refuse gate settings that cannot work, at configuration time (both filters share them)."""
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"affinityThreshold must be in [0, 1], got {threshold}")
+    if max_penalty_ms < 0:
+        raise ValueError(f"maxTTFTPenaltyMs must be >= 0, got {max_penalty_ms}")
+    if max_penalty_ms > 0 and peak_prefill_tokens_per_s <= 0:
+        raise ValueError("peakPrefillThroughput must be > 0 when maxTTFTPenaltyMs > 0")
+
+
 def gate(
     endpoints: list[EndpointState],
     ratio: Callable[[str], float],

@@ -18,7 +18,7 @@ import msgspec
 
 from mmgate.scheduling.framework import Filter, PluginHandle
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, INFLIGHT_LOAD, EncoderCacheMatch
-from mmgate.scheduling.plugins._affinity_gate import gate
+from mmgate.scheduling.plugins._affinity_gate import check_gate_params, gate
 from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
@@ -38,12 +38,7 @@ class MMEmbeddingsCacheAffinityFilter(Filter):
     def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         p: EncoderAffinityFilterParams = params
-        if not 0.0 < p.affinityThreshold <= 1.0:
-            raise ValueError(f"affinityThreshold must be in (0, 1], got {p.affinityThreshold}")
-        if p.maxTTFTPenaltyMs < 0:
-            raise ValueError(f"maxTTFTPenaltyMs must be >= 0, got {p.maxTTFTPenaltyMs}")
-        if p.peakPrefillThroughput <= 0:
-            raise ValueError(f"peakPrefillThroughput must be > 0, got {p.peakPrefillThroughput}")
+        check_gate_params(p.affinityThreshold, p.maxTTFTPenaltyMs, p.peakPrefillThroughput)
         self._match_key: DataKey[EncoderCacheMatch] = ENCODER_CACHE_MATCH.scoped(p.producerName)
         self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(p.inFlightLoadProducerName)
         self.last_outcome = ""  # for tests and debugging: why the last call kept what it kept

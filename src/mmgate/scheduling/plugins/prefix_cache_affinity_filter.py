@@ -16,7 +16,7 @@ import msgspec
 
 from mmgate.scheduling.framework import Filter, PluginHandle
 from mmgate.scheduling.keys import INFLIGHT_LOAD, PREFIX_MATCH, PrefixMatch
-from mmgate.scheduling.plugins._affinity_gate import gate
+from mmgate.scheduling.plugins._affinity_gate import check_gate_params, gate
 from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
@@ -38,14 +38,9 @@ class PrefixCacheAffinityFilter(Filter):
     def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         p: AffinityFilterParams = params
-        if not 0.0 <= p.affinityThreshold <= 1.0:
-            raise ValueError(f"affinityThreshold must be in [0, 1], got {p.affinityThreshold}")
+        check_gate_params(p.affinityThreshold, p.maxTTFTPenaltyMs, p.peakPrefillThroughput)
         if not 0.0 <= p.explorationProbability <= 1.0:
             raise ValueError(f"explorationProbability must be in [0, 1], got {p.explorationProbability}")
-        if p.maxTTFTPenaltyMs < 0:
-            raise ValueError(f"maxTTFTPenaltyMs must be >= 0, got {p.maxTTFTPenaltyMs}")
-        if p.maxTTFTPenaltyMs > 0 and p.peakPrefillThroughput <= 0:
-            raise ValueError("peakPrefillThroughput must be > 0 when maxTTFTPenaltyMs > 0")
         self._prefix_key: DataKey[PrefixMatch] = PREFIX_MATCH.scoped(p.prefixMatchInfoProducerName)
         self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(p.inFlightLoadProducerName)
         self._rng = handle.rng
