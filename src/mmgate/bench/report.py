@@ -234,42 +234,24 @@ def plot(records: Sequence[dict[str, Any]], out_dir: Path, title: str = "") -> l
     ax.set_title(prefix + "output throughput")
     finish(fig, ax, "throughput.png", "output tokens/s")
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, (name, recs) in enumerate(groups.items()):
-        colour = f"C{i}"
-        rates = [r["rate"] for r in recs]
-        ax.plot(rates, [_nan(r["ttft_p90_s"]) for r in recs], marker="o", color=colour, label=f"{name} p90")
-        ax.plot(
-            rates,
-            [_nan(r["ttft_p50_s"]) for r in recs],
-            ls="--",
-            marker=".",
-            color=colour,
-            label=f"{name} p50",
-        )
+    def solid_and_dashed(solid: tuple[str, str, str], dashed: tuple[str, str, str]) -> Any:
+        """One colour per system: ``solid`` and ``dashed`` are (record key, label suffix, marker)."""
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for i, (name, recs) in enumerate(groups.items()):
+            rates = [r["rate"] for r in recs]
+            for (key, suffix, marker), ls in ((solid, "-"), (dashed, "--")):
+                values = [_nan(r[key]) for r in recs]
+                ax.plot(rates, values, ls=ls, marker=marker, color=f"C{i}", label=f"{name} {suffix}")
+        return fig, ax
+
+    fig, ax = solid_and_dashed(("ttft_p90_s", "p90", "o"), ("ttft_p50_s", "p50", "."))
     ax.set_yscale("log")
     ax.set_title(prefix + "time to first token")
     finish(fig, ax, "ttft.png", "TTFT (s, log scale)")
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, (name, recs) in enumerate(groups.items()):
-        colour = f"C{i}"
-        rates = [r["rate"] for r in recs]
-        ax.plot(
-            rates,
-            [_nan(r["prefix_cache_hit_ratio"]) for r in recs],
-            marker="o",
-            color=colour,
-            label=f"{name} prefix",
-        )
-        ax.plot(
-            rates,
-            [_nan(r["encoder_cache_hit_ratio"]) for r in recs],
-            ls="--",
-            marker="s",
-            color=colour,
-            label=f"{name} encoder",
-        )
+    fig, ax = solid_and_dashed(
+        ("prefix_cache_hit_ratio", "prefix", "o"), ("encoder_cache_hit_ratio", "encoder", "s")
+    )
     ax.set_ylim(0, 1.05)
     ax.set_title(prefix + "cache hit ratio (prefix: tokens, encoder: items)")
     finish(fig, ax, "cache_hit.png", "hit ratio")
