@@ -6,6 +6,7 @@ import base64
 from pathlib import Path
 
 import orjson
+import pytest
 import xxhash
 
 from mmgate.request import Api, MediaAsset, Modality, Source, parse_request, role_header
@@ -310,3 +311,21 @@ def test_audio_part_carrying_mp4_reads_its_duration() -> None:
         16000,
         True,
     )
+
+
+def test_each_inline_payload_is_hashed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashing megabytes is the costliest step of a parse: a clean payload must not pay it twice."""
+    from mmgate.request import assets
+
+    hashed: list[int] = []
+    real = assets.identity_of
+
+    def counting(payload: bytes | memoryview | str) -> str:
+        hashed.append(len(payload))
+        return real(payload)
+
+    monkeypatch.setattr(assets, "identity_of", counting)
+    png = image("png", 64, 48)
+    view = parse_request(chat(image_part(data_uri(png)), image_part(data_uri(png[:-1] + b"x"))), {})
+    assert len(view.assets) == 2 and len(hashed) == 2
+    assert view.assets[0].identity == xxhash.xxh3_128_hexdigest(b64(png).encode())

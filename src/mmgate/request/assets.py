@@ -154,8 +154,9 @@ class PromptBuilder:
         self._flush()
         first = self._seen.get(identity)
         if first is None and probe_me and payload is not None and self._limits.validate_base64:
-            clean = check_base64(memoryview(payload), param)
-            if clean is not payload:  # escaped or wrapped text: identify the normalised payload
+            view = memoryview(payload)
+            clean = check_base64(view, param)
+            if clean is not view:  # escaped or wrapped text: identify the normalised payload
                 payload = clean
                 identity = str(uuid) if uuid is not None else identity_of(payload)
                 first = self._seen.get(identity)
