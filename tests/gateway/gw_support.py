@@ -14,6 +14,7 @@ from aiohttp import web
 from mmgate.datalayer.endpoints import EndpointRecord, parse_endpoint
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
+from mmgate.gateway.app import Running, start
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.routing import Decision, NoEndpoint
 from mmgate.gateway.server import Gateway, GatewaySettings
@@ -160,15 +161,17 @@ async def start_gateway(
     parse: Any = tiny_parse,
     proxy: ProxySettings | None = None,
     max_body_bytes: int = 1 << 20,
-) -> tuple[Gateway, web.AppRunner, str]:
+    **settings_kw: Any,
+) -> tuple[Gateway, Running, str]:
     settings = GatewaySettings(
         data=DataLayerConfig(endpoints=[parse_endpoint(a) for a in addresses], scrape_interval_s=0.05),
         proxy=proxy or ProxySettings(debug_scores=True),
         max_body_bytes=max_body_bytes,
+        **settings_kw,
     )
     gateway = Gateway(settings, router, parse)
-    runner, port = await serve(gateway.app())
-    return gateway, runner, f"http://127.0.0.1:{port}"
+    running = await start(gateway, "127.0.0.1", 0)
+    return gateway, running, running.url
 
 
 def free_port() -> int:

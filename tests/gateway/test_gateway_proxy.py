@@ -11,6 +11,7 @@ from aiohttp import web
 from gw_support import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
 from multidict import CIMultiDict
 
+from mmgate.gateway.app import Running
 from mmgate.gateway.server import Gateway
 
 BODY = b'{"model": "m",   "messages": [{"role": "user", "content": "hi \\u00e9"}]}'
@@ -42,18 +43,18 @@ class Env:
             return resp.status, CIMultiDict(resp.headers), await resp.read()
 
 
-async def make_env(addresses: list[str], order: list[str], **kwargs: object) -> tuple[Env, web.AppRunner]:
+async def make_env(addresses: list[str], order: list[str], **kwargs: object) -> tuple[Env, Running]:
     router = OrderRouter(order=order)
-    gateway, runner, url = await start_gateway(addresses, router, **kwargs)  # type: ignore[arg-type]
-    return Env(gateway, url, router, aiohttp.ClientSession()), runner
+    gateway, running, url = await start_gateway(addresses, router, **kwargs)  # type: ignore[arg-type]
+    return Env(gateway, url, router, aiohttp.ClientSession()), running
 
 
 @pytest.fixture
 async def env(upstreams: list[Upstream]) -> AsyncIterator[Env]:
-    e, runner = await make_env([u.address for u in upstreams], [upstreams[0].address])
+    e, running = await make_env([u.address for u in upstreams], [upstreams[0].address])
     yield e
     await e.session.close()
-    await runner.cleanup()
+    await running.stop()
 
 
 async def test_original_bytes_are_forwarded_and_the_decision_is_reported(
@@ -123,21 +124,21 @@ async def test_when_every_endpoint_fails_the_last_answer_is_passed_through(
 
 async def test_connection_refused_is_retried_and_all_refused_is_a_502(upstreams: list[Upstream]) -> None:
     dead = f"127.0.0.1:{free_port()}"
-    e, runner = await make_env([dead, upstreams[0].address], [dead])
+    e, running = await make_env([dead, upstreams[0].address], [dead])
     try:
         status, headers, _ = await e.post()
         assert status == 200 and headers["x-mmgate-endpoint"] == upstreams[0].address
     finally:
         await e.session.close()
-        await runner.cleanup()
-    e, runner = await make_env([dead], [dead])
+        await running.stop()
+    e, running = await make_env([dead], [dead])
     try:
         status, _, body = await e.post()
         assert status == 502
         assert b'"type":"upstream_error"' in body and b"ClientConnectorError" in body
     finally:
         await e.session.close()
-        await runner.cleanup()
+        await running.stop()
 
 
 async def test_sse_chunks_arrive_one_by_one(env: Env, upstreams: list[Upstream]) -> None:
@@ -206,6 +207,7 @@ async def test_client_errors_are_openai_shaped_4xx(env: Env, upstreams: list[Ups
         assert resp.status == 404 and "error" in await resp.json()
     async with env.session.get(env.url + "/v1/chat/completions") as resp:
         assert resp.status == 405 and "error" in await resp.json()
+        assert resp.headers["Allow"] == "POST"
     assert sum(len(u.bodies) for u in upstreams) <= 1
 
 

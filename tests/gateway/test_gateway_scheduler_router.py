@@ -49,7 +49,7 @@ def make_router() -> SchedulerRouter:
 
 async def test_round_robin_spreads_and_inflight_returns_to_zero(upstreams: list[Upstream]) -> None:
     router = make_router()
-    _, runner, url = await start_gateway([u.address for u in upstreams], router)
+    _, running, url = await start_gateway([u.address for u in upstreams], router)
     for u in upstreams:
         u.behaviour = sse_behaviour([b"data: 1\n\n", b"data: [DONE]\n\n"], delay=0.02)
     try:
@@ -66,13 +66,13 @@ async def test_round_robin_spreads_and_inflight_returns_to_zero(upstreams: list[
         assert router.scheduler.active_requests == 0
         assert all(s.inflight.requests == 0 for s in router._states.values())
     finally:
-        await runner.cleanup()
+        await running.stop()
 
 
 async def test_retry_releases_the_failed_attempt_and_scores_are_reported(upstreams: list[Upstream]) -> None:
     router = make_router()
     dead = f"127.0.0.1:{free_port()}"
-    gateway, runner, url = await start_gateway(
+    gateway, running, url = await start_gateway(
         [dead, upstreams[0].address], router, proxy=ProxySettings(debug_scores=True)
     )
     try:
@@ -89,7 +89,7 @@ async def test_retry_releases_the_failed_attempt_and_scores_are_reported(upstrea
         gateway.data.registry.remove(dead)
         assert dead not in router._states
     finally:
-        await runner.cleanup()
+        await running.stop()
 
 
 def test_clients_reusing_a_request_id_do_not_corrupt_inflight_accounting() -> None:

@@ -54,7 +54,7 @@ async def test_keys_and_media_never_reach_the_logs_and_routing_headers_never_rea
         await u.start()
     ups[0].behaviour = status_behaviour(500)  # failures are logged too: still nothing secret
     router = OrderRouter(order=[ups[0].address, ups[1].address])
-    gateway, runner, url = await start_gateway(
+    gateway, running, url = await start_gateway(
         [u.address for u in ups], router, parse=make_parser(Limits()), max_body_bytes=8 << 20
     )
     image = png(11, (64, 48))
@@ -88,7 +88,7 @@ async def test_keys_and_media_never_reach_the_logs_and_routing_headers_never_rea
             async with session.post(url + "/v1/chat/completions", data=bad, headers=headers) as resp:
                 assert resp.status == 400
     finally:
-        await runner.cleanup()
+        await running.stop()
         for u in ups:
             await u.stop()
 
@@ -120,7 +120,7 @@ async def test_the_gateway_fetches_no_url_it_is_given() -> None:
     trap_runner, trap_port = await serve(app)
     ups = [Upstream(model="m")]
     await ups[0].start()
-    gateway, runner, url = await start_gateway(
+    gateway, running, url = await start_gateway(
         [ups[0].address], OrderRouter(), parse=make_parser(Limits()), max_body_bytes=1 << 20
     )
     image_url = f"http://127.0.0.1:{trap_port}/cat.png"
@@ -141,7 +141,7 @@ async def test_the_gateway_fetches_no_url_it_is_given() -> None:
         assert hits == []  # priced with the configured default; the URL is the model server's business
         assert ups[0].bodies == [body]
     finally:
-        await runner.cleanup()
+        await running.stop()
         await ups[0].stop()
         await trap_runner.cleanup()
 
@@ -151,8 +151,8 @@ async def test_metrics_and_readiness_can_live_on_a_separate_admin_port() -> None
 
     ups = [Upstream(model="m")]
     await ups[0].start()
-    gateway, runner, _url = await start_gateway([ups[0].address], OrderRouter(), max_body_bytes=1 << 20)
-    await runner.cleanup()  # only its wiring is reused: start it the way `mmgate serve` does
+    gateway, running, _url = await start_gateway([ups[0].address], OrderRouter(), max_body_bytes=1 << 20)
+    await running.stop()  # only its wiring is reused: start it the way `mmgate serve` does
     gateway.settings.admin_port = 0
     running = await start(gateway, "127.0.0.1", 0)
     try:

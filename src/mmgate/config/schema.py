@@ -157,6 +157,7 @@ class MmgateSection(_Strict):
     requestTimeoutS: float = 600.0
     readTimeoutS: float = 300.0
     bodyTimeoutS: float = 30.0
+    headerTimeoutS: float = 10.0
     upstreamPoolLimit: int = 4096
     adminPort: int | None = None
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)

@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
 from mmgate.config import GatewayConfig, MmgateSection
 from mmgate.config.schema import EndpointSpec
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
@@ -23,6 +21,7 @@ from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
 from mmgate.gateway.admission import AdmissionSettings
 from mmgate.gateway.breaker import BreakerSettings
+from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
 from mmgate.gateway.server import Gateway, GatewaySettings
@@ -70,6 +69,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         ),
         max_body_bytes=section.limits.maxBodyBytes,
         body_timeout_s=section.bodyTimeoutS,
+        header_timeout_s=section.headerTimeoutS,
         admin_port=section.adminPort,
         max_inflight=section.admission.maxInflight,
         admission=AdmissionSettings(
@@ -105,61 +105,52 @@ class Running:
     """A started gateway: where it listens and how to stop it."""
 
     gateway: Gateway
-    runner: web.AppRunner
+    server: HttpServer
     host: str
     port: int
-    admin: web.AppRunner | None = None
+    admin: HttpServer | None = None
     admin_port: int | None = None
+    shutdown_timeout_s: float = 10.0
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        """Stop listening, let in-flight responses finish, then stop the gateway."""
         if self.admin is not None:
-            await self.admin.cleanup()
+            await self.admin.close(1.0)
             self.admin = None
+        await self.server.close(self.shutdown_timeout_s)
+        await self.gateway.stop()
 
 
 async def start(
     gateway: Gateway, host: str | None = None, port: int | None = None, *, reuse_port: bool = False
 ) -> Running:
-    """Bind and start serving (``port=0`` picks a free port; :attr:`Running.port` tells which).
-
-    ``reuse_port`` lets several worker processes listen on the same port (``--workers``).
+    """Start the gateway, bind and serve (``port=0`` picks a free port; :attr:`Running.port` tells
+    which). ``reuse_port`` lets several worker processes listen on the same port (``--workers``).
     """
     host = host if host is not None else gateway.settings.host
     port = port if port is not None else gateway.settings.port
-    # handler_cancellation: a client that disconnects cancels its handler, which closes the
-    # upstream connection, which makes vLLM abort the request instead of finishing it for nobody.
-    runner = web.AppRunner(
-        gateway.app(), access_log=None, handle_signals=False, shutdown_timeout=10.0, handler_cancellation=True
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True, reuse_port=reuse_port or None)
-    await site.start()
-    running = Running(gateway, runner, host, _bound_port(site, port))
-    if gateway.settings.admin_port is not None:
-        admin = web.AppRunner(gateway.admin_app(), access_log=None, handle_signals=False)
-        await admin.setup()
-        admin_site = web.TCPSite(
-            admin, host, gateway.settings.admin_port, reuse_address=True, reuse_port=reuse_port or None
-        )
-        try:
-            await admin_site.start()
-        except OSError:
-            await admin.cleanup()
-            await runner.cleanup()
-            raise
-        running.admin = admin
-        running.admin_port = _bound_port(admin_site, gateway.settings.admin_port)
+    limits = gateway.settings.server_limits()
+    await gateway.start()
+    server = HttpServer(gateway.dispatcher(gateway.routes()), limits, on_refusal=gateway.refused)
+    admin: HttpServer | None = None
+    try:
+        bound = await server.listen(host, port, reuse_port=reuse_port)
+        running = Running(gateway, server, host, bound)
+        if gateway.settings.admin_port is not None:
+            admin = HttpServer(gateway.dispatcher(gateway.admin_routes()), limits)
+            running.admin_port = await admin.listen(host, gateway.settings.admin_port, reuse_port=reuse_port)
+            running.admin = admin
+    except BaseException:
+        if admin is not None:
+            await admin.close(0)
+        await server.close(0)
+        await gateway.stop()
+        raise
     return running
-
-
-def _bound_port(site: web.TCPSite, asked: int) -> int:
-    sockets = getattr(site._server, "sockets", None) or []
-    return int(sockets[0].getsockname()[1]) if sockets else asked
 
 
 async def serve_until_signal(

@@ -1,52 +1,21 @@
-"""Moving request bodies through the gateway with as few copies as possible.
+"""Moving request bodies upstream with as few copies as possible.
 
 A three-image request is 2.3 MB; every copy of it costs the gateway a few hundred microseconds
-(and fresh pages). aiohttp's defaults make three on the way in (``Request.read`` grows a
-bytearray, joins buffered chunks, then copies to ``bytes``) and one on the way out (on Python
-< 3.12.9 its writer joins the request head and the body into one buffer before writing).
-:func:`read_body` makes exactly one (joining the received chunks), :class:`ForwardedBody` none.
+(and fresh pages). On Python < 3.12.9 aiohttp's client writer joins the request head and the
+body into one buffer before writing; :class:`ForwardedBody` avoids that copy.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aiohttp import payload, web
+from aiohttp import payload
 from aiohttp.abc import AbstractStreamWriter
 
 _HEAD_SLICE = 1
 """Bytes of a large body sent together with the request head (aiohttp joins these two)."""
 _JOIN_BELOW = 64 * 1024
 """Bodies smaller than this go out in one write with the head: a copy is cheaper than a syscall."""
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole request body as one ``bytes`` object, refusing more than ``limit`` bytes.
-
-    Raises :class:`aiohttp.web.HTTPRequestEntityTooLarge` like ``Request.read`` does.
-    """
-    declared = request.content_length
-    if declared is not None and declared > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=declared)
-    content = request.content
-    # Let the whole body buffer without pausing the socket every 128 KiB (as Request.read does).
-    raise_limits = getattr(content, "set_read_chunk_size", None)  # aiohttp >= 3.13
-    if raise_limits is not None:
-        raise_limits(min(declared, limit) if declared else limit)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        # readchunk hands over buffered chunks one by one (readany would join them first).
-        chunk, _ = await content.readchunk()
-        if not chunk:
-            break
-        size += len(chunk)
-        if size > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
-        chunks.append(chunk)
-    if len(chunks) == 1:
-        return chunks[0]
-    return b"".join(chunks)
 
 
 class ForwardedBody(payload.BytesPayload):

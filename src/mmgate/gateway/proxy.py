@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict
 from prometheus_client import Counter, Gauge
 
 from mmgate.datalayer.endpoints import EndpointRecord
@@ -26,6 +24,8 @@ from mmgate.datalayer.layer import DataLayer
 from mmgate.gateway.body import ForwardedBody
 from mmgate.gateway.breaker import Breaker, BreakerSettings, State
 from mmgate.gateway.budget import RetryBudget
+from mmgate.gateway.h1.request import Request
+from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.headers import (
     REQUEST_ID,
     RESPONSE_ENDPOINT,
@@ -136,7 +136,7 @@ class Proxy:
 
     def _decide(
         self,
-        request: web.Request,
+        request: Request,
         view: RequestView,
         candidates: Sequence[EndpointRecord],
         request_id: str,
@@ -154,18 +154,19 @@ class Proxy:
 
     async def forward(
         self,
-        request: web.Request,
-        body: bytes,
+        request: Request,
+        writer: ResponseWriter,
         view: RequestView,
         candidates: list[EndpointRecord],
         request_id: str,
         received: float,
         out: Outcome,
-    ) -> web.StreamResponse:
-        """Proxy ``request`` (its ``body`` already parsed into ``view``) to one of ``candidates``."""
+    ) -> None:
+        """Proxy ``request`` (its body already parsed into ``view``) to one of ``candidates``,
+        answering on ``writer``."""
         assert self._session is not None, "start() first"
         self.budget.on_request()
-        headers = upstream_headers(request.headers.items(), request_id)
+        headers = upstream_headers(request.headers.raw, request_id)
         want_scores = self.settings.debug_scores and "x-mmgate-debug" in request.headers
         pending = self.breaker.filter(candidates)
         last_error = "no endpoint could be reached"
@@ -184,9 +185,19 @@ class Proxy:
                 continue
             is_last = out.attempts >= self.settings.max_attempts or not pending
             try:
-                return await self._attempt(
-                    request, body, record, decision, headers, is_last, want_scores, received, request_id, out
+                await self._attempt(
+                    request,
+                    writer,
+                    record,
+                    decision,
+                    headers,
+                    is_last,
+                    want_scores,
+                    received,
+                    request_id,
+                    out,
                 )
+                return
             except _RetryableError as exc:
                 out.errors.append(f"{decision.endpoint}: {exc}")
                 if exc.reason != "429":  # shedding load is not sickness
@@ -197,17 +208,19 @@ class Proxy:
                     break
                 self.telemetry.retries.labels(exc.reason).inc()
         out.status = 502
-        return error_response(
-            502,
-            f"no endpoint answered after {out.attempts} attempt(s): {last_error}",
-            code="upstream_unavailable",
-            headers={REQUEST_ID: request_id},
+        writer.send(
+            error_response(
+                502,
+                f"no endpoint answered after {out.attempts} attempt(s): {last_error}",
+                code="upstream_unavailable",
+                headers={REQUEST_ID: request_id},
+            )
         )
 
     async def _attempt(
         self,
-        request: web.Request,
-        body: bytes,
+        request: Request,
+        writer: ResponseWriter,
         record: EndpointRecord,
         decision: Decision,
         headers: dict[str, str],
@@ -216,10 +229,10 @@ class Proxy:
         received: float,
         request_id: str,
         out: Outcome,
-    ) -> web.StreamResponse:
+    ) -> None:
         assert self._session is not None
         send_headers = {**headers, **decision.headers} if decision.headers else headers
-        url = record.endpoint.url + request.path_qs
+        url = record.endpoint.url + request.target
         self.router.started(decision)
         self.breaker.begin(record.name)
         if decision.pre_request is not None:
@@ -227,7 +240,9 @@ class Proxy:
         ok = False
         try:
             try:
-                upstream = await self._session.post(url, data=ForwardedBody(body), headers=send_headers)
+                upstream = await self._session.post(
+                    url, data=ForwardedBody(request.body), headers=send_headers
+                )
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 record.health.record_failure(self.clock(), f"connect: {exc}")
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
@@ -251,12 +266,9 @@ class Proxy:
                     self.breaker.success(record.name)
                 out.first_byte_s = self.clock() - received
                 self.router.first_token(decision)
-                response, ok = await self._relay(
-                    request, upstream, first, decision, want_scores, request_id, out
-                )
+                ok = await self._relay(writer, upstream, first, decision, want_scores, request_id, out)
                 if out.label == "aborted":  # the endpoint broke the stream midway
                     self.breaker.failure(record.name)
-                return response
             finally:
                 if ok:
                     upstream.release()
@@ -268,54 +280,52 @@ class Proxy:
 
     async def _relay(
         self,
-        request: web.Request,
+        writer: ResponseWriter,
         upstream: aiohttp.ClientResponse,
         first: bytes,
         decision: Decision,
         want_scores: bool,
         request_id: str,
         out: Outcome,
-    ) -> tuple[web.StreamResponse, bool]:
-        """Commit to this upstream: send status and headers, then every chunk as it arrives.
-
-        Returns the response and whether the stream completed.
-        """
-        headers = CIMultiDict(response_headers(upstream.headers.items()))
-        headers[RESPONSE_ENDPOINT] = decision.endpoint
-        headers[RESPONSE_TOKENS] = str(decision.request_tokens)
-        headers[REQUEST_ID] = request_id
+    ) -> bool:
+        """Commit to this upstream: the head leaves with the first chunk, then every chunk as it
+        arrives. Returns whether the stream completed."""
+        headers, length = _client_headers(response_headers(upstream.headers.items()))
+        headers.append((RESPONSE_ENDPOINT, decision.endpoint))
+        headers.append((RESPONSE_TOKENS, str(decision.request_tokens)))
+        headers.append((REQUEST_ID, request_id))
         if want_scores and decision.scores is not None:
-            headers[RESPONSE_SCORES] = _scores_header(decision.scores)
-        response = _RelayResponse(status=upstream.status, headers=headers)
+            headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
         out.status = upstream.status
         chunk = first
         try:
-            await response.prepare(request)
+            writer.start(upstream.status, headers, content_length=length)
             while chunk:
-                await response.write(chunk)
+                await writer.write(chunk)
                 try:
                     chunk = await upstream.content.readany()
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     out.label = "aborted"
                     out.errors.append(f"{decision.endpoint}: stream broke: {type(exc).__name__}: {exc}")
-                    if request.transport is not None:
-                        request.transport.abort()  # the client must see a broken stream, not an end
-                    return response, False
-            await response.write_eof()
-        except (ConnectionError, aiohttp.ClientConnectionResetError):
+                    writer.abort()  # the client must see a broken stream, not an end
+                    return False
+            writer.end()
+        except ConnectionError:
             out.label = "client_closed"  # closing the upstream connection cancels the work there
-            return response, False
-        return response, True
+            return False
+        return True
 
 
-class _RelayResponse(web.StreamResponse):
-    """A streamed response whose head leaves with its first chunk (one send, one client wake-up).
-
-    The relay prepares the response only once the upstream's first body chunk is in hand, so
-    holding the head back costs no latency; aiohttp's plain ``Response`` does the same.
-    """
-
-    _send_headers_immediately = False
+def _client_headers(headers: dict[str, str]) -> tuple[list[tuple[str, str]], int | None]:
+    """The headers as pairs, and the upstream's Content-Length (framing is the writer's job)."""
+    pairs: list[tuple[str, str]] = []
+    length: int | None = None
+    for name, value in headers.items():
+        if name.lower() == "content-length":
+            length = int(value) if value.isdigit() else None
+        else:
+            pairs.append((name, value))
+    return pairs, length
 
 
 def _run_hook(hook: Callable[[], None]) -> None:

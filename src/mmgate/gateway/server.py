@@ -1,7 +1,8 @@
-"""The gateway's HTTP front: OpenAI-compatible routes, health, readiness and metrics.
+"""The gateway's routes: OpenAI-compatible APIs, health, readiness and metrics.
 
-A request is read once, parsed once (:func:`mmgate.request.parse_request`), and handed with its
-original bytes to :class:`~mmgate.gateway.proxy.Proxy`. Client mistakes become OpenAI-shaped
+A request arrives whole from :mod:`mmgate.gateway.h1.server` (which already enforced the head and
+body limits and timeouts), is parsed once (:func:`mmgate.request.parse_request`), and handed with
+its original bytes to :class:`~mmgate.gateway.proxy.Proxy`. Client mistakes become OpenAI-shaped
 4xx errors that name the field; a 5xx from the gateway itself means a gateway or fleet problem.
 """
 
@@ -14,18 +15,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.errors import RequestError
 from mmgate.gateway.admission import Admission, AdmissionSettings, Overloaded, client_key
-from mmgate.gateway.body import read_body
+from mmgate.gateway.h1.request import Request
+from mmgate.gateway.h1.server import ServerLimits
+from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Outcome, Proxy, ProxySettings
-from mmgate.gateway.responses import error_response, request_error_response
+from mmgate.gateway.responses import Response, error_response, json_response, request_error_response
 from mmgate.gateway.routing import Router
 from mmgate.gateway.telemetry import Telemetry
 from mmgate.request.view import Api, RequestView
@@ -34,6 +35,8 @@ log = logging.getLogger("mmgate.gateway")
 access_log = logging.getLogger("mmgate.access")
 
 Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
+RouteHandler = Callable[[Request, ResponseWriter], Awaitable[None]]
+Routes = dict[str, tuple[str, RouteHandler]]  # path -> (method, handler)
 
 ROUTES: dict[str, Api] = {
     "/v1/chat/completions": Api.CHAT,
@@ -50,14 +53,26 @@ class GatewaySettings:
     proxy: ProxySettings = field(default_factory=ProxySettings)
     max_body_bytes: int = 64 * 1024 * 1024
     body_timeout_s: float = 30.0  # the whole body must arrive within this (slow-loris bodies: 408)
+    header_timeout_s: float = 10.0  # the request head must arrive within this (slow-loris heads: 408)
+    max_header_bytes: int = 64 * 1024  # request line and headers together (431 beyond)
+    keepalive_timeout_s: float = 75.0  # idle client connections are closed after this
     access_log: bool = True
     admin_port: int | None = None  # serve /metrics and /ready there instead (0 picks a free port)
     max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)  # queue, per-client
 
+    def server_limits(self) -> ServerLimits:
+        return ServerLimits(
+            max_body_bytes=self.max_body_bytes,
+            max_header_bytes=self.max_header_bytes,
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            keepalive_timeout_s=self.keepalive_timeout_s,
+        )
+
 
 class Gateway:
-    """Owns the data layer, the proxy and the telemetry; :meth:`app` is the aiohttp application."""
+    """Owns the data layer, the proxy and the telemetry; :meth:`routes` is what it serves."""
 
     def __init__(
         self,
@@ -98,58 +113,55 @@ class Gateway:
         await self.data.stop()
         await self.proxy.stop()
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[_errors_middleware])
-        for path, api in ROUTES.items():
-            app.router.add_post(path, self._api_handler(api), expect_handler=self._expect)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/health", self.health)
+    def routes(self) -> Routes:
+        """The API port's routes (``/metrics`` and ``/ready`` too unless an admin port is set)."""
+        routes: Routes = {path: ("POST", self._api_handler(api)) for path, api in ROUTES.items()}
+        routes["/v1/models"] = ("GET", self._simple(self.models))
+        routes["/health"] = ("GET", self._simple(self.health))
         if self.settings.admin_port is None:
-            self._add_admin_routes(app)
+            routes.update(self._admin_routes())
+        return routes
 
-        async def on_startup(_app: web.Application) -> None:
-            await self.start()
-
-        async def on_cleanup(_app: web.Application) -> None:
-            await self.stop()
-
-        app.on_startup.append(on_startup)
-        app.on_cleanup.append(on_cleanup)
-        return app
-
-    def admin_app(self) -> web.Application:
+    def admin_routes(self) -> Routes:
         """``/metrics``, ``/ready`` and ``/health`` alone, for a separate admin port: the fleet's
         state and the gateway's counters need not be reachable by API clients."""
-        app = web.Application(middlewares=[_errors_middleware])
-        app.router.add_get("/health", self.health)
-        self._add_admin_routes(app)
-        return app
+        return {"/health": ("GET", self._simple(self.health)), **self._admin_routes()}
 
-    def _add_admin_routes(self, app: web.Application) -> None:
-        app.router.add_get("/ready", self.ready)
-        app.router.add_get("/metrics", self.metrics)
+    def _admin_routes(self) -> Routes:
+        return {"/ready": ("GET", self._simple(self.ready)), "/metrics": ("GET", self._simple(self.metrics))}
 
-    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
-        """``Expect: 100-continue``: refuse an over-limit body before the client sends it; any
-        other expectation is a 417 in the OpenAI shape (aiohttp's own answer is plain text)."""
-        expect = request.headers.get("Expect", "")
-        if expect.lower() != "100-continue":
-            return error_response(417, f"unsupported Expect header: {expect[:64]!r}", param="Expect")
-        declared = request.content_length
-        if declared is not None and declared > self.settings.max_body_bytes:
-            return error_response(
-                413,
-                f"request body too large: {declared} bytes; the limit is {self.settings.max_body_bytes}",
-                param="body",
-                code="body_too_large",
-            )
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0
-        return None
+    def dispatcher(self, routes: Routes) -> Callable[[Request, ResponseWriter], Awaitable[None]]:
+        """The server handler for ``routes``: 404 for an unknown path, 405 (with Allow) for a
+        known path asked with another method, both OpenAI-shaped."""
 
-    def _api_handler(self, api: Api) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        async def handler(request: web.Request) -> web.StreamResponse:
-            return await self.handle(request, api)
+        async def dispatch(request: Request, writer: ResponseWriter) -> None:
+            route = routes.get(request.path)
+            if route is None:
+                writer.send(error_response(404, f"Not Found: {request.method} {request.path}"))
+                return
+            method, handler = route
+            if request.method != method:
+                message = f"Method Not Allowed: {request.method} {request.path}"
+                writer.send(error_response(405, message, headers={"Allow": method}))
+                return
+            await handler(request, writer)
+
+        return dispatch
+
+    def refused(self, status: int) -> None:
+        """The HTTP layer refused a request before it reached a route (400/408/413/417/431)."""
+        self.telemetry.requests.labels("-", str(status), "-").inc()
+
+    def _api_handler(self, api: Api) -> RouteHandler:
+        async def handler(request: Request, writer: ResponseWriter) -> None:
+            await self.handle(request, writer, api)
+
+        return handler
+
+    @staticmethod
+    def _simple(answer: Callable[[], Response]) -> RouteHandler:
+        async def handler(_request: Request, writer: ResponseWriter) -> None:
+            writer.send(answer())
 
         return handler
 
@@ -170,68 +182,57 @@ class Gateway:
             )
         return [r for r in records if r.health.healthy and (not r.models or model in r.models)]
 
-    async def handle(self, request: web.Request, api: Api) -> web.StreamResponse:
+    async def handle(self, request: Request, writer: ResponseWriter, api: Api) -> None:
         received = self.clock()
-        request_id = request_id_from(request.headers)
+        headers = request.headers
+        request_id = request_id_from(headers)
         out = Outcome()
         view: RequestView | None = None
         try:
-            body = await self._read_body(request)
-            view = self.parse(body, request.headers, api)
+            view = self.parse(request.body, headers, api)
             candidates = self.candidates(view.model)
             if not candidates:
                 out.status = 503
                 reason = (
                     "no endpoints are configured" if not len(self.data.registry) else "no healthy endpoint"
                 )
-                return error_response(
-                    503,
-                    f"{reason} for model '{view.model}'; try again shortly",
-                    code="no_endpoint",
-                    headers={"Retry-After": "1", REQUEST_ID: request_id},
+                writer.send(
+                    error_response(
+                        503,
+                        f"{reason} for model '{view.model}'; try again shortly",
+                        code="no_endpoint",
+                        headers={"Retry-After": "1", REQUEST_ID: request_id},
+                    )
                 )
-            client = client_key(request.headers, request.remote)
+                return
+            client = client_key(headers, request.remote)
             try:
                 await self.admission.enter(self.settings.max_inflight, client)
             except Overloaded as exc:
                 out.status = 429
-                return error_response(
-                    429,
-                    exc.message,
-                    code="overloaded",
-                    headers={"Retry-After": str(exc.retry_after_s), REQUEST_ID: request_id},
+                writer.send(
+                    error_response(
+                        429,
+                        exc.message,
+                        code="overloaded",
+                        headers={"Retry-After": str(exc.retry_after_s), REQUEST_ID: request_id},
+                    )
                 )
+                return
             self.telemetry.inflight.inc()
             try:
-                return await self.proxy.forward(request, body, view, candidates, request_id, received, out)
+                await self.proxy.forward(request, writer, view, candidates, request_id, received, out)
             finally:
                 self.admission.leave(client)
                 self.telemetry.inflight.dec()
         except RequestError as exc:
             out.status = exc.status
-            return request_error_response(exc, headers={REQUEST_ID: request_id})
-        except web.HTTPException as exc:  # e.g. body over the limit; shaped by the middleware
-            out.status = exc.status
-            raise
+            writer.send(request_error_response(exc, headers={REQUEST_ID: request_id}))
         except asyncio.CancelledError:  # the client went away; the upstream request was closed
             out.label = "client_closed"
             raise
         finally:
             self._record(api, view, out, received, request_id)
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        """The body, within ``body_timeout_s``: a client trickling bytes cannot hold a handler."""
-        timeout = self.settings.body_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                return await read_body(request, self.settings.max_body_bytes)
-        except TimeoutError:
-            raise RequestError(
-                f"The request body did not arrive within {timeout:g} s.",
-                param="body",
-                status=408,
-                code="body_timeout",
-            ) from None
 
     def _record(
         self, api: Api, view: RequestView | None, out: Outcome, received: float, request_id: str
@@ -270,17 +271,14 @@ class Gateway:
             fields["errors"] = out.errors[-5:]
         access_log.info("request", extra={"fields": fields})
 
-    async def models(self, _request: web.Request) -> web.Response:
-        data = self.data.model_cards()
-        return web.Response(
-            body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
-        )
+    def models(self) -> Response:
+        return json_response({"object": "list", "data": self.data.model_cards()})
 
-    async def health(self, _request: web.Request) -> web.Response:
+    def health(self) -> Response:
         """Liveness: the gateway process answers. Says nothing about the fleet."""
-        return web.json_response({"status": "ok"})
+        return json_response({"status": "ok"})
 
-    async def ready(self, _request: web.Request) -> web.Response:
+    def ready(self) -> Response:
         """Readiness: at least one endpoint is healthy and has answered a scrape."""
         now = self.clock()
         endpoints = {}
@@ -294,31 +292,7 @@ class Gateway:
                 "last_error": record.health.last_error,
             }
         ready = self.data.ready()
-        return web.json_response({"ready": ready, "endpoints": endpoints}, status=200 if ready else 503)
+        return json_response({"ready": ready, "endpoints": endpoints}, status=200 if ready else 503)
 
-    async def metrics(self, _request: web.Request) -> web.Response:
-        body = generate_latest(self.telemetry.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-@web.middleware
-async def _errors_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Every error a client can see is OpenAI-shaped JSON, including aiohttp's own 404/405/413."""
-    try:
-        return await handler(request)
-    except web.HTTPRequestEntityTooLarge as exc:
-        return error_response(413, f"request body too large: {exc.text}", param="body", code="body_too_large")
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        message = f"{exc.reason}: {request.method} {request.path}"
-        return error_response(
-            exc.status, message, headers={k: v for k, v in exc.headers.items() if k == "Allow"}
-        )
-    except RequestError as exc:
-        return request_error_response(exc)
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "internal gateway error; see the gateway log", code="internal_error")
+    def metrics(self) -> Response:
+        return Response(200, generate_latest(self.telemetry.registry), CONTENT_TYPE_LATEST)
