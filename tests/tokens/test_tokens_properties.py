@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from mmgate.errors import RequestError
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
-from mmgate.tokens import FAMILIES, PricingConfig, build_sequence, price
+from mmgate.tokens import FAMILIES, PricingConfig, build_sequence, build_stream, price
 
 CONFIGS = [PricingConfig(family=name) for name in FAMILIES] + [
     PricingConfig(family=None, provider="anthropic"),
@@ -49,3 +49,28 @@ def test_price_either_succeeds_consistently_or_refuses_with_a_request_error(
     assert all(0 <= t < 2**32 for t in seq.token_ids)
     for item, a in zip(seq.mm_items, pricing.assets, strict=True):
         assert item.length == a.total and item.offset + item.length <= len(seq.token_ids)
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=parts, cfg=st.sampled_from(CONFIGS))
+def test_the_byte_stream_is_the_sequence_packed(parts: list[str | MediaAsset], cfg: PricingConfig) -> None:
+    """build_stream (what the scheduler hashes) is exactly build_sequence as little-endian uint32s."""
+    view = RequestView(Api.CHAT, "m", parts)
+    try:
+        pricing = price(view, cfg)
+    except RequestError:
+        return
+    seq = build_sequence(view, pricing)
+    stream = build_stream(view, pricing)
+    assert stream.data == b"".join(t.to_bytes(4, "little") for t in seq.token_ids)
+    assert list(stream.token_ids) == seq.token_ids and len(stream) == len(seq)
+    assert stream.mm_items == seq.mm_items
+
+
+def test_the_estimate_counts_utf8_bytes_for_any_text() -> None:
+    view = RequestView(
+        Api.CHAT, "m", ["héllo wörld ✓", MediaAsset(Modality.IMAGE, Source.URL, "i", "f"), "abcde"]
+    )
+    pricing = price(view, PricingConfig(family=None, provider="anthropic"))
+    assert pricing.text_tokens == -(-len("héllo wörld ✓".encode()) // 4) + 2
+    assert pricing.text_tokens == len(build_sequence(view, pricing)) - pricing.assets[0].total

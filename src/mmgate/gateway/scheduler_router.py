@@ -10,12 +10,20 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
-from mmgate.datalayer.endpoints import EndpointRecord
+from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
 from mmgate.gateway.routing import Decision, NoEndpoint
 from mmgate.request.view import RequestView
 from mmgate.scheduling import ROLE_LABEL, EndpointState, NoEndpointsError, Scheduler, SchedulingRequest
-from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, PREFIX_MATCH, TOKENIZED_PROMPT
+from mmgate.scheduling.keys import (
+    ENCODER_CACHE_MATCH,
+    PREFIX_MATCH,
+    TOKENIZED_PROMPT,
+    EncoderCacheMatch,
+    PrefixMatch,
+    TokenizedPrompt,
+)
 from mmgate.scheduling.types import SchedulingResult
 from mmgate.tokens import PricingConfig, price
 
@@ -54,12 +62,16 @@ class SchedulerRouter:
         self.pricing = pricing or PricingConfig()
         self.clock = clock
         self._states: dict[str, EndpointState] = {}
+        self._endpoint_of: dict[str, Endpoint] = {}  # the record's endpoint each state was built from
         self._seq = itertools.count()
 
     def state_of(self, record: EndpointRecord) -> EndpointState:
         state = self._states.get(record.name)
         endpoint = record.endpoint
-        if state is None or state.url != endpoint.url or state.role != endpoint.role:
+        if state is None or (
+            self._endpoint_of.get(record.name) is not endpoint
+            and (state.url != endpoint.url or state.role != endpoint.role)
+        ):
             labels = dict(endpoint.labels)
             if endpoint.role:
                 labels[ROLE_LABEL] = endpoint.role
@@ -67,6 +79,7 @@ class SchedulerRouter:
             if state is not None:
                 fresh.inflight = state.inflight
             state = self._states[record.name] = fresh
+        self._endpoint_of[record.name] = endpoint  # the same object next time: no string compares
         state.metrics = record.metrics
         return state
 
@@ -83,7 +96,8 @@ class SchedulerRouter:
         if now - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = now
             self.scheduler.sweep(now, self.lost_after_s)
-        states = [self.state_of(r) for r in candidates]
+        state_of = self.state_of
+        states = [state_of(r) for r in candidates]
         # The scheduler tracks in-flight requests by id; clients choose x-request-id, so two
         # concurrent requests may share one. A per-attempt suffix keeps their accounting apart.
         request = SchedulingRequest(view, f"{request_id}#{next(self._seq)}", headers, debug=debug)
@@ -92,30 +106,41 @@ class SchedulerRouter:
             target = result.target
         except NoEndpointsError as exc:
             raise NoEndpoint(str(exc)) from None
-        decision = Decision(endpoint=target.name, handle=_Handle(request, result, target))
-        self._describe(decision, request, result, view)
-        decision.pre_request = lambda: self.scheduler.pre_request(request, result, self.clock())
+        decision = self._describe(target.name, request, result, view)
+        decision.handle = _Handle(request, result, target)
+        if self.scheduler.has_pre_request:  # else nothing to run, and nothing to schedule later
+            decision.pre_request = partial(self._pre_request, request, result)
         return decision
 
+    def _pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
+        self.scheduler.pre_request(request, result, self.clock())
+
     def _describe(
-        self, decision: Decision, request: SchedulingRequest, result: SchedulingResult, view: RequestView
-    ) -> None:
-        """Fill the reporting fields from what the producers left in the request's data bag."""
-        name = decision.endpoint
-        tokenized = request.get(TOKENIZED_PROMPT)
+        self, name: str, request: SchedulingRequest, result: SchedulingResult, view: RequestView
+    ) -> Decision:
+        """The decision for ``name``, its reporting fields filled from what the producers left in
+        the request's data bag."""
+        data = request.data
+        tokenized: TokenizedPrompt | None = data.get(TOKENIZED_PROMPT.name)  # type: ignore[assignment]
+        by_modality: dict[str, int] = {}
         if tokenized is not None:
-            by_modality: dict[str, int] = {}
+            total = tokenized.total_tokens
             for item in tokenized.media:
-                by_modality[str(item.modality)] = by_modality.get(str(item.modality), 0) + item.length
-            by_modality["text"] = tokenized.total_tokens - tokenized.media_tokens
-            decision.request_tokens = tokenized.total_tokens
+                by_modality[item.modality] = by_modality.get(item.modality, 0) + item.length
+            text = total - tokenized.media_tokens
         else:
             pricing = price(view, self.pricing)
-            by_modality = {str(m): n for m, n in pricing.by_modality.items()}
-            by_modality["text"] = pricing.text_tokens
-            decision.request_tokens = pricing.total_tokens
-        decision.tokens_by_modality = {m: n for m, n in by_modality.items() if n}
-        encoder = request.get(ENCODER_CACHE_MATCH)
+            total = pricing.total_tokens
+            for modality, count in pricing.by_modality.items():
+                by_modality[modality] = count
+            text = pricing.text_tokens
+        by_modality["text"] = text
+        decision = Decision(
+            endpoint=name,
+            request_tokens=total,
+            tokens_by_modality={str(m): n for m, n in by_modality.items() if n},
+        )
+        encoder: EncoderCacheMatch | None = data.get(ENCODER_CACHE_MATCH.name)  # type: ignore[assignment]
         if encoder is not None and encoder.total_items:
             items: dict[str, int] = {}
             for modality in encoder.modalities:
@@ -129,17 +154,21 @@ class SchedulerRouter:
                 take = min(count, left)
                 decision.encoder_hits[modality] = take
                 left -= take
-        prefix = request.get(PREFIX_MATCH)
+        prefix: PrefixMatch | None = data.get(PREFIX_MATCH.name)  # type: ignore[assignment]
         if prefix is not None and prefix.total_blocks:
             decision.prefix_match = prefix.ratio(name)
-        prefill = result.targets_of("prefill")
-        if prefill:
-            decision.headers[PREFILLER_HEADER] = prefill[0].name
-        encoders = result.targets_of("encode")
-        if encoders:
-            decision.headers[ENCODERS_HEADER] = ",".join(e.name for e in encoders)
+        profiles = result.profiles
+        if "prefill" in profiles:
+            prefill = result.targets_of("prefill")
+            if prefill:
+                decision.headers[PREFILLER_HEADER] = prefill[0].name
+        if "encode" in profiles:
+            encoders = result.targets_of("encode")
+            if encoders:
+                decision.headers[ENCODERS_HEADER] = ",".join(e.name for e in encoders)
         if request.debug:
             decision.scores = _scores(result)
+        return decision
 
     def started(self, decision: Decision) -> None:
         handle = decision.handle
@@ -148,7 +177,10 @@ class SchedulerRouter:
         self.scheduler.on_started(handle.request, handle.state, now)
         # E/PD and E/P/D: the encode and prefill pods work for this request too, so they carry
         # its load until it ends (llm-d counts only the primary target).
+        profiles = handle.result.profiles
         for profile in SECONDARY_PROFILES:
+            if profile not in profiles:
+                continue
             for state in handle.result.targets_of(profile):
                 if state is not handle.state:
                     self.scheduler.on_started(handle.request, state, now, profile=profile)
@@ -168,6 +200,7 @@ class SchedulerRouter:
 
     def forget(self, endpoint: str) -> None:
         self._states.pop(endpoint, None)
+        self._endpoint_of.pop(endpoint, None)
         self.scheduler.remove_endpoint(endpoint)
 
 

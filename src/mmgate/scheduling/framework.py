@@ -107,6 +107,11 @@ class Picker(Plugin):
 
 
 class ProfileHandler(Plugin):
+    def runs_one_profile(self) -> bool:
+        """True when the handler runs the only profile once and makes it the primary one: the
+        scheduler then skips the pick/process protocol, which would give the same result."""
+        return False
+
     def pick_profiles(
         self,
         request: SchedulingRequest,
@@ -194,8 +199,7 @@ class Profile:
                 totals[i] += s * w
             if by_scorer is not None:
                 by_scorer[ws.scorer.name] = list(raw)
-        targets = self.picker.pick(candidates, totals)
-        return ProfileResult(targets=targets, candidates=candidates, scores=totals, by_scorer=by_scorer)
+        return ProfileResult(self.picker.pick(candidates, totals), candidates, totals, by_scorer)
 
 
 class Scheduler:
@@ -233,6 +237,15 @@ class Scheduler:
         self._lifecycle = [p for p in every if isinstance(p, RequestLifecycle)]
         self._endpoint_aware = [p for p in every if isinstance(p, EndpointAware)]
         self._active: dict[str, tuple[SchedulingRequest, list[EndpointState], float]] = {}
+        self._primary = _primary_name(self) if profiles else ""
+        self._one_profile = (
+            next(iter(profiles.items())) if len(profiles) == 1 and handler.runs_one_profile() else None
+        )
+
+    @property
+    def has_pre_request(self) -> bool:
+        """Whether :meth:`pre_request` has any hook to run (callers may skip scheduling it)."""
+        return bool(self._pre_request)
 
     # -- the decision -------------------------------------------------------------------------
 
@@ -246,9 +259,15 @@ class Scheduler:
         request.staleness_s = self.metrics_staleness_s
         for producer in self.producers:
             producer.produce(request, endpoints)
-        results: dict[str, ProfileResult | None] = {}
         handler = self.handler
         profiles = self.profiles
+        if self._one_profile is not None:
+            name, profile = self._one_profile
+            only = profile.run(request, endpoints)
+            if only is None or not only.targets:
+                raise no_target(name)
+            return SchedulingResult({name: only}, name)
+        results: dict[str, ProfileResult | None] = {}
         for _ in range(_MAX_PROFILE_ROUNDS):
             names = handler.pick_profiles(request, profiles, results)
             if not names:
@@ -276,7 +295,7 @@ class Scheduler:
             self._active[request.request_id] = held
         held[1].append(endpoint)
         endpoint.inflight.requests += 1
-        prof = profile or _primary_name(self)
+        prof = profile or self._primary
         for plugin in self._lifecycle:
             plugin.on_started(request, endpoint, prof, now)
 

@@ -26,6 +26,7 @@ class TokenizedPrompt:
     media_tokens: int
     cache_salt: str | None = None
     pricing: object | None = None  # the mmgate.tokens Pricing behind these numbers, when used
+    stream: bytes | None = None  # ``token_ids`` as little-endian uint32 bytes, when built that way
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from mmgate.tokens.families import FAMILIES, get_family
 from mmgate.tokens.pricing import AssetPrice, Pricing, PricingConfig, price
 from mmgate.tokens.providers import get_provider
 from mmgate.tokens.rules import Count, Family, UnknownNameError
-from mmgate.tokens.sequence import MMItem, TokenSequence, build_sequence
+from mmgate.tokens.sequence import MMItem, TokenSequence, TokenStream, build_sequence, build_stream
 
 __all__ = [
     "FAMILIES",
@@ -22,8 +22,10 @@ __all__ = [
     "Pricing",
     "PricingConfig",
     "TokenSequence",
+    "TokenStream",
     "UnknownNameError",
     "build_sequence",
+    "build_stream",
     "get_family",
     "get_provider",
     "parse_estimate",

@@ -230,26 +230,34 @@ def _no_image(width: int, height: int) -> Count:
 
 def text_runs(view: RequestView) -> list[str]:
     """The prompt's text split at each media item (what packs into whole pseudo-tokens)."""
+    return _split(view)[0]
+
+
+def _split(view: RequestView) -> tuple[list[str], list[MediaAsset]]:
+    """One pass over the parts: the text runs between media items, and the media items."""
     runs: list[str] = []
+    media: list[MediaAsset] = []
     current: list[str] = []
     for part in view.parts:
         if isinstance(part, str):
             current.append(part)
         else:
+            media.append(part)
             if current:
-                runs.append("".join(current))
+                runs.append(current[0] if len(current) == 1 else "".join(current))
                 current = []
     if current:
-        runs.append("".join(current))
-    return runs
+        runs.append(current[0] if len(current) == 1 else "".join(current))
+    return runs, media
 
 
 def price(view: RequestView, config: PricingConfig) -> Pricing:
     """Price every part of ``view`` under ``config`` (raises RequestError on impossible media)."""
     resolved = config._resolved
-    assets = [resolved.price_asset(p) for p in view.parts if not isinstance(p, str)]
+    runs, media_parts = _split(view)
+    assets = [resolved.price_asset(p) for p in media_parts] if media_parts else []
     ids = view.prompt_token_ids
-    text = len(ids) if ids is not None else resolved.text(text_runs(view))
+    text = len(ids) if ids is not None else resolved.text(runs)
     by_modality: dict[Modality, int] = {}
     media = 0
     for a in assets:

@@ -11,11 +11,14 @@ vLLM's ``("mm", identity, offset)`` extra keys.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import xxhash
 
-from mmgate.request.view import Modality, RequestView
+from mmgate.request.view import MediaAsset, Modality, RequestView
 from mmgate.tokens.pricing import Pricing
 from mmgate.tokens.text import BYTES_PER_TOKEN
 
@@ -50,17 +53,22 @@ def _pack(buf: bytearray, out: list[int]) -> None:
         buf.clear()
 
 
+def _check(view: RequestView, pricing: Pricing) -> list[MediaAsset]:
+    media = [p for p in view.parts if not isinstance(p, str)]
+    if len(media) != len(pricing.assets):
+        raise ValueError(
+            f"pricing has {len(pricing.assets)} assets but the request has {len(media)} media parts"
+        )
+    return media
+
+
 def build_sequence(view: RequestView, pricing: Pricing) -> TokenSequence:
     """Lay out ``view`` as pseudo-tokens, each media item as long as ``pricing`` says.
 
     ``pricing`` must come from ``price(view, ...)``: its assets are matched to the view's media
     parts in order. A completions request with token ids uses those ids as the text.
     """
-    media = [p for p in view.parts if not isinstance(p, str)]
-    if len(media) != len(pricing.assets):
-        raise ValueError(
-            f"pricing has {len(pricing.assets)} assets but the request has {len(media)} media parts"
-        )
+    _check(view, pricing)
     out: list[int] = list(view.prompt_token_ids) if view.prompt_token_ids is not None else []
     items: list[MMItem] = []
     buf = bytearray()
@@ -77,3 +85,59 @@ def build_sequence(view: RequestView, pricing: Pricing) -> TokenSequence:
         out.extend([media_token_id(part.identity)] * length)
     _pack(buf, out)
     return TokenSequence(out, items)
+
+
+@dataclass(slots=True)
+class TokenStream:
+    """The same sequence as :func:`build_sequence`, kept as little-endian uint32 bytes.
+
+    Block hashing reads bytes, so the scheduler builds this form directly instead of packing the
+    text into thousands of ints and back. ``token_ids`` is a zero-copy integer view of it.
+    """
+
+    data: bytes
+    mm_items: list[MMItem]
+
+    def __len__(self) -> int:
+        return len(self.data) // BYTES_PER_TOKEN
+
+    @property
+    def token_ids(self) -> Sequence[int]:
+        if _NATIVE_LE:
+            return memoryview(self.data).cast("I")
+        ids = array("I", self.data)
+        ids.byteswap()
+        return ids
+
+
+_NATIVE_LE = sys.byteorder == "little" and array("I").itemsize == BYTES_PER_TOKEN
+_pack_id = struct.Struct("<I").pack
+
+
+def build_stream(view: RequestView, pricing: Pricing) -> TokenStream:
+    """:func:`build_sequence` as bytes, for text prompts (token-id prompts use the list form)."""
+    if view.prompt_token_ids is not None:
+        raise ValueError("build_stream lays out text prompts; use build_sequence for token ids")
+    _check(view, pricing)
+    pieces: list[bytes] = []
+    items: list[MMItem] = []
+    size = 0  # bytes so far, always a whole number of tokens before a media item
+    i = 0
+    for part in view.parts:
+        if isinstance(part, str):
+            text = part.encode()
+            pieces.append(text)
+            size += len(text)
+            continue
+        if pad := -size % BYTES_PER_TOKEN:
+            pieces.append(bytes(pad))
+            size += pad
+        price = pricing.assets[i]
+        i += 1
+        length = price.tokens + price.extra_tokens
+        items.append(MMItem(part.identity, part.modality, size // BYTES_PER_TOKEN, length))
+        pieces.append(_pack_id(media_token_id(part.identity)) * length)
+        size += BYTES_PER_TOKEN * length
+    if pad := -size % BYTES_PER_TOKEN:
+        pieces.append(bytes(pad))
+    return TokenStream(b"".join(pieces), items)

@@ -28,7 +28,11 @@ class TextCounter(Protocol):
 
 def estimate_runs(runs: Iterable[str]) -> int:
     """bytes/4 per run of text between media items (each run padded to a whole token)."""
-    return sum(packed_tokens(len(r.encode())) for r in runs)
+    total = 0
+    for r in runs:
+        # An ASCII str's length is its UTF-8 size (isascii() reads a flag): no encoded copy.
+        total -= -(len(r) if r.isascii() else len(r.encode())) // BYTES_PER_TOKEN
+    return total
 
 
 class TokenizerCounter:

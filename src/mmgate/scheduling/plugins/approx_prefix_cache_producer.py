@@ -64,7 +64,9 @@ def _le_bytes(token_ids: Sequence[int]) -> bytes:
 def stream_bytes(tp: TokenizedPrompt) -> bytes:
     """The stream as little-endian uint32s. A media span is one id repeated (the
     ``mmgate.tokens`` sequence contract), so it is written by bytes repetition instead of
-    converting thousands of equal ints one by one."""
+    converting thousands of equal ints one by one. The token producer usually built it already."""
+    if tp.stream is not None:
+        return tp.stream
     ids = tp.token_ids
     parts: list[bytes] = []
     pos = 0

@@ -11,6 +11,13 @@ from mmgate.scheduling.types import ProfileResult, SchedulingRequest, Scheduling
 
 @plugin("single-profile-handler")
 class SingleProfileHandler(ProfileHandler):
+    def runs_one_profile(self) -> bool:
+        cls = type(self)  # a subclass that changes the protocol goes through it
+        return (
+            cls.pick_profiles is SingleProfileHandler.pick_profiles
+            and cls.process_results is SingleProfileHandler.process_results
+        )
+
     def pick_profiles(
         self,
         request: SchedulingRequest,

@@ -23,7 +23,7 @@ from mmgate.scheduling.framework import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
-from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, price
+from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, build_stream, price
 
 
 class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -78,15 +78,14 @@ class TokenProducer(Producer):
     def tokenize(self, request: SchedulingRequest) -> TokenizedPrompt:
         view = request.view
         pricing = price(view, self.pricing)
+        total, media = pricing.total_tokens, pricing.total_tokens - pricing.text_tokens
+        if view.prompt_token_ids is None:  # the byte form: what block hashing reads
+            stream = build_stream(view, pricing)
+            return TokenizedPrompt(
+                stream.token_ids, stream.mm_items, total, media, view.cache_salt, pricing, stream.data
+            )
         seq = build_sequence(view, pricing)
-        return TokenizedPrompt(
-            token_ids=seq.token_ids,
-            media=seq.mm_items,
-            total_tokens=pricing.total_tokens,
-            media_tokens=pricing.total_tokens - pricing.text_tokens,
-            cache_salt=view.cache_salt,
-            pricing=pricing,
-        )
+        return TokenizedPrompt(seq.token_ids, seq.mm_items, total, media, view.cache_salt, pricing)
 
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
         tp = self.tokenize(request)
