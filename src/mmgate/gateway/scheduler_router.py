@@ -131,8 +131,8 @@ class SchedulerRouter:
         else:
             pricing = price(view, self.pricing)
             total = pricing.total_tokens
-            for modality, count in pricing.by_modality.items():
-                by_modality[modality] = count
+            for kind, count in pricing.by_modality.items():
+                by_modality[kind] = count
             text = pricing.text_tokens
         by_modality["text"] = text
         decision = Decision(

@@ -9,7 +9,7 @@ JSON escapes (``\\/``) or MIME line breaks take a slower, copying path.
 from __future__ import annotations
 
 import binascii
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 import pybase64
@@ -56,21 +56,23 @@ def unescape(text: Buffer) -> bytes:
         raise RequestError("Malformed JSON string escape in a media value.") from None
 
 
-@dataclass(frozen=True, slots=True)
-class DataURI:
+class DataURI(NamedTuple):
     mime: str
     payload: memoryview  # the base64 text, still JSON-escaped if the client escaped it
 
 
 def parse_data_uri(value: memoryview, param: str) -> DataURI:
     """Split ``data:<mime>[;params];base64,<payload>``; only base64 data URIs are accepted."""
-    comma = bytes(value[:_DATA_HEADER_MAX]).find(b",")
+    head = bytes(value[:_DATA_HEADER_MAX])
+    comma = head.find(b",")
     if comma < 0:
         raise RequestError(f"Malformed data URI in '{param}': no ',' after the media type.", param=param)
-    header = unescape(value[5:comma]).decode("utf-8", "replace").split(";")
-    if "base64" not in (p.strip().lower() for p in header[1:]):
+    meta = head[5:comma]
+    header = (unescape(meta) if b"\\" in meta else meta).decode("utf-8", "replace").split(";")
+    params = header[1:]
+    if params != ["base64"] and "base64" not in (p.strip().lower() for p in params):
         raise RequestError(f"The data URI in '{param}' must be base64-encoded (';base64,').", param=param)
-    return DataURI(mime=header[0].strip().lower(), payload=value[comma + 1 :])
+    return DataURI(header[0].strip().lower(), value[comma + 1 :])
 
 
 def _valid(text: Buffer) -> bool:

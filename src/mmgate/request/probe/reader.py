@@ -12,6 +12,8 @@ import binascii
 import io
 from typing import Protocol
 
+import pybase64
+
 _READAHEAD = 768  # bytes decoded per miss: most headers fit in one window
 
 
@@ -77,10 +79,14 @@ class Base64Reader:
         # step back to a parent element's offset hit the same window instead of decoding again.
         group = offset // _READAHEAD * (_READAHEAD // 3)
         last = -(-end // _READAHEAD) * (_READAHEAD // 3)
+        window = self._text[group * 4 : last * 4]
         try:
-            chunk = binascii.a2b_base64(self._text[group * 4 : last * 4])
-        except (binascii.Error, ValueError) as exc:
-            raise Truncated(f"invalid base64 near byte {offset}") from exc
+            chunk = pybase64.b64decode(window, validate=True)  # SIMD: ~20x binascii on 1 KB
+        except (binascii.Error, ValueError):
+            try:  # not clean base64 (validation is optional): binascii's lenient reading, as always
+                chunk = binascii.a2b_base64(window)
+            except (binascii.Error, ValueError) as exc:
+                raise Truncated(f"invalid base64 near byte {offset}") from exc
         self.decoded += len(chunk)
         self._cache, self._cache_start = chunk, group * 3
         skip = offset - group * 3
