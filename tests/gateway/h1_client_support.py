@@ -76,8 +76,11 @@ class Server:
 
 
 @asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[Server]:
-    """Serve ``handler`` once per accepted connection on an ephemeral loopback port."""
+async def raw_server(handler: Handler, *, receive_buffer: int = 0) -> AsyncIterator[Server]:
+    """Serve ``handler`` once per accepted connection on an ephemeral loopback port.
+
+    ``receive_buffer`` fixes SO_RCVBUF (no autotuning), so a slow reader really slows the sender.
+    """
     tasks: set[asyncio.Task[None]] = set()
     server: Server | None = None
 
@@ -95,7 +98,11 @@ async def raw_server(handler: Handler) -> AsyncIterator[Server]:
         finally:
             tasks.discard(task)
 
-    listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+    sock = socket.socket()
+    if receive_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.bind(("127.0.0.1", 0))
+    listener = await asyncio.start_server(accept, sock=sock)
     server = Server(listener.sockets[0].getsockname()[1])
     try:
         yield server

@@ -257,3 +257,48 @@ async def test_head_request_completes_without_a_body() -> None:
         assert await response.read() == b""
         response.release()
         await pool.close()
+
+
+async def test_slow_upload_is_not_a_read_timeout() -> None:
+    payload = os.urandom(16 * 1024 * 1024)
+
+    async def handler(peer: Peer) -> None:
+        head = await peer.reader.readuntil(b"\r\n\r\n")
+        assert b"Content-Length: %d" % len(payload) in head
+        digest = hashlib.sha256()
+        left = len(payload)
+        while left:  # ~12 MB/s: the body takes over two read timeouts to go out
+            piece = await peer.reader.readexactly(min(left, 512 * 1024))
+            digest.update(piece)
+            left -= len(piece)
+            await asyncio.sleep(0.04)
+        await peer.send(ok(digest.hexdigest().encode()))
+
+    async with raw_server(handler, receive_buffer=256 * 1024) as server:
+        pool = make_pool(read_timeout_s=0.6)
+        assert (
+            await fetch(pool, server, "POST", memoryview(payload))
+            == hashlib.sha256(payload).hexdigest().encode()
+        )
+        await pool.close()
+
+
+async def test_dropped_response_closes_its_connection() -> None:
+    saw_eof: list[bool] = []
+
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        saw_eof.append(await peer.at_eof(timeout=2))
+
+    async with raw_server(handler) as server:
+        pool = make_pool()
+        response = await pool.request("127.0.0.1", server.port, "POST", "/", [], b"{}")
+        assert await response.read() == b"hello"
+        del response  # neither released nor closed
+        for _ in range(100):
+            if saw_eof:
+                break
+            await asyncio.sleep(0.01)
+        assert saw_eof == [True]
+        await pool.close()

@@ -3,7 +3,9 @@
 Both clients send the same small chat request to the same keep-alive loopback server (a bare
 asyncio protocol in its own process, so its CPU is not counted) from C concurrent tasks, in
 interleaved rounds so machine drift hits both alike. Reported per client: requests/s and the
-client process's CPU per request (user and system), medians over the rounds.
+client process's CPU per request (user and system), medians over the rounds. A bare protocol
+(write the request, count the reply's bytes) is the floor: the loop, the syscalls and this
+harness; the pool's own cost is what it adds above that.
 
     python -m mmgate.bench.upstream_client [--seconds 2] [--rounds 3] [--concurrency 32]
 """
@@ -115,7 +117,62 @@ async def _aiohttp_client(port: int) -> tuple[Send, Callable[[], Awaitable[None]
     return send, session.close
 
 
-CLIENTS = {"mmgate h1 pool": _h1_client, "aiohttp ClientSession": _aiohttp_client}
+class _Bare(asyncio.Protocol):
+    """The floor: a fixed request out, wait for RESPONSE's byte count, no parsing or pooling logic."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[int] | None = None
+        self.got = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.got += len(data)
+        if self.got >= len(RESPONSE) and self.waiter is not None:
+            self.waiter.set_result(len(REPLY))
+
+    async def send(self, request: bytes) -> int:
+        assert self.transport is not None
+        self.got = 0
+        self.waiter = self.loop.create_future()
+        self.transport.write(request)
+        return await self.waiter
+
+
+async def _bare_client(port: int) -> tuple[Send, Callable[[], Awaitable[None]]]:
+    loop = asyncio.get_running_loop()
+    head = "".join(f"{name}: {value}\r\n" for name, value in HEADERS)
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    idle: list[_Bare] = []
+
+    async def send() -> int:
+        if idle:
+            conn = idle.pop()
+        else:
+            _, conn = await loop.create_connection(lambda: _Bare(loop), "127.0.0.1", port)
+        size = await conn.send(request)
+        idle.append(conn)
+        return size
+
+    async def close() -> None:
+        for conn in idle:
+            assert conn.transport is not None
+            conn.transport.close()
+
+    return send, close
+
+
+CLIENTS = {
+    "bare protocol (floor)": _bare_client,
+    "mmgate h1 pool": _h1_client,
+    "aiohttp ClientSession": _aiohttp_client,
+}
 
 
 def _cpu() -> tuple[float, float]:
@@ -173,9 +230,12 @@ def _table(results: dict[str, list[dict[str, float]]]) -> list[str]:
             f"{name:<24}{m['rps']:>10,.0f}{m['cpu_us']:>12.1f}{m['user_us']:>8.1f}{m['sys_us']:>8.1f}"
         )
     ours, theirs = medians["mmgate h1 pool"], medians["aiohttp ClientSession"]
+    floor = medians["bare protocol (floor)"]
     lines.append(
-        f"ratio h1/aiohttp: req/s {ours['rps'] / theirs['rps']:.2f}x, "
-        f"CPU per request {ours['cpu_us'] / theirs['cpu_us']:.2f}x"
+        f"h1/aiohttp: req/s {ours['rps'] / theirs['rps']:.2f}x, "
+        f"CPU per request {ours['cpu_us'] / theirs['cpu_us']:.2f}x; "
+        f"h1 above the floor: {ours['cpu_us'] - floor['cpu_us']:.1f} µs CPU "
+        f"({ours['user_us'] - floor['user_us']:.1f} µs user) per request"
     )
     return lines
 
