@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from mmgate.datalayer.endpoints import EndpointRegistry
-from mmgate.gateway import telemetry as telemetry_module
+from mmgate.gateway.loopmetrics import LoopCounter, LoopHistogram
 from mmgate.gateway.routing import Decision
 from mmgate.gateway.telemetry import Telemetry
 
@@ -56,11 +56,41 @@ def test_decision_counters_are_cached_per_label_set() -> None:
     assert "mmgate_prefix_match_ratio_count 2.0" in page
 
 
-def test_the_label_cache_is_bounded_and_keeps_counting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry_module, "MAX_CACHED_CHILDREN", 3)
+def test_loop_metrics_expose_what_prometheus_client_would() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    counters = (
+        LoopCounter("c", "a counter", ["a", "b"], registry=ours),
+        Counter("c", "a counter", ["a", "b"], registry=theirs),
+    )
+    plain = (LoopCounter("p", "unlabelled", registry=ours), Counter("p", "unlabelled", registry=theirs))
+    buckets = (0.1, 0.5, 2.0)
+    histograms = (
+        LoopHistogram("h", "a histogram", ["m"], buckets=buckets, registry=ours),
+        Histogram("h", "a histogram", ["m"], buckets=buckets, registry=theirs),
+    )
+    for counter in counters:
+        counter.labels("x", "y").inc()
+        counter.labels("x", 7).inc(2.5)  # values are stringified, as prometheus_client does
+        counter.labels("x", "7").inc()
+    for counter in plain:
+        counter.inc(3)
+    for histogram in histograms:
+        for value in (0.05, 0.1, 0.3, 2.0, 9.0, float("nan")):
+            histogram.labels("m1").observe(value)
+        histogram.labels("m2").observe(0.2)
+    assert generate_latest(ours) == generate_latest(theirs)
+    page = generate_latest(ours).decode()
+    assert 'c_total{a="x",b="7"} 3.5' in page and 'h_bucket{le="0.5",m="m1"} 3.0' in page
+    with pytest.raises(ValueError, match="label count"):
+        counters[0].labels("only-one")
+    with pytest.raises(ValueError, match="non-negative"):
+        plain[0].inc(-1)
+
+
+def test_inflight_can_be_read_at_scrape_time() -> None:
     t = Telemetry(EndpointRegistry())
-    for i in range(5):
-        t.request_done(f"m{i}", "200", "a:1", 0.01, None)
-    t.request_done("m0", "200", "a:1", 0.01, None)  # evicted from the cache, still the same series
-    assert len(t._requests._cache) <= 3
-    assert 'mmgate_requests_total{endpoint="a:1",model="m0",status="200"} 2.0' in _page(t)
+    held = [3]
+    t.inflight_from(lambda: held[0])
+    assert "mmgate_inflight_requests 3.0" in _page(t)
+    held[0] = 0
+    assert "mmgate_inflight_requests 0.0" in _page(t)

@@ -115,3 +115,31 @@ async def test_a_pod_failing_every_request_is_ejected_then_probed_back() -> None
         assert sum(r.endpoint == sick for r in back) >= 2
         metrics = await (await s.session.get(s.url + "/metrics")).text()
         assert f'mmgate_endpoint_circuit_open{{endpoint="{sick}"}} 0.0' in metrics
+
+
+def test_filter_shortcut_agrees_with_the_per_endpoint_check() -> None:
+    """While no endpoint is tripped, filter() skips the per-endpoint checks; a random history of
+    failures, successes, probes, expiries and removals must never make the two disagree."""
+    import random
+
+    rng = random.Random(7)
+    clock = Clock()
+    b = Breaker(BreakerSettings(2, 1.0, 4.0), clock=clock)
+    eps = [Ep(n) for n in "abcd"]
+    for _ in range(3000):
+        name = rng.choice("abcd")
+        action = rng.random()
+        if action < 0.4:
+            b.failure(name)
+        elif action < 0.6:
+            b.success(name)
+        elif action < 0.7:
+            b.begin(name)
+        elif action < 0.75:
+            b.forget(name)
+        else:
+            clock.t += rng.choice((0.2, 1.5, 5.0))
+        slow = [e for e in eps if b.usable(e.name)] or list(eps)
+        assert b.filter(eps) == slow
+        tripped = sum(1 for e in eps if e.name in b._eps and b._eps[e.name].state is not State.CLOSED)
+        assert b._tripped == tripped

@@ -67,6 +67,7 @@ class Breaker:
         self.clock = clock
         self.on_change = on_change
         self._eps: dict[str, _Endpoint] = {}
+        self._tripped = 0  # endpoints not CLOSED: while 0, every candidate is usable
 
     @property
     def enabled(self) -> bool:
@@ -89,7 +90,7 @@ class Breaker:
 
     def filter(self, candidates: Sequence[N]) -> list[N]:
         """The usable candidates; all of them when none is (panic mode)."""
-        if not self.enabled:
+        if not self.enabled or not self._tripped:
             return list(candidates)
         usable = [c for c in candidates if self.usable(c.name)]
         return usable or list(candidates)
@@ -132,9 +133,12 @@ class Breaker:
             ep.probing = False
 
     def forget(self, name: str) -> None:
-        self._eps.pop(name, None)
+        ep = self._eps.pop(name, None)
+        if ep is not None and ep.state is not State.CLOSED:
+            self._tripped -= 1
 
     def _set(self, name: str, ep: _Endpoint, state: State) -> None:
+        self._tripped += (state is not State.CLOSED) - (ep.state is not State.CLOSED)
         ep.state = state
         if self.on_change is not None:
             self.on_change(name, state)

@@ -2,7 +2,9 @@
 
 Each gateway owns a :class:`prometheus_client.CollectorRegistry`, so several gateways in one
 process (tests, the demo) never share counters. Endpoint health is read at scrape time by a
-collector instead of being pushed on every change.
+collector instead of being pushed on every change. The per-request counters and histograms are
+:mod:`mmgate.gateway.loopmetrics` ones: lock-free, for the event-loop thread that also serves
+``/metrics``, exposing exactly what prometheus_client's would.
 
 Logs are one JSON object per line, built from explicit fields only: bodies, media payloads and
 headers (API keys) are never passed to the logger, so they cannot leak into it.
@@ -16,11 +18,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mmgate.datalayer.endpoints import EndpointRegistry
+from mmgate.gateway.loopmetrics import LoopCounter, LoopHistogram
 from mmgate.gateway.routing import Decision
 
 # The *_created series double the page for no use to a scraper of a long-running process.
@@ -29,28 +32,6 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 RATIO_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))
 DECISION_BUCKETS = (25e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1.6e-3, 3.2e-3, 6.4e-3, 0.0128, 0.0256, 0.1)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-MAX_CACHED_CHILDREN = 4096
-"""Bound label children kept per metric; past it the cache starts over (prometheus keeps the series)."""
-
-
-class _Children:
-    """``metric.labels(*values)`` memoised: prometheus_client's ``labels()`` stringifies, locks and
-    looks up on every call (~1 µs); a dict hit on the value tuple is ~0.1 µs. The children are
-    the very objects ``labels()`` returns, so the exposition is unchanged."""
-
-    __slots__ = ("_cache", "_metric")
-
-    def __init__(self, metric: Counter | Histogram) -> None:
-        self._metric = metric
-        self._cache: dict[tuple[str, ...], Any] = {}
-
-    def get(self, *values: str) -> Any:
-        child = self._cache.get(values)
-        if child is None:
-            if len(self._cache) >= MAX_CACHED_CHILDREN:
-                self._cache.clear()
-            child = self._cache[values] = self._metric.labels(*values)
-        return child
 
 
 class _EndpointCollector(Collector):
@@ -88,82 +69,81 @@ class Telemetry:
     def __init__(self, endpoints: EndpointRegistry, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "mmgate_requests", "Requests answered, by model, HTTP status and endpoint",
             ["model", "status", "endpoint"], registry=r,
         )  # fmt: skip
         self.inflight = Gauge("mmgate_inflight_requests", "Requests being proxied now", registry=r)
-        self.decision_latency = Histogram(
+        self.decision_latency = LoopHistogram(
             "mmgate_decision_latency_seconds",
             "Scheduler time per attempt (pricing, producers, filters, scorers)",
             buckets=DECISION_BUCKETS, registry=r,
         )  # fmt: skip
-        self.parse_latency = Histogram(
+        self.parse_latency = LoopHistogram(
             "mmgate_parse_seconds", "Time to parse a request body (media headers probed, not decoded)",
             buckets=DECISION_BUCKETS, registry=r,
         )  # fmt: skip
-        self.request_latency = Histogram(
+        self.request_latency = LoopHistogram(
             "mmgate_request_duration_seconds", "Time from request received to last byte sent",
             ["model"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
-        self.ttfb = Histogram(
+        self.ttfb = LoopHistogram(
             "mmgate_time_to_first_byte_seconds", "Time from request received to first upstream byte",
             ["model"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
-        self.priced_tokens = Counter(
+        self.priced_tokens = LoopCounter(
             "mmgate_priced_tokens", "Prompt tokens as priced by the gateway, by modality",
             ["modality"], registry=r,
         )  # fmt: skip
-        self.encoder_queries = Counter(
+        self.encoder_queries = LoopCounter(
             "mmgate_encoder_cache_queries", "Media items routed, by chosen pod and modality",
             ["pod", "modality"], registry=r,
         )  # fmt: skip
-        self.encoder_hits = Counter(
+        self.encoder_hits = LoopCounter(
             "mmgate_encoder_cache_hits", "Media items routed to a pod believed to hold their encoding",
             ["pod", "modality"], registry=r,
         )  # fmt: skip
-        self.encoder_hit_ratio = Histogram(
+        self.encoder_hit_ratio = LoopHistogram(
             "mmgate_encoder_cache_hit_ratio", "Per request: media items believed cached on the chosen pod",
             buckets=RATIO_BUCKETS, registry=r,
         )  # fmt: skip
-        self.prefix_match = Histogram(
+        self.prefix_match = LoopHistogram(
             "mmgate_prefix_match_ratio", "Per request: prompt blocks believed cached on the chosen pod",
             buckets=RATIO_BUCKETS, registry=r,
         )  # fmt: skip
-        self.retries = Counter(
+        self.retries = LoopCounter(
             "mmgate_retries", "Attempts re-sent to another endpoint before the first byte, by reason",
             ["reason"], registry=r,
         )  # fmt: skip
-        self.upstream_errors = Counter(
+        self.upstream_errors = LoopCounter(
             "mmgate_upstream_errors", "Failed attempts, by endpoint and reason",
             ["endpoint", "reason"], registry=r,
         )  # fmt: skip
         r.register(_EndpointCollector(endpoints, clock))
-        self._requests = _Children(self.requests)
-        self._request_latency = _Children(self.request_latency)
-        self._ttfb = _Children(self.ttfb)
-        self._priced_tokens = _Children(self.priced_tokens)
-        self._encoder_queries = _Children(self.encoder_queries)
-        self._encoder_hits = _Children(self.encoder_hits)
 
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
         self.decision_latency.observe(seconds)
         if not first_attempt:
             return
-        priced = self._priced_tokens
+        priced = self.priced_tokens
         for modality, tokens in decision.tokens_by_modality.items():
-            priced.get(modality).inc(tokens)
+            priced.labels(modality).inc(tokens)
         queried = sum(decision.encoder_items.values()) if decision.encoder_items else 0
         if queried:
             hits = 0
             for modality, items in decision.encoder_items.items():
                 hit = decision.encoder_hits.get(modality, 0)
                 hits += hit
-                self._encoder_queries.get(decision.endpoint, modality).inc(items)
-                self._encoder_hits.get(decision.endpoint, modality).inc(hit)
+                self.encoder_queries.labels(decision.endpoint, modality).inc(items)
+                self.encoder_hits.labels(decision.endpoint, modality).inc(hit)
             self.encoder_hit_ratio.observe(hits / queried)
         if decision.prefix_match is not None:
             self.prefix_match.observe(decision.prefix_match)
+
+    def inflight_from(self, read: Callable[[], float]) -> None:
+        """Read ``mmgate_inflight_requests`` from ``read()`` at scrape time (e.g. the admission
+        slots held) instead of an ``inflight.inc()``/``dec()`` pair on every request."""
+        self.inflight.set_function(read)
 
     def request_done(
         self, model: str, status: str, endpoint: str, duration_s: float, first_byte_s: float | None
@@ -171,13 +151,13 @@ class Telemetry:
         """The end of one request, in one call: the request counter (``endpoint`` ``""`` counts
         as ``-``), its duration when an endpoint was chosen, and its time to first byte if any.
 
-        Equivalent to the three ``labels(...)`` updates it replaces, with cached label children.
+        Equivalent to the three ``labels(...)`` updates it replaces, in one call.
         """
-        self._requests.get(model, status, endpoint or "-").inc()
+        self.requests.labels(model, status, endpoint or "-").inc()
         if endpoint:
-            self._request_latency.get(model).observe(duration_s)
+            self.request_latency.labels(model).observe(duration_s)
         if first_byte_s is not None:
-            self._ttfb.get(model).observe(first_byte_s)
+            self.ttfb.labels(model).observe(first_byte_s)
 
 
 class JsonFormatter(logging.Formatter):
