@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 C = TypeVar("C")
@@ -50,7 +51,7 @@ class HistogramChild:
         self.sum += amount
 
 
-class _Family(Generic[C]):
+class _Family(Collector, Generic[C]):
     """A metric and its children by label values (converted to ``str`` once, on first use)."""
 
     def __init__(
@@ -138,7 +139,7 @@ class LoopHistogram(_Family[HistogramChild]):
         if not bounds or bounds[-1] != math.inf:
             bounds += (math.inf,)
         self.bounds = bounds
-        self._le = [floatToGoString(b) for b in bounds]
+        self._le = [floatToGoString(b) for b in bounds]  # type: ignore[no-untyped-call]
         super().__init__(name, documentation, labelnames, registry, lambda: HistogramChild(bounds))
 
     def observe(self, amount: float) -> None:
