@@ -18,7 +18,7 @@ from mmgate.request import schema
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.limits import DEFAULT_LIMITS, Limits
 from mmgate.request.payload import json_string
-from mmgate.request.skeleton import decode_chat
+from mmgate.request.skeleton import TOO_DEEP, decode_chat, require_utf8
 from mmgate.request.view import Api, Modality, RequestView
 
 T = TypeVar("T")
@@ -59,9 +59,13 @@ def parse_request(
             chat = _decode(schema.CHAT, body)  # raises the client's error, worded as usual
         view = _chat(chat, builder)
     elif api is Api.COMPLETIONS:
-        view = _completions(_decode(schema.COMPLETIONS, body), builder)
+        completions = _decode(schema.COMPLETIONS, body)
+        require_utf8(body)  # decode_chat applies the same JSON rules to chat bodies
+        view = _completions(completions, builder)
     else:
-        view = _messages(_decode(schema.MESSAGES, body), builder)
+        messages = _decode(schema.MESSAGES, body)
+        require_utf8(body)
+        view = _messages(messages, builder)
     view.body = body
     view.unprobed_assets = builder.unprobed
     if builder.decoded_bytes:
@@ -72,6 +76,8 @@ def parse_request(
 def _decode(decoder: msgspec.json.Decoder[T], data: bytes, prefix: str = "") -> T:
     try:
         return decoder.decode(data)
+    except RecursionError:
+        raise RequestError(TOO_DEEP) from None
     except msgspec.ValidationError as exc:
         raise _validation_error(str(exc), prefix) from None
     except msgspec.DecodeError as exc:

@@ -5,21 +5,32 @@ msgspec must scan every byte of a JSON string to find where it ends, even for a 
 half of :func:`~mmgate.request.parse_request`. But a base64 data URI holds no quote and no
 backslash, so ``bytes.find`` (memchr speed, ~20x faster) finds its end. :func:`decode_chat` cuts
 every ``"url": "data:..."`` value out of the body, decodes the few kilobytes left, and puts views
-of the original bytes back into the decoded ``url`` fields. What follows sees exactly what a full
-decode would have produced; nothing is copied.
+of the original bytes back into the decoded ``url`` fields. Nothing is copied.
 
-A value is cut only when it is safe to: the key is ``url``, the value starts with ``data:``, and
-no backslash appears before its closing quote (escaped values go the normal way). If the client's
-text already holds the placeholder, or the skeleton does not decode, the whole body is decoded
-the normal way, so errors and their messages are unchanged.
+The cut must never change what is accepted. A value is cut only when it is provably a valid JSON
+string with no escapes: the key is ``url``, the value starts with ``data:``, the text up to the
+first comma (the media type and parameters) is checked exactly (no backslash, no control
+character, valid UTF-8), and everything after the comma is in the base64 alphabet (pybase64's SIMD
+validator, the same check the payload gets later). Any other value is left to the decoder, which
+scans it as usual. Replacing a valid string by another valid string leaves the JSON structure, and
+so every decode error, unchanged; on a decode error the whole body is decoded again so the message
+carries the client's own byte offsets. If the client's text already holds the placeholder, nothing
+is cut.
+
+Both paths then apply the JSON rules msgspec leaves out for values it skips or keeps raw: the body
+must be valid UTF-8 (RFC 8259, and what orjson and vLLM's own parser require), and nesting too deep
+for the decoder is a client error, not a ``RecursionError``.
 """
 
 from __future__ import annotations
 
+import binascii
 import re
 
 import msgspec
+import pybase64
 
+from mmgate.errors import RequestError
 from mmgate.request import schema
 
 MIN_BODY = 64 * 1024
@@ -29,6 +40,46 @@ MAX_QUOTES = 512
 _PLACEHOLDER = b"\\u0000mmgate-cut:"
 _URL_KEY = re.compile(rb'"url"\s*:\s*$')
 _KEY_WINDOW = 32  # bytes before a value searched for its key ("url" plus any whitespace)
+_HEADER_MAX = 512  # "data:<mime>;<params>;base64," is never longer
+_HEADER_BAD = re.compile(rb"[\x00-\x1f\\]")  # what a JSON string cannot hold unescaped ('"' ends it)
+_CHUNK = 1 << 20  # base64 characters per pybase64 call (a multiple of 4): bounded scratch memory
+
+
+def _plain_json_string(body: bytes, start: int, end: int) -> bool:
+    """True when ``body[start:end]`` (quote-free) is certainly a valid JSON string's content.
+
+    A sufficient test, not a necessary one: False sends the value to the decoder, which is always
+    right. The header is tested exactly; the payload must be standard base64 (validated chunk by
+    chunk, so ``=`` padding only at its very end), whose alphabet is printable ASCII.
+    """
+    comma = body.find(b",", start, min(end, start + _HEADER_MAX))
+    if comma < 0:
+        return False
+    header = body[start:comma]
+    if _HEADER_BAD.search(header) or not _utf8(header):
+        return False
+    payload = memoryview(body)[comma + 1 : end]
+    if len(payload) % 4:
+        return False
+    try:
+        for at in range(0, len(payload), _CHUNK):
+            chunk = payload[at : at + _CHUNK]
+            if at + _CHUNK < len(payload) and chunk[-1] == 0x3D:  # '=' before the end
+                return False
+            pybase64.b64decode(chunk, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
@@ -37,7 +88,9 @@ def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
 
     Only single-byte searches run over the body (``bytes.find`` of one byte is memchr; of several
     bytes it is ~20x slower on base64 text). Quotes are visited one by one, so a body with more
-    than ``MAX_QUOTES`` of them (long text, not media) is left to the decoder.
+    than ``MAX_QUOTES`` of them (long text, not media) is left to the decoder. A quote preceded by
+    ``"url":`` cannot be an escaped one (that needs a backslash before it); if it closes a string
+    instead of opening one, the body is invalid both before and after the cut.
     """
     if len(body) < MIN_BODY:
         return None
@@ -56,7 +109,7 @@ def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
         end = body.find(b'"', at + 1)
         if end < 0:
             return None
-        if _URL_KEY.search(body, max(kept, at - _KEY_WINDOW), at) and body.find(b"\\", at, end) < 0:
+        if _URL_KEY.search(body, max(kept, at - _KEY_WINDOW), at) and _plain_json_string(body, at + 1, end):
             pieces.append(view[kept:at])
             pieces.append(b'"' + _PLACEHOLDER + str(len(cuts)).encode() + b'"')
             cuts.append((at, end))
@@ -72,15 +125,23 @@ def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
 
 
 def decode_chat(body: bytes) -> schema.ChatBody:
-    """``schema.CHAT.decode(body)``, skipping the scan of inline data URIs when it can."""
+    """``schema.CHAT.decode(body)`` under strict JSON rules, skipping the scan of inline data URIs
+    when it can.
+
+    Raises msgspec's error for malformed JSON or a schema mismatch, exactly as the full decode
+    would, and :class:`RequestError` for invalid UTF-8 or nesting too deep.
+    """
     cut = cut_data_urls(body)
     if cut is None:
-        return schema.CHAT.decode(body)
+        decoded = _decode(body)
+        require_utf8(body)
+        return decoded
     skeleton, cuts = cut
     try:
-        decoded = schema.CHAT.decode(skeleton)
+        decoded = _decode(skeleton)
     except msgspec.MsgspecError:
-        return schema.CHAT.decode(body)  # the same error, with the client's own offsets
+        return _decode(body)  # raises the same error, with the client's own offsets
+    require_utf8(body, checked=skeleton)  # the cut values are ASCII-clean already
     marker = b'"' + _PLACEHOLDER
     for message in decoded.messages:
         if not isinstance(message.content, list):
@@ -94,3 +155,29 @@ def decode_chat(body: bytes) -> schema.ChatBody:
                     start, end = cuts[int(bytes(url[len(marker) : -1]))]
                     ref.url = msgspec.Raw(memoryview(body)[start : end + 1])
     return decoded
+
+
+TOO_DEEP = "The request body is not valid JSON (nested too deeply)."
+
+
+def _decode(data: bytes) -> schema.ChatBody:
+    try:
+        return schema.CHAT.decode(data)
+    except RecursionError:
+        raise RequestError(TOO_DEEP) from None
+
+
+def require_utf8(body: bytes, *, checked: bytes | None = None) -> None:
+    """Refuse a body that is not UTF-8 (msgspec checks only the strings it decodes).
+
+    ``checked`` is what to test when it is cheaper than the body and equivalent (the cut skeleton);
+    the message always carries the offset in ``body``, so both paths word the error the same.
+    """
+    if _utf8(body if checked is None else checked):
+        return
+    try:
+        body.decode()
+    except UnicodeDecodeError as exc:
+        raise RequestError(
+            f"The request body is not valid JSON (invalid UTF-8 at byte {exc.start})."
+        ) from None
