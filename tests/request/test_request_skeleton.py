@@ -11,7 +11,7 @@ import pytest
 from mmgate.bench.overhead_bodies import BODIES, body, jpeg
 from mmgate.errors import RequestError
 from mmgate.request import parse_request, schema
-from mmgate.request.skeleton import MIN_BODY, cut_data_urls, decode_chat
+from mmgate.request.skeleton import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat
 
 IMAGE = "data:image/jpeg;base64," + base64.b64encode(jpeg(seed=7)).decode()
 
@@ -35,6 +35,7 @@ def test_benchmark_bodies_decode_identically_and_views_point_into_the_body(name:
     decoded = _same_as_full_decode(data)
     parts = decoded.messages[-1].content
     assert isinstance(parts, list)
+    assert all(isinstance(p.image_url, CutMediaRef) for p in parts if p.type == "image_url")  # validated once
     urls = [bytes(p.image_url.url) for p in parts if isinstance(p.image_url, schema.MediaRef)]
     assert all(url.startswith(b'"data:image/jpeg;base64,') and url.endswith(b'"') for url in urls)
     views = [parse_request(data, {}).assets[i].identity for i in range(len(urls))]

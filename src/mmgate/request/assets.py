@@ -134,8 +134,12 @@ class PromptBuilder:
         mime: str | None = None,
         uuid: str | int | None = None,
         detail: str | None = None,
+        base64_checked: bool = False,
     ) -> None:
-        """Add one media part. ``uri`` is a data: URI or URL; ``base64`` a bare base64 payload."""
+        """Add one media part. ``uri`` is a data: URI or URL; ``base64`` a bare base64 payload.
+
+        ``base64_checked`` says the payload is already known to be standard base64 (the data-URI
+        cut of large chat bodies validates it), so it is not validated twice."""
         self._count += 1
         if self._count > self._limits.max_assets:
             raise RequestError(
@@ -153,7 +157,13 @@ class PromptBuilder:
         )
         self._flush()
         first = self._seen.get(identity)
-        if first is None and probe_me and payload is not None and self._limits.validate_base64:
+        if (
+            first is None
+            and probe_me
+            and payload is not None
+            and self._limits.validate_base64
+            and not base64_checked
+        ):
             view = memoryview(payload)
             clean = check_base64(view, param)
             if clean is not view:  # escaped or wrapped text: identify the normalised payload

@@ -18,7 +18,7 @@ from mmgate.request import schema
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.limits import DEFAULT_LIMITS, Limits
 from mmgate.request.payload import json_string
-from mmgate.request.skeleton import TOO_DEEP, decode_chat, require_utf8
+from mmgate.request.skeleton import TOO_DEEP, CutMediaRef, decode_chat, require_utf8
 from mmgate.request.view import Api, Modality, RequestView
 
 T = TypeVar("T")
@@ -154,7 +154,14 @@ def _chat_part(part: schema.ChatPart, param: str, b: PromptBuilder) -> None:
         else:
             where += ".url"
             uri, detail = json_string(ref.url, where), ref.detail or part.detail
-        b.media(_URL_PARTS[kind], where if uri is not None else param, uri=uri, uuid=part.uuid, detail=detail)
+        b.media(
+            _URL_PARTS[kind],
+            where if uri is not None else param,
+            uri=uri,
+            uuid=part.uuid,
+            detail=detail,
+            base64_checked=isinstance(ref, CutMediaRef),  # decode_chat validated it while cutting
+        )
     elif kind == "input_audio":
         audio = part.input_audio
         where = f"{param}.input_audio.data"

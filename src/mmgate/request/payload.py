@@ -75,7 +75,7 @@ def parse_data_uri(value: memoryview, param: str) -> DataURI:
     return DataURI(header[0].strip().lower(), value[comma + 1 :])
 
 
-def _valid(text: Buffer) -> bool:
+def is_base64(text: Buffer) -> bool:
     """Standard base64 with padding: pybase64 validates chunk by chunk (``=`` only at the end)."""
     view = memoryview(text)
     if not len(view) or len(view) % 4:
@@ -97,9 +97,9 @@ def check_base64(payload: memoryview, param: str) -> Buffer:
     The common case returns the same view untouched. A JSON-escaped payload (``\\/`` from PHP's
     encoder) or MIME-style line breaks are normalised once, on a copy.
     """
-    if _valid(payload):
+    if is_base64(payload):
         return payload
     data = unescape(payload).translate(None, _WHITESPACE)
-    if _valid(data):
+    if is_base64(data):
         return data
     raise RequestError(f"Invalid base64 payload in '{param}'.", param=param)
