@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,6 +10,7 @@ import aiohttp
 import msgspec
 import pytest
 
+from mmgate.sim.cli import add_arguments, endpoints_doc, specs_from_args
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
@@ -128,3 +130,31 @@ async def test_conflicting_transfer_flags_are_a_client_error(http: aiohttp.Clien
         bad = {"do_remote_decode": True, "do_remote_prefill": True}
         status, doc = await _post(http, fleet.urls[0], _image_request(3, kv_transfer_params=bad))
     assert status == 400 and doc["error"]["param"] == "kv_transfer_params"
+
+
+def _specs_from_flags(*flags: str) -> list[PodSpec]:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return specs_from_args(parser.parse_args(["--profile", "fast", "--base-port", "0", *flags]))
+
+
+async def test_prefill_and_decode_roles_are_labels_each_request_decides(http: aiohttp.ClientSession) -> None:
+    # docs/sim.md: --role prefill|decode|both only labels the pod (startup table, --endpoints-file);
+    # what a request's kv_transfer_params asks decides the work, whatever the role.
+    (prefill,) = _specs_from_flags("--role", "prefill")
+    (decode,) = _specs_from_flags(
+        "--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}'
+    )
+    prefill.name, decode.name = "p", "d"
+    async with SimFleet([prefill, decode]) as fleet:
+        assert [(e["name"], e["role"]) for e in endpoints_doc(fleet)] == [("p", "prefill"), ("d", "decode")]
+        for pod in ("p", "d"):
+            status, doc = await _post(http, fleet[pod].url, _image_request(10))
+            assert status == 200 and doc["usage"]["completion_tokens"] == 8  # served end to end
+            assert "kv_transfer_params" not in doc
+        status, doc = await _post(
+            http, fleet["d"].url, _image_request(11, kv_transfer_params=PREFILL_PARAMS, max_tokens=1)
+        )
+        assert (
+            status == 200 and doc["kv_transfer_params"]["do_remote_prefill"] is True
+        )  # a decode pod prefills

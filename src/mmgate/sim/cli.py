@@ -99,11 +99,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--num-gpu-blocks", type=int, help="override the profile's KV capacity in blocks")
     engine.add_argument("--max-num-seqs", type=int, help="max running sequences")
     engine.add_argument("--max-num-batched-tokens", type=int, help="per-step token budget")
+    engine.add_argument(
+        "--disable-chunked-mm-input",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="never end a prefill chunk inside an image/video/audio item: the chunk stops before "
+        "it and the item is scheduled whole in a later step (default off, as in vLLM)",
+    )
 
     roles = parser.add_argument_group("disaggregation")
-    roles.add_argument("--role", choices=[r.value for r in Role], help="deployment role (default both)")
+    roles.add_argument(
+        "--role",
+        choices=[r.value for r in Role],
+        help="deployment role (default both). encode runs the media encoder only; prefill, decode and "
+        "both only label the pod (table, --endpoints-file): each request's kv_transfer_params decides",
+    )
     roles.add_argument("--mm-encoder-only", action="store_true", help="encode only; same as --role encode")
-    roles.add_argument("--kv-transfer-config", metavar="JSON", help="vLLM's JSON; kv_role sets the role")
+    roles.add_argument(
+        "--kv-transfer-config", metavar="JSON", help="vLLM's JSON; only its kv_role is read (it sets --role)"
+    )
     roles.add_argument(
         "--kv-transfer-time-per-token", type=float, help="seconds to pull one token's KV (default 2e-5)"
     )
@@ -143,6 +157,7 @@ ENGINE_FLAGS = (
     "num_gpu_blocks",
     "max_num_seqs",
     "max_num_batched_tokens",
+    "disable_chunked_mm_input",
 )
 
 

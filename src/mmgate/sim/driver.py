@@ -33,7 +33,9 @@ class Flight:
 
     request_id: str
     prompt_tokens: int
-    arrival: float  # simulated seconds
+    arrival: float  # simulated seconds, before preprocessing (vLLM's arrival_time)
+    queued_at: float = 0.0  # handed to the engine's waiting queue (vLLM's QUEUED event)
+    scheduled_at: float | None = None  # start of the step that first scheduled it (SCHEDULED)
     emitted: int = 0
     cached_tokens: int = 0
     finished: bool = False
@@ -120,7 +122,9 @@ class Driver:
             raise RuntimeError(f"the simulated engine failed: {self.failed!r}")
         now = self.now()
         self.engine.add_request(request, now)
-        flight = Flight(request.request_id, len(request.token_ids), now if arrival is None else arrival)
+        flight = Flight(
+            request.request_id, len(request.token_ids), now if arrival is None else arrival, queued_at=now
+        )
         self.flights[request.request_id] = flight
         self.metrics.touch()
         self._wake.set()
@@ -170,7 +174,8 @@ class Driver:
                 deadline = loop.time()
                 continue
             started = loop.time()
-            out = self.engine.step(self.now())
+            step_start = self.now()
+            out = self.engine.step(step_start)
             self.steps += 1
             sim_s = out.duration * self.faults.settings.slowdown
             deadline += sim_s * self.time_scale
@@ -181,18 +186,22 @@ class Driver:
                 await asyncio.sleep(-late)
             else:
                 await asyncio.sleep(0)  # let I/O run even when the loop is behind
-            self._deliver(out)
+            self._deliver(out, step_start)
             m = self.metrics
             m.driver_lag = max(0.0, late) / self.time_scale
             m.busy_sim_s += sim_s
             m.encoder_s += out.encoder_seconds
             m.busy_wall_s += (loop.time() - started) / self.time_scale
 
-    def _deliver(self, out: StepOutput) -> None:
+    def _deliver(self, out: StepOutput, step_start: float) -> None:
         now = self.now()
         m = self.metrics
         flights = self.flights
         ttft, itl = m.ttft, m.itl
+        for rid in out.scheduled:
+            f = flights.get(rid)
+            if f is not None and f.scheduled_at is None:
+                f.scheduled_at = step_start
         for rid in out.first_token:
             f = flights.get(rid)
             if f is not None:
@@ -220,7 +229,7 @@ class Driver:
             f.finished = True
             f.reason = done.finish_reason
             f.cached_tokens = done.cached_tokens
-            m.e2e.observe(now - f.arrival)
+            m.finished(f.arrival, f.queued_at, f.scheduled_at, f.first_token_at, now, f.emitted)
             m.request_success[done.finish_reason] = m.request_success.get(done.finish_reason, 0) + 1
             f.wake()
         if self.on_step is not None:

@@ -492,9 +492,10 @@ class Engine:
             if self.enable_prefix_caching:
                 self._prefix_queries += total
                 self._prefix_hits += local_hit
-            if r.cached_tokens < 0:
+            if r.cached_tokens < 0:  # first admission (a preempted request resumes silently)
                 r.cached_tokens = start
                 self._prompt_tokens += r.prompt_len
+                out.scheduled.append(r.id)
             r.status = _RUNNING
             self._admit_seq += 1
             r.admitted = self._admit_seq

@@ -159,7 +159,9 @@ class StepOutput:
     that got one more (non-first) token; the same tuple object is returned while the set of
     decoding requests is unchanged, so it costs nothing per step. ``finished`` ⊆ those two.
     ``encoder_seconds`` is the part of ``duration`` spent in the vision encoder (it runs first).
-    An idle step (nothing schedulable) has ``duration == 0``.
+    ``scheduled``: requests admitted from the waiting queue for the first time this step (vLLM's
+    first ``SCHEDULED`` event, which ends the queue time; a preempted request resuming is not
+    listed). An idle step (nothing schedulable) has ``duration == 0``.
     """
 
     duration: float = 0.0
@@ -167,6 +169,7 @@ class StepOutput:
     prefill_tokens: int = 0
     decode_seqs: int = 0
     encoded_items: int = 0
+    scheduled: list[str] = field(default_factory=list)
     first_token: list[str] = field(default_factory=list)
     next_tokens: Sequence[str] = ()
     finished: list[FinishedRequest] = field(default_factory=list)

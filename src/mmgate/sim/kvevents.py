@@ -54,6 +54,8 @@ class KVEventsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     replay_endpoint: str | None = None
     buffer_steps: int = 10_000
     hwm: int = 100_000
+    # Accepted so vLLM's JSON can be pasted; never binds: vLLM bounds the batches waiting for its
+    # publisher thread, and a simulated pod sends each step's batch inside the step (docs/sim.md).
     max_queue_size: int = 100_000
     topic: str = ""
 

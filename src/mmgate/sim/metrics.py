@@ -26,6 +26,7 @@ E2E_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
+"""vLLM's ``request_latency_buckets``: end-to-end, queue, prefill, decode and inference time."""
 
 
 class Histogram:
@@ -65,6 +66,12 @@ class PodMetrics:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        # Per-request phases, observed when a request finishes (vLLM's FinishedRequestStats).
+        self.queue_time = Histogram(E2E_BUCKETS)
+        self.prefill_time = Histogram(E2E_BUCKETS)
+        self.decode_time = Histogram(E2E_BUCKETS)
+        self.inference_time = Histogram(E2E_BUCKETS)
+        self.tpot = Histogram(ITL_BUCKETS)  # each request's mean time per output token
         self.driver_lag = 0.0
         self.busy_sim_s = 0.0  # simulated seconds of engine steps run
         self.encoder_s = 0.0  # of which the vision/audio encoder
@@ -72,6 +79,28 @@ class PodMetrics:
         self._version = 0
         self._cached_version = -1
         self._cached = b""
+
+    def finished(
+        self,
+        arrival: float,
+        queued: float,
+        scheduled: float | None,
+        first_token: float | None,
+        last_token: float,
+        generated: int,
+    ) -> None:
+        """Observe one finished request, with vLLM's phase boundaries (simulated seconds):
+        queue = queued → first scheduled, prefill = first scheduled → first token, decode = first
+        → last token, inference = first scheduled → last token, TPOT = decode / (tokens - 1)."""
+        scheduled = queued if scheduled is None else scheduled
+        first = last_token if first_token is None else first_token
+        decode = last_token - first
+        self.e2e.observe(last_token - arrival)
+        self.queue_time.observe(scheduled - queued)
+        self.prefill_time.observe(first - scheduled)
+        self.decode_time.observe(decode)
+        self.inference_time.observe(last_token - scheduled)
+        self.tpot.observe(decode / (generated - 1) if generated > 1 else 0.0)
 
     def touch(self) -> None:
         """Mark the rendered text stale (call after any change)."""
@@ -123,6 +152,31 @@ class PodMetrics:
         histogram("vllm:time_to_first_token_seconds", self.ttft, "Histogram of time to first token.")
         histogram("vllm:inter_token_latency_seconds", self.itl, "Histogram of inter-token latency.")
         histogram("vllm:e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency.")
+        histogram(
+            "vllm:request_queue_time_seconds",
+            self.queue_time,
+            "Histogram of time spent in WAITING phase for request.",
+        )
+        histogram(
+            "vllm:request_inference_time_seconds",
+            self.inference_time,
+            "Histogram of time spent in RUNNING phase for request.",
+        )
+        histogram(
+            "vllm:request_prefill_time_seconds",
+            self.prefill_time,
+            "Histogram of time spent in PREFILL phase for request.",
+        )
+        histogram(
+            "vllm:request_decode_time_seconds",
+            self.decode_time,
+            "Histogram of time spent in DECODE phase for request.",
+        )
+        histogram(
+            "vllm:request_time_per_output_token_seconds",
+            self.tpot,
+            "Histogram of time_per_output_token_seconds per request.",
+        )
         head("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.")
         add(
             f'vllm:cache_config_info{{block_size="{g.block_size}",enable_prefix_caching="{self.prefix_caching}",'
