@@ -302,3 +302,33 @@ async def test_dropped_response_closes_its_connection() -> None:
             await asyncio.sleep(0.01)
         assert saw_eof == [True]
         await pool.close()
+
+
+async def test_max_idle_zero_keeps_no_connection() -> None:
+    async def handler(peer: Peer) -> None:
+        while True:
+            await peer.read_request()
+            await peer.send(ok(b"ok"))
+
+    async with raw_server(handler) as server:
+        pool = make_pool(max_idle_per_origin=0)
+        for _ in range(2):
+            assert await fetch(pool, server) == b"ok"
+        assert server.accepted == 2
+        await pool.close()
+
+
+async def test_content_length_counts_bytes_of_a_wide_memoryview() -> None:
+    payload = os.urandom(4096)
+    seen: list[bytes] = []
+
+    async def handler(peer: Peer) -> None:
+        _, body = await peer.read_request()
+        seen.append(body)
+        await peer.send(ok(b"ok"))
+
+    async with raw_server(handler) as server:
+        pool = make_pool()
+        assert await fetch(pool, server, "POST", memoryview(payload).cast("I")) == b"ok"
+        assert seen == [payload]
+        await pool.close()

@@ -224,3 +224,11 @@ def test_errors_are_os_errors() -> None:
     assert issubclass(UpstreamConnectError, UpstreamError)
     assert issubclass(UpstreamResetError, UpstreamError)
     assert issubclass(UpstreamError, OSError)
+
+
+async def test_non_latin1_header_is_refused_without_quoting_it() -> None:
+    pool = make_pool()
+    with pytest.raises(ValueError, match="not latin-1") as caught:
+        await pool.request("127.0.0.1", 9, "GET", "/", [("Authorization", "Bearer s\u2603cret")], b"")
+    assert "\u2603" not in str(caught.value)
+    await pool.close()

@@ -281,16 +281,23 @@ class _Conn(asyncio.Protocol):
             self._transport.resume_reading()
         return data
 
-    async def _exchange(self, head: bytes, body: Body, *, reused: bool, head_only: bool) -> UpstreamResponse:
+    async def _exchange(
+        self, head: bytes, body: Body, size: int, *, reused: bool, head_only: bool
+    ) -> UpstreamResponse:
         """Send one request and wait for the final response head."""
         self._begin(head_only=head_only)
         transport = self._transport
         assert transport is not None
-        if len(body) <= SMALL_BODY:
-            transport.write(head + body if body else head)
-        else:
-            transport.write(head)
-            transport.write(body if isinstance(body, memoryview) else memoryview(body))
+        try:
+            if size <= SMALL_BODY:
+                transport.write(head + body if size else head)
+            else:
+                transport.write(head)
+                transport.write(body if isinstance(body, memoryview) else memoryview(body))
+        except (OSError, RuntimeError):  # uvloop refuses writes once the transport is closed
+            self._exc = UpstreamResetError(
+                f"upstream {self._label()} closed the connection before responding"
+            )
         try:
             while not self._head_done:
                 if self._exc is not None:
@@ -410,16 +417,17 @@ class UpstreamPool:
         origin = self._origins.get((host, port))
         if origin is None:
             origin = self._origins[(host, port)] = _Origin(host, port)
-        head = _encode_head(method, target, origin.host_header, headers, len(body))
+        size = body.nbytes if isinstance(body, memoryview) else len(body)
+        head = _encode_head(method, target, origin.host_header, headers, size)
         head_only = method == "HEAD"
         conn = self._checkout(origin)
         if conn is not None:
             try:
-                return await conn._exchange(head, body, reused=True, head_only=head_only)
+                return await conn._exchange(head, body, size, reused=True, head_only=head_only)
             except _Stale:
                 pass
         conn = await self._connect(origin)
-        return await conn._exchange(head, body, reused=False, head_only=head_only)
+        return await conn._exchange(head, body, size, reused=False, head_only=head_only)
 
     async def close(self) -> None:
         """Close every connection, idle or in use (in-flight reads fail with UpstreamResetError)."""
@@ -479,7 +487,10 @@ class UpstreamPool:
             return
         idle = conn._origin.idle
         if len(idle) >= self._max_idle:
-            self._evict(conn._origin, 1)
+            if self._max_idle <= 0:
+                conn._abort()
+                return
+            self._evict(conn._origin, len(idle) - self._max_idle + 1)
         conn._idle_since = time.monotonic()
         conn._in_idle = True
         idle.append(conn)
@@ -550,4 +561,8 @@ def _encode_head(
     lines = 4 + len(headers)
     if text.count("\n") != lines or text.count("\r") != lines:
         raise ValueError("CR or LF inside the request line or a header of an upstream request")
-    return text.encode("latin-1")
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        # Not the codec's message: it would quote the character, and header values may be secrets.
+        raise ValueError("an upstream request line or header is not latin-1 text") from None
