@@ -123,10 +123,11 @@ def decode_chat(body: bytes) -> schema.ChatBody:
     Raises msgspec's error for malformed JSON or a schema mismatch, exactly as the full decode
     would, and :class:`RequestError` for invalid UTF-8 or nesting too deep.
     """
-    cut = cut_data_urls(body)
+    cut = cut_data_urls(body) if len(body) >= MIN_BODY else None
     if cut is None:
         decoded = _decode(body)
-        require_utf8(body)
+        if not body.isascii():  # the common case costs one C call, not a function
+            require_utf8(body)
         return decoded
     skeleton, cuts = cut
     try:
