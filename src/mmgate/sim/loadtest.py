@@ -495,16 +495,23 @@ def metrics_cost(args: argparse.Namespace) -> int:
     labels = ("model_name", "engine")
     gauges = [Gauge(n, "h", labels, registry=registry) for n in ("a:running", "a:waiting", "a:kv")]
     counters = [Counter(f"c:counter{i}", "h", labels, registry=registry) for i in range(9)]
+    phases = ("queue", "prefill", "decode", "inference")
     hists = [
         PromHistogram(f"h:{name}", "h", labels, buckets=b, registry=registry)
-        for name, b in (("ttft", TTFT_BUCKETS), ("itl", ITL_BUCKETS), ("e2e", E2E_BUCKETS))
+        for name, b in (
+            ("ttft", TTFT_BUCKETS),
+            ("itl", ITL_BUCKETS),
+            ("e2e", E2E_BUCKETS),
+            *((p, E2E_BUCKETS) for p in phases),
+            ("tpot", ITL_BUCKETS),
+        )
     ]
     rng = random.Random(1)
     for _ in range(1000):
         v = rng.random()
         ours.ttft.observe(v)
         ours.itl.observe(v / 20, 30)
-        ours.e2e.observe(v * 10)
+        ours.finished(0.0, v, v * 1.5, v * 2, v * 10, 64)
         for h in hists:
             h.labels("m", "0").observe(v)
     for g in gauges:
@@ -524,9 +531,21 @@ def metrics_cost(args: argparse.Namespace) -> int:
         ours.touch()
         ours.render(engine.stats)
 
+    def after_step() -> None:  # a decode step: token histograms changed, no request finished
+        ours.ttft.observe(0.2)
+        ours.itl.observe(0.012, 8)
+        fresh()
+
+    def after_finish() -> None:  # a step that also finished a request: every histogram changed
+        ours.itl.observe(0.012, 8)
+        ours.finished(0.0, 0.1, 0.15, 0.2, 1.0, 64)
+        fresh()
+
     prom_hist = hists[1].labels("m", "0")
     rows = {
         "render_us": timed(fresh, n),
+        "render_after_step_us": timed(after_step, n),
+        "render_after_finish_us": timed(after_finish, n),
         "render_cached_us": timed(lambda: ours.render(engine.stats), n),
         "prometheus_client_generate_latest_us": timed(lambda: generate_latest(registry), n),
         "observe_us": timed(lambda: ours.itl.observe(0.012), 20 * n),

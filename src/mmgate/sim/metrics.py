@@ -32,7 +32,7 @@ E2E_BUCKETS = (
 class Histogram:
     """Cumulative-on-render histogram; ``observe(v, n)`` records ``n`` equal observations at once."""
 
-    __slots__ = ("_counts", "bounds", "count", "les", "sum")
+    __slots__ = ("_counts", "_text", "_text_count", "bounds", "count", "les", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
@@ -40,11 +40,27 @@ class Histogram:
         self._counts = [0] * (len(self.bounds) + 1)
         self.count = 0
         self.sum = 0.0
+        self._text = ""
+        self._text_count = -1
 
     def observe(self, value: float, n: int = 1) -> None:
         self._counts[bisect_left(self.bounds, value)] += n
         self.count += n
         self.sum += value * n
+
+    def samples(self, name: str, labels: str) -> str:
+        """The ``_bucket``/``_count``/``_sum`` lines, re-rendered only after an observation (most
+        request-level histograms change once per finished request, not every step)."""
+        if self._text_count != self.count:
+            lines = [
+                f'{name}_bucket{{{labels},le="{le}"}} {_num(c)}'
+                for le, c in zip(self.les, self.cumulative(), strict=True)
+            ]
+            lines.append(f"{name}_count{{{labels}}} {_num(self.count)}")
+            lines.append(f"{name}_sum{{{labels}}} {_num(self.sum)}")
+            self._text = "\n".join(lines)
+            self._text_count = self.count
+        return self._text
 
     def cumulative(self) -> list[int]:
         out: list[int] = []
@@ -129,10 +145,7 @@ class PodMetrics:
 
         def histogram(name: str, h: Histogram, text: str) -> None:
             head(name, "histogram", text)
-            for le, c in zip(h.les, h.cumulative(), strict=True):
-                add(f'{name}_bucket{{{lab},le="{le}"}} {_num(c)}')
-            add(f"{name}_count{{{lab}}} {_num(h.count)}")
-            add(f"{name}_sum{{{lab}}} {_num(h.sum)}")
+            add(h.samples(name, lab))
 
         gauge("vllm:num_requests_running", g.num_running, "Number of requests in model execution batches.")
         gauge("vllm:num_requests_waiting", g.num_waiting, "Number of requests waiting to be processed.")
