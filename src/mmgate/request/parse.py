@@ -100,19 +100,27 @@ def _validation_error(text: str, prefix: str) -> RequestError:
 # --- OpenAI chat completions -------------------------------------------------------------------
 
 
+_ROLE_HEADERS = {role: role_header(role) for role in ("system", "developer", "user", "assistant", "tool")}
+
+
 def _chat(req: schema.ChatBody, b: PromptBuilder) -> RequestView:
+    text = b.text
     for i, msg in enumerate(req.messages):
-        b.text(role_header(msg.role))
+        header = _ROLE_HEADERS.get(msg.role) or role_header(msg.role)
         content = msg.content
+        if isinstance(content, str) and not msg.tool_calls:  # the common turn: one piece
+            text(header + content + "\n")
+            continue
+        text(header)
         if isinstance(content, str):
-            b.text(content)
+            text(content)
         elif content is not None:
             for j, part in enumerate(content):
                 _chat_part(part, f"messages[{i}].content[{j}]", b)
         for call in msg.tool_calls or ():
             if call.function is not None:
-                b.text(f"{call.function.name}({call.function.arguments})")
-        b.text("\n")
+                text(f"{call.function.name}({call.function.arguments})")
+        text("\n")
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     return RequestView(
         api=Api.CHAT,
