@@ -8,9 +8,10 @@ looks at a clock, so the same code runs in wall time behind HTTP and in virtual 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar
 
 from mmgate.request.view import RequestView
 
@@ -133,10 +134,10 @@ class SchedulingRequest:
         self.data: dict[str, object] = {}
         self.debug = debug
         self.now = 0.0
-        self.staleness_s = float("inf")
+        self.staleness_s = math.inf
 
     def get(self, key: DataKey[T]) -> T | None:
-        return cast("T | None", self.data.get(key.name))
+        return self.data.get(key.name)  # type: ignore[return-value]  # put() keeps key and value in step
 
     def put(self, key: DataKey[T], value: T) -> None:
         self.data[key.name] = value

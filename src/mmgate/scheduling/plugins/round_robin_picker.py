@@ -20,4 +20,6 @@ class RoundRobinPicker(BasePicker):
         n = len(endpoints)
         start = self._turn % n
         self._turn = start + 1
+        if self._k == 1:
+            return [endpoints[start]]
         return [endpoints[(start + j) % n] for j in range(min(self._k, n))]
