@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mmgate.gateway.budget import RetryBudget
-from mmgate.gateway.headers import request_id_from, response_headers, upstream_headers
+from mmgate.gateway.headers import relay_headers, request_id_from, upstream_headers
 
 
 class Clock:
@@ -48,8 +48,16 @@ def test_upstream_and_response_header_rules() -> None:
         ],
         "rid",
     )
-    assert sent == {"Authorization": "Bearer k", "Content-Type": "application/json", "x-request-id": "rid"}
-    shown = response_headers(
+    assert sent == [
+        ("Authorization", "Bearer k"),
+        ("Content-Type", "application/json"),
+        ("x-request-id", "rid"),
+    ]
+    shown = relay_headers(
         [("Content-Type", "text/event-stream"), ("Transfer-Encoding", "chunked"), ("x-mmgate-endpoint", "x")]
     )
-    assert shown == {"Content-Type": "text/event-stream"}
+    assert shown == ([("Content-Type", "text/event-stream")], None)
+    shown = relay_headers(
+        [("Content-Length", "12"), ("Set-Cookie", "a"), ("Set-Cookie", "b"), ("Server", "x")]
+    )
+    assert shown == ([("Set-Cookie", "a"), ("Set-Cookie", "b")], 12)  # repeated headers kept

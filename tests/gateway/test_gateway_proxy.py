@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from gw_support import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
@@ -135,7 +137,7 @@ async def test_connection_refused_is_retried_and_all_refused_is_a_502(upstreams:
     try:
         status, _, body = await e.post()
         assert status == 502
-        assert b'"type":"upstream_error"' in body and b"ClientConnectorError" in body
+        assert b'"type":"upstream_error"' in body and b"cannot connect to upstream" in body
     finally:
         await e.session.close()
         await running.stop()
@@ -317,3 +319,18 @@ async def test_beyond_the_inflight_limit_requests_get_429_with_retry_after(
     release.set()
     assert [r[0] for r in await asyncio.gather(*first)] == [200, 200]
     assert env.gateway.inflight == 0
+
+
+@pytest.mark.parametrize("pad", [0, 64 * 1024, 3 * 1024 * 1024 + 7])
+async def test_bodies_of_every_size_reach_the_endpoint_byte_for_byte(
+    upstreams: list[Upstream], pad: int
+) -> None:
+    e, running = await make_env([upstreams[0].address], [], max_body_bytes=8 << 20)
+    body = b'{"model": "m", "pad": "' + os.urandom(pad // 2).hex().encode() + b'"}'
+    try:
+        status, _, answer = await e.post(body)
+        assert status == 200 and orjson.loads(answer)["echo_len"] == len(body)
+        assert upstreams[0].bodies == [body]
+    finally:
+        await e.session.close()
+        await running.stop()

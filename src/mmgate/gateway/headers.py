@@ -27,7 +27,7 @@ MMGATE_PREFIX = "x-mmgate-"
 # Clients may *ask* for the debug scores; this one is read, then dropped like the others.
 DEBUG_REQUEST_HEADER = "x-mmgate-debug"
 
-# RFC 9110 §7.6.1 connection-specific headers, plus those aiohttp computes for us.
+# RFC 9110 §7.6.1 connection-specific headers, plus the framing the gateway sets itself.
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -45,6 +45,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+_NOT_FORWARDED = HOP_BY_HOP | LLMD_ROUTING_HEADERS | {"x-request-id"}
+
 RESPONSE_ENDPOINT = "x-mmgate-endpoint"
 RESPONSE_TOKENS = "x-mmgate-request-tokens"
 RESPONSE_SCORES = "x-mmgate-scores"
@@ -57,32 +59,36 @@ def is_routing_header(lower_name: str) -> bool:
     return lower_name in LLMD_ROUTING_HEADERS or lower_name.startswith(MMGATE_PREFIX)
 
 
-def upstream_headers(client: Iterable[tuple[str, str]], request_id: str) -> dict[str, str]:
-    """The headers sent upstream: the client's, minus hop-by-hop and routing ones.
+def upstream_headers(client: Iterable[tuple[str, str]], request_id: str) -> list[tuple[str, str]]:
+    """The headers sent upstream: the client's, minus hop-by-hop and routing ones (framing and
+    Host are set by the upstream pool).
 
     ``Authorization`` and other end-to-end headers pass through untouched (never logged).
     """
-    out: dict[str, str] = {}
+    out: list[tuple[str, str]] = []
     for name, value in client:
         lower = name.lower()
-        if lower in HOP_BY_HOP or is_routing_header(lower) or lower == REQUEST_ID:
+        if lower in _NOT_FORWARDED or lower.startswith(MMGATE_PREFIX):
             continue
-        out[name] = value
-    out[REQUEST_ID] = request_id
+        out.append((name, value))
+    out.append((REQUEST_ID, request_id))
     return out
 
 
-def response_headers(upstream: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The upstream response headers a client may see (framing is recomputed by aiohttp)."""
-    out: dict[str, str] = {}
+def relay_headers(upstream: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]], int | None]:
+    """The upstream response headers a client may see, and the upstream's Content-Length (the
+    gateway's writer frames the response itself: length when known, else chunked)."""
+    out: list[tuple[str, str]] = []
+    length: int | None = None
     for name, value in upstream:
         lower = name.lower()
-        if lower in HOP_BY_HOP and lower != "content-length":
+        if lower == "content-length":
+            length = int(value) if value.isdigit() else None
+        elif lower in HOP_BY_HOP or lower.startswith(MMGATE_PREFIX) or lower in ("server", "date"):
             continue
-        if lower.startswith(MMGATE_PREFIX) or lower in ("server", "date"):
-            continue
-        out[name] = value
-    return out
+        else:
+            out.append((name, value))
+    return out, length
 
 
 def request_id_from(headers: Mapping[str, str]) -> str:

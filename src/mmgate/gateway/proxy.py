@@ -1,6 +1,7 @@
 """Forwarding one request: pick, send the original bytes, stream the answer back, retry early.
 
-The body is sent as the very ``bytes`` object the client sent (no re-serialisation, no copy).
+The body is sent as the very ``bytes`` object the client sent (no re-serialisation, no copy), over
+a keep-alive :class:`~mmgate.gateway.h1.client.UpstreamPool` connection.
 The client sees nothing until the chosen endpoint has sent its first *body* chunk: until then a
 failure (connect error, reset, 5xx, 429, or a pod dying with only headers sent) is retried on the
 next-best endpoint, within ``max_attempts`` per request and the fleet-wide :class:`RetryBudget`.
@@ -15,15 +16,21 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import aiohttp
 from prometheus_client import Counter, Gauge
 
 from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.datalayer.layer import DataLayer
-from mmgate.gateway.body import ForwardedBody
 from mmgate.gateway.breaker import Breaker, BreakerSettings, State
 from mmgate.gateway.budget import RetryBudget
+from mmgate.gateway.h1.client import (
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResetError,
+    UpstreamResponse,
+)
 from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.headers import (
@@ -31,7 +38,7 @@ from mmgate.gateway.headers import (
     RESPONSE_ENDPOINT,
     RESPONSE_SCORES,
     RESPONSE_TOKENS,
-    response_headers,
+    relay_headers,
     upstream_headers,
 )
 from mmgate.gateway.responses import error_response
@@ -50,7 +57,7 @@ class ProxySettings:
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 300.0  # longest silence allowed between upstream bytes (incl. queueing)
     request_timeout_s: float = 600.0
-    pool_limit: int = 4096  # keep-alive connections to all endpoints together
+    pool_limit: int = 4096  # idle keep-alive connections kept per endpoint
     retry_ratio: float = 0.2
     retry_min_per_s: float = 10.0
     debug_scores: bool = False  # honour ``x-mmgate-debug`` from clients
@@ -115,24 +122,31 @@ class Proxy:
                 log.info("endpoint %s back in rotation (half-open probe succeeded)", name)
 
         self.breaker = Breaker(settings.breaker, clock=clock, on_change=on_change)
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: UpstreamPool | None = None
+        self._origins: dict[str, tuple[str, int]] = {}
 
     async def start(self) -> None:
         s = self.settings
-        connector = aiohttp.TCPConnector(limit=s.pool_limit, limit_per_host=0, keepalive_timeout=60)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,  # bytes pass through exactly as the endpoint encoded them
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            timeout=aiohttp.ClientTimeout(
-                total=s.request_timeout_s, sock_connect=s.connect_timeout_s, sock_read=s.read_timeout_s
-            ),
+        self._pool = UpstreamPool(
+            connect_timeout_s=s.connect_timeout_s,
+            read_timeout_s=s.read_timeout_s,
+            max_idle_per_origin=s.pool_limit,
         )
 
     async def stop(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def _origin(self, url: str) -> tuple[str, int]:
+        """``(host, port)`` of an endpoint URL, parsed once per endpoint."""
+        origin = self._origins.get(url)
+        if origin is None:
+            parts = urlsplit(url)
+            if parts.scheme != "http":
+                raise _RetryableError("connect", f"{parts.scheme} endpoints are not supported by the proxy")
+            origin = self._origins[url] = (parts.hostname or "", parts.port or 80)
+        return origin
 
     def _decide(
         self,
@@ -164,7 +178,7 @@ class Proxy:
     ) -> None:
         """Proxy ``request`` (its body already parsed into ``view``) to one of ``candidates``,
         answering on ``writer``."""
-        assert self._session is not None, "start() first"
+        assert self._pool is not None, "start() first"
         self.budget.on_request()
         headers = upstream_headers(request.headers.raw, request_id)
         want_scores = self.settings.debug_scores and "x-mmgate-debug" in request.headers
@@ -223,16 +237,17 @@ class Proxy:
         writer: ResponseWriter,
         record: EndpointRecord,
         decision: Decision,
-        headers: dict[str, str],
+        headers: list[tuple[str, str]],
         is_last: bool,
         want_scores: bool,
         received: float,
         request_id: str,
         out: Outcome,
     ) -> None:
-        assert self._session is not None
-        send_headers = {**headers, **decision.headers} if decision.headers else headers
-        url = record.endpoint.url + request.target
+        pool = self._pool
+        assert pool is not None
+        send_headers = [*headers, *decision.headers.items()] if decision.headers else headers
+        host, port = self._origin(record.endpoint.url)
         self.router.started(decision)
         self.breaker.begin(record.name)
         if decision.pre_request is not None:
@@ -240,24 +255,24 @@ class Proxy:
         ok = False
         try:
             try:
-                upstream = await self._session.post(
-                    url, data=ForwardedBody(request.body), headers=send_headers
+                upstream = await pool.request(
+                    host, port, request.method, request.target, send_headers, request.body
                 )
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+            except (UpstreamConnectError, UpstreamResetError) as exc:
                 record.health.record_failure(self.clock(), f"connect: {exc}")
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
-            except TimeoutError:  # before ClientError: aiohttp's ServerTimeoutError is both
+            except TimeoutError:
                 raise _RetryableError("timeout", "no response headers in time") from None
-            except (aiohttp.ClientError, OSError) as exc:
+            except OSError as exc:
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}") from None
             try:
                 if upstream.status in _RETRY_STATUS and not is_last:
                     raise _RetryableError(str(upstream.status), f"HTTP {upstream.status}")
                 try:
-                    first = await upstream.content.readany()
+                    first = await upstream.read()
                 except TimeoutError:
                     raise _RetryableError("timeout", "no first byte in time") from None
-                except (aiohttp.ClientError, OSError) as exc:
+                except OSError as exc:
                     raise _RetryableError("reset", f"failed before the first byte: {exc}") from None
                 record.health.record_success(self.clock())
                 if upstream.status >= 500:  # the last attempt's error, passed through
@@ -266,14 +281,16 @@ class Proxy:
                     self.breaker.success(record.name)
                 out.first_byte_s = self.clock() - received
                 self.router.first_token(decision)
-                ok = await self._relay(writer, upstream, first, decision, want_scores, request_id, out)
+                ok = await self._relay(
+                    writer, upstream, first, decision, want_scores, request_id, received, out
+                )
                 if out.label == "aborted":  # the endpoint broke the stream midway
                     self.breaker.failure(record.name)
             finally:
                 if ok:
                     upstream.release()
                 else:
-                    upstream.close()
+                    upstream.close()  # mid-stream or client gone: the endpoint aborts the request
         finally:
             self.breaker.release(record.name)
             self.router.finished(decision, ok=ok)
@@ -281,30 +298,37 @@ class Proxy:
     async def _relay(
         self,
         writer: ResponseWriter,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         first: bytes,
         decision: Decision,
         want_scores: bool,
         request_id: str,
+        received: float,
         out: Outcome,
     ) -> bool:
         """Commit to this upstream: the head leaves with the first chunk, then every chunk as it
-        arrives. Returns whether the stream completed."""
-        headers, length = _client_headers(response_headers(upstream.headers.items()))
+        arrives (waiting while the client is slower than the endpoint). Returns whether the
+        stream completed."""
+        headers, length = relay_headers(upstream.headers)
         headers.append((RESPONSE_ENDPOINT, decision.endpoint))
         headers.append((RESPONSE_TOKENS, str(decision.request_tokens)))
         headers.append((REQUEST_ID, request_id))
         if want_scores and decision.scores is not None:
             headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
         out.status = upstream.status
+        deadline = received + self.settings.request_timeout_s
         chunk = first
         try:
             writer.start(upstream.status, headers, content_length=length)
             while chunk:
                 await writer.write(chunk)
                 try:
-                    chunk = await upstream.content.readany()
-                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    if self.clock() > deadline:
+                        raise TimeoutError(
+                            f"the request took longer than {self.settings.request_timeout_s:g} s"
+                        )
+                    chunk = await upstream.read()
+                except (UpstreamError, TimeoutError) as exc:
                     out.label = "aborted"
                     out.errors.append(f"{decision.endpoint}: stream broke: {type(exc).__name__}: {exc}")
                     writer.abort()  # the client must see a broken stream, not an end
@@ -314,18 +338,6 @@ class Proxy:
             out.label = "client_closed"  # closing the upstream connection cancels the work there
             return False
         return True
-
-
-def _client_headers(headers: dict[str, str]) -> tuple[list[tuple[str, str]], int | None]:
-    """The headers as pairs, and the upstream's Content-Length (framing is the writer's job)."""
-    pairs: list[tuple[str, str]] = []
-    length: int | None = None
-    for name, value in headers.items():
-        if name.lower() == "content-length":
-            length = int(value) if value.isdigit() else None
-        else:
-            pairs.append((name, value))
-    return pairs, length
 
 
 def _run_hook(hook: Callable[[], None]) -> None:
