@@ -203,3 +203,32 @@ async def test_topic_template_with_an_unknown_placeholder_is_refused() -> None:
     with pytest.raises(ValueError, match="gpu"):
         async with SimFleet(profile="fast", kv_events=kv):
             pass
+
+
+async def test_a_pasted_vllm_config_with_max_queue_size_one_holds_nothing_back(
+    http: aiohttp.ClientSession,
+) -> None:
+    # vLLM's max_queue_size bounds batches waiting for its publisher thread; a simulated pod sends
+    # each step's batch inside the step, so even a bound of 1 never delays or drops one (docs/sim.md).
+    kv = parse_kv_events_config(KV[:-1] + ', "max_queue_size": 1, "hwm": 100000, "buffer_steps": 10000}')
+    assert kv.max_queue_size == 1
+    async with SimFleet(profile="fast", kv_events=kv) as fleet:
+        pod = fleet.pods[0]
+        assert pod.kv_endpoint is not None
+        ctx = zmq.asyncio.Context()
+        sub = await _subscribed(pod.kv_endpoint, ctx)
+        try:
+            for i in range(3):
+                text = f"request {i}: " + "lorem ipsum dolor sit amet " * 10
+                body = msgspec.json.encode(
+                    {"model": "test", "messages": [{"role": "user", "content": text}], "max_tokens": 3}
+                )
+                await _post(http, pod.url, body)
+            messages = await _collect(sub)
+        finally:
+            sub.close()
+            ctx.term()
+    seqs = [int.from_bytes(m[1], "big") for m in messages]
+    assert len(seqs) >= 3 and seqs == list(range(len(seqs)))  # every batch, in order, none held back
+    stored = sum(1 for m in messages for e in msgspec.msgpack.decode(m[2])[1] if e["type"] == "BlockStored")
+    assert stored >= 3  # each request's prompt blocks
