@@ -146,9 +146,9 @@ def decode_chat(body: bytes) -> schema.ChatBody:
                 url = memoryview(ref.url)
                 if url[: len(marker)] == marker:
                     start, end = cuts[int(bytes(url[len(marker) : -1]))]
-                    restored = CutMediaRef(
-                        url=msgspec.Raw(memoryview(body)[start : end + 1]), detail=ref.detail
-                    )
+                    fields = msgspec.structs.asdict(ref)  # every field, should MediaRef grow
+                    fields["url"] = msgspec.Raw(memoryview(body)[start : end + 1])
+                    restored = CutMediaRef(**fields)
                     if ref is part.image_url:
                         part.image_url = restored
                     elif ref is part.video_url:
