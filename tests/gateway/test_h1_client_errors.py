@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 
@@ -232,3 +233,43 @@ async def test_non_latin1_header_is_refused_without_quoting_it() -> None:
         await pool.request("127.0.0.1", 9, "GET", "/", [("Authorization", "Bearer s\u2603cret")], b"")
     assert "\u2603" not in str(caught.value)
     await pool.close()
+
+
+async def test_switching_protocols_is_a_protocol_error() -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        )
+        await peer.at_eof()
+
+    async with raw_server(handler) as server:
+        pool = make_pool()
+        with pytest.raises(UpstreamProtocolError):
+            await pool.request("127.0.0.1", server.port, "GET", "/", [], b"")
+        await pool.close()
+
+
+async def test_early_answer_before_the_body_was_sent_is_not_reused() -> None:
+    payload = os.urandom(16 * 1024 * 1024)
+
+    async def handler(peer: Peer) -> None:
+        if peer.index > 0:
+            await peer.read_request()
+            await peer.send(ok(b"fresh"))
+            return
+        await peer.reader.readuntil(b"\r\n\r\n")
+        # Answers at once without reading the body (as a 413 would), then reads it slowly.
+        await peer.send(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+        while await peer.reader.read(64 * 1024):
+            await asyncio.sleep(0.01)
+
+    async with raw_server(handler, receive_buffer=64 * 1024) as server:
+        pool = make_pool()
+        response = await pool.request("127.0.0.1", server.port, "POST", "/", [], payload)
+        assert response.status == 413
+        assert await response.read() == b""
+        response.release()
+        assert await fetch(pool, server) == b"fresh"  # not queued behind the body's tail
+        assert server.accepted == 2
+        await pool.close()

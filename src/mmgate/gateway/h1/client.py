@@ -151,7 +151,7 @@ class _Conn(asyncio.Protocol):
         self._received = True
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # 101 is no HTTP/1.1 answer
             self._keep_alive = False
             if not self._complete and self._exc is None:
                 self._exc = UpstreamProtocolError(f"malformed HTTP response from upstream {self._label()}")
@@ -257,6 +257,11 @@ class _Conn(asyncio.Protocol):
         self._waiter = None
         return happened
 
+    def _sent(self) -> bool:
+        """True once the whole request left the transport's buffer (a server may answer early)."""
+        transport = self._transport
+        return transport is not None and transport.get_write_buffer_size() == 0
+
     def _upload_moved(self) -> bool:
         """True if the transport's write buffer changed size since the last look."""
         transport = self._transport
@@ -352,7 +357,7 @@ class UpstreamResponse:
         if conn is None:
             return
         self._conn = None
-        if conn._complete and conn._keep_alive and not conn._pieces and not conn._lost:
+        if conn._complete and conn._keep_alive and not conn._pieces and not conn._lost and conn._sent():
             conn._pool._checkin(conn)
         else:
             conn._pool._drop(conn)
