@@ -17,6 +17,7 @@ from mmgate.request.probe.result import ProbeResult
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _STANDALONE = frozenset({0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8})
 _MAX_JPEG_SEGMENTS = 1024
+_JPEG_HEAD = 768  # one lazy-reader window
 _MAX_TIFF_ENTRIES = 4096
 
 
@@ -64,9 +65,13 @@ def webp(r: Reader) -> ProbeResult:
 
 
 def jpeg(r: Reader) -> ProbeResult:
+    # The frame header usually sits in the first few hundred bytes, which sniffing has decoded
+    # already: walk the segments in that local copy and ask the reader only beyond it.
+    head = r.read(0, _JPEG_HEAD)
+    size = len(head)
     pos = 2
     for _ in range(_MAX_JPEG_SEGMENTS):
-        mark = need(r, pos, 4)
+        mark = head[pos : pos + 4] if pos + 4 <= size else need(r, pos, 4)
         if mark[0] != 0xFF:
             raise Truncated(f"no JPEG marker at {pos}")
         code = mark[1]
@@ -82,7 +87,7 @@ def jpeg(r: Reader) -> ProbeResult:
         if length < 2:
             raise Truncated("JPEG segment length < 2")
         if code in _SOF:
-            frame = need(r, pos + 4, 5)
+            frame = head[pos + 4 : pos + 9] if pos + 9 <= size else need(r, pos + 4, 5)
             height, width = int.from_bytes(frame[1:3], "big"), int.from_bytes(frame[3:5], "big")
             return ProbeResult("jpeg", width, height)
         pos += 2 + length
