@@ -193,10 +193,11 @@ async def test_response_close_drops_the_upstream_connection() -> None:
         await pool.close()
 
 
-async def test_pool_close_breaks_in_flight_reads() -> None:
+@pytest.mark.parametrize("framing", [b"Content-Length: 100\r\n", b""], ids=["length", "until-close"])
+async def test_pool_close_breaks_in_flight_reads(framing: bytes) -> None:
     async def handler(peer: Peer) -> None:
         await peer.read_request()
-        await peer.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+        await peer.send(b"HTTP/1.1 200 OK\r\n" + framing + b"\r\nabc")
         await peer.at_eof()
 
     async with raw_server(handler) as server:

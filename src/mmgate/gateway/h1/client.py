@@ -272,6 +272,9 @@ class _Conn(asyncio.Protocol):
 
     def _abort(self) -> None:
         self._keep_alive = False
+        if not self._complete and self._exc is None:
+            # Ours, not the upstream's: an EOF that follows must not end a close-delimited body.
+            self._exc = UpstreamResetError(f"the gateway closed its connection to upstream {self._label()}")
         if self._transport is not None:
             self._transport.abort()
 
