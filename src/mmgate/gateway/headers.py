@@ -7,8 +7,8 @@ request to any host the sidecar can reach, so every client copy is dropped.
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Iterable, Mapping
 
 # llm-d's routing headers (pkg/common/routing) and the GIE destination header.
@@ -96,4 +96,4 @@ def request_id_from(headers: Mapping[str, str]) -> str:
     given = headers.get(REQUEST_ID)
     if given and _SAFE_ID.fullmatch(given):
         return given
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # 32 hex digits like uuid4().hex, a quarter of the cost

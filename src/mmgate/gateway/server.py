@@ -91,6 +91,7 @@ class Gateway:
         self.proxy = Proxy(self.data, router, self.telemetry, settings.proxy, clock=clock)
         self.data.registry.on_remove(self._forget)
         self.admission = Admission(settings.admission)
+        self.telemetry.inflight_from(lambda: self.admission.inflight)  # read at scrape time
 
     @property
     def inflight(self) -> int:
@@ -219,12 +220,10 @@ class Gateway:
                     )
                 )
                 return
-            self.telemetry.inflight.inc()
             try:
                 await self.proxy.forward(request, writer, view, candidates, request_id, received, out)
             finally:
                 self.admission.leave(client)
-                self.telemetry.inflight.dec()
         except RequestError as exc:
             out.status = exc.status
             writer.send(request_error_response(exc, headers={REQUEST_ID: request_id}))
@@ -239,12 +238,8 @@ class Gateway:
     ) -> None:
         model = view.model if view is not None else "-"
         status = out.label or str(out.status or 500)
-        self.telemetry.requests.labels(model, status, out.endpoint or "-").inc()
         duration = self.clock() - received
-        if out.endpoint:
-            self.telemetry.request_latency.labels(model).observe(duration)
-        if out.first_byte_s is not None:
-            self.telemetry.ttfb.labels(model).observe(out.first_byte_s)
+        self.telemetry.request_done(model, status, out.endpoint, duration, out.first_byte_s)
         if not self.settings.access_log:
             return
         fields: dict[str, Any] = {
