@@ -302,3 +302,14 @@ async def test_close_drains_an_in_flight_response_then_refuses_new_connections(s
     assert replies[0].body == b"one two three" and closed
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_a_handler_that_fails_gets_an_openai_shaped_500_and_the_connection_closes(serve: Serve) -> None:
+    async def broken(_request: Request, _writer: ResponseWriter) -> None:
+        raise RuntimeError("bug")
+
+    _, port = await serve(broken)
+    replies, closed = await exchange(port, post("/x", b"{}"))
+    error = orjson.loads(replies[0].body)["error"]
+    assert replies[0].status == 500 and error["code"] == "internal_error" and "bug" not in error["message"]
+    assert closed

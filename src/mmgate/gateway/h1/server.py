@@ -299,7 +299,10 @@ class HttpConnection(asyncio.Protocol):
                 writer.abort()
             elif not self._lost:
                 writer.keep_alive = False
-                writer.send_error(500, "internal gateway error; see the gateway log", code="internal_error")
+                with contextlib.suppress(ConnectionError):
+                    writer.send_error(
+                        500, "internal gateway error; see the gateway log", code="internal_error"
+                    )
         if not writer.finished:  # a handler that returned without finishing its response
             log.error("handler left %s %s unanswered", request.method, request.path)
             writer.abort()
