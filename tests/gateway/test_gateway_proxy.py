@@ -210,6 +210,8 @@ async def test_client_errors_are_openai_shaped_4xx(env: Env, upstreams: list[Ups
     async with env.session.get(env.url + "/v1/chat/completions") as resp:
         assert resp.status == 405 and "error" in await resp.json()
         assert resp.headers["Allow"] == "POST"
+    async with env.session.post(env.url + "/health") as resp:
+        assert resp.status == 405 and resp.headers["Allow"] == "GET, HEAD"
     assert sum(len(u.bodies) for u in upstreams) <= 1
 
 
@@ -240,6 +242,44 @@ async def test_health_ready_models_and_metrics(env: Env, upstreams: list[Upstrea
     assert 'mmgate_priced_tokens_total{modality="image"} 2.0' in text
     assert "mmgate_decision_latency_seconds_count 1.0" in text
     assert 'mmgate_prefix_match_ratio_bucket{le="0.5"} 1.0' in text
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[str, dict[str, str]]:
+    raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status, *lines = raw.decode("latin-1").split("\r\n")[:-2]
+    return status, {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+
+
+async def test_head_on_get_routes_is_get_without_a_body_and_keeps_the_connection(env: Env) -> None:
+    for _ in range(100):
+        async with env.session.get(env.url + "/v1/models") as resp:
+            if (await resp.json())["data"]:
+                break
+        await asyncio.sleep(0.02)
+    host, port = env.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        # Pipelined on one connection: HEAD, GET, HEAD; a body after a HEAD would be read as the
+        # next status line and fail the parse below.
+        writer.write(
+            b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        head_status, head = await _read_head(reader)
+        get_status, get = await _read_head(reader)
+        body = await asyncio.wait_for(reader.readexactly(int(get["content-length"])), 5)
+        health_status, health = await _read_head(reader)
+        assert head_status == get_status == health_status == "HTTP/1.1 200 OK"
+        assert int(head["content-length"]) == len(body) > 0 and b'"data"' in body
+        assert head["content-type"] == get["content-type"]
+        assert "connection" not in head and int(health["content-length"]) > 0
+        writer.write(b"HEAD /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        ready_status, _ = await _read_head(reader)
+        assert ready_status == "HTTP/1.1 200 OK"
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # no body, then the close
+    finally:
+        writer.close()
 
 
 async def test_removing_an_endpoint_makes_the_router_forget_it(env: Env, upstreams: list[Upstream]) -> None:

@@ -133,7 +133,7 @@ class Gateway:
 
     def dispatcher(self, routes: Routes) -> Callable[[Request, ResponseWriter], Awaitable[None]]:
         """The server handler for ``routes``: 404 for an unknown path, 405 (with Allow) for a
-        known path asked with another method, both OpenAI-shaped."""
+        known path asked with another method, both OpenAI-shaped. HEAD is served by GET routes."""
 
         async def dispatch(request: Request, writer: ResponseWriter) -> None:
             route = routes.get(request.path)
@@ -142,9 +142,14 @@ class Gateway:
                 return
             method, handler = route
             if request.method != method:
-                message = f"Method Not Allowed: {request.method} {request.path}"
-                writer.send(error_response(405, message, headers={"Allow": method}))
-                return
+                if method == "GET" and request.method == "HEAD":
+                    # Probes and load balancers ask HEAD: GET's status and headers, no body.
+                    writer.head_only = True
+                else:
+                    allow = "GET, HEAD" if method == "GET" else method
+                    message = f"Method Not Allowed: {request.method} {request.path}"
+                    writer.send(error_response(405, message, headers={"Allow": allow}))
+                    return
             await handler(request, writer)
 
         return dispatch

@@ -56,7 +56,11 @@ def date_header() -> str:
 
 class ResponseWriter:
     """The response to one request. ``start`` then ``write``* then ``end``; or ``send`` once;
-    ``abort`` cuts the connection (the client sees a broken response, never a clean end)."""
+    ``abort`` cuts the connection (the client sees a broken response, never a clean end).
+
+    With ``head_only`` set (a HEAD request answered by a GET route) the head goes out exactly as
+    for GET, framing headers included, and every body byte is dropped (RFC 9110 §9.3.2).
+    """
 
     __slots__ = (
         "_channel",
@@ -65,6 +69,7 @@ class ResponseWriter:
         "_http11",
         "_remaining",
         "finished",
+        "head_only",
         "keep_alive",
         "started",
     )
@@ -73,6 +78,7 @@ class ResponseWriter:
         self._channel = channel
         self._http11 = http11
         self.keep_alive = keep_alive
+        self.head_only = False
         self.started = False
         self.finished = False
         self._head: bytes | None = None
@@ -128,7 +134,10 @@ class ResponseWriter:
             self._remaining -= size
         head = self._head
         self._head = None
-        if self._chunked:
+        if self.head_only:
+            if head is not None:
+                transport.write(head)
+        elif self._chunked:
             frame = b"%x\r\n" % size
             if size < _JOIN_BELOW:
                 transport.write(b"".join((head or b"", frame, data, b"\r\n")))
@@ -156,7 +165,10 @@ class ResponseWriter:
         transport = self._transport()
         head = self._head
         self._head = None
-        if self._chunked:
+        if self.head_only:
+            if head is not None:
+                transport.write(head)
+        elif self._chunked:
             transport.write(head + b"0\r\n\r\n" if head is not None else b"0\r\n\r\n")
         elif head is not None:
             transport.write(head)
@@ -169,7 +181,7 @@ class ResponseWriter:
         head = self._head or b""
         self._head = None
         self._remaining = 0
-        self._transport().write(head + response.body)
+        self._transport().write(head if self.head_only else head + response.body)
         self.finished = True
         self._channel.response_finished(self.keep_alive)
 
