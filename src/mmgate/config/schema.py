@@ -142,6 +142,16 @@ class AdmissionSpec(_Strict):
     perClientInflight: int = 0
 
 
+class UpstreamTLSSpec(_Strict):
+    """TLS towards ``https://`` endpoints, for forwarding and metrics scraping alike. Certificates
+    and hostnames are verified against the system trust store, plus ``caFile`` (a PEM bundle) for
+    a private CA; ``insecureSkipVerify`` turns verification off (tests only: anyone on the path can
+    read and alter the traffic)."""
+
+    caFile: str | None = None
+    insecureSkipVerify: bool = False
+
+
 class MmgateSection(_Strict):
     """mmgate's own settings. Command-line flags override them."""
 
@@ -159,6 +169,7 @@ class MmgateSection(_Strict):
     bodyTimeoutS: float = 30.0
     headerTimeoutS: float = 10.0
     upstreamPoolLimit: int = 4096
+    upstreamTLS: UpstreamTLSSpec = msgspec.field(default_factory=UpstreamTLSSpec)
     adminPort: int | None = None
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)

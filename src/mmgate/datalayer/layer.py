@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class DataLayerConfig:
     file_poll_s: float = 1.0
     models_interval_s: float = 10.0
     failure_threshold: int = 3
+    ssl_context: ssl.SSLContext | None = None  # for https endpoints (None: system trust store)
 
 
 class DataLayer:
@@ -37,6 +39,7 @@ class DataLayer:
             interval_s=config.scrape_interval_s,
             timeout_s=config.scrape_timeout_s,
             models_interval_s=config.models_interval_s,
+            ssl_context=config.ssl_context,
             clock=clock,
         )
         # With a file, the static endpoints are kept beside whatever the file lists.

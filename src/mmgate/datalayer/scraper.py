@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +51,7 @@ class MetricsScraper:
         timeout_s: float = 1.0,
         path: str = "/metrics",
         models_interval_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
@@ -58,6 +60,8 @@ class MetricsScraper:
         self.path = path
         self.models_interval_s = models_interval_s
         self.clock = clock
+        # The proxy's context, so both trust the same CAs (None: aiohttp's default, verifying).
+        self.ssl_context = ssl_context
         self.scrapes = 0
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
@@ -70,7 +74,9 @@ class MetricsScraper:
         self._health_listeners.append(listener)
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=2, keepalive_timeout=30)
+        connector = aiohttp.TCPConnector(
+            limit=0, limit_per_host=2, keepalive_timeout=30, ssl=self.ssl_context or True
+        )
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=self.timeout_s),

@@ -29,6 +29,7 @@ from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits
 from mmgate.request.parse import parse_request
 from mmgate.scheduling import build_scheduler
+from mmgate.tls import client_context
 from mmgate.tokens import PricingConfig
 
 log = logging.getLogger("mmgate.gateway")
@@ -45,7 +46,14 @@ def endpoints_of(section: MmgateSection) -> list[Endpoint]:
 
 
 def settings_of(section: MmgateSection) -> GatewaySettings:
-    """The ``mmgate:`` section as runtime settings (flags were already applied to it)."""
+    """The ``mmgate:`` section as runtime settings (flags were already applied to it).
+
+    Raises ``ConfigError`` when ``upstreamTLS.caFile`` is missing or unusable.
+    """
+    tls = section.upstreamTLS
+    if tls.insecureSkipVerify:
+        log.warning("mmgate.upstreamTLS.insecureSkipVerify: certificates of https endpoints are NOT verified")
+    ssl_context = client_context(tls.caFile, insecure_skip_verify=tls.insecureSkipVerify)
     return GatewaySettings(
         host=section.host,
         port=section.port,
@@ -54,12 +62,14 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
             endpoints_file=Path(section.endpointsFile) if section.endpointsFile else None,
             scrape_interval_s=section.scrapeIntervalMs / 1000.0,
             staleness_s=section.metricsStalenessMs / 1000.0,
+            ssl_context=ssl_context,
         ),
         proxy=ProxySettings(
             max_attempts=section.maxRetries + 1,
             request_timeout_s=section.requestTimeoutS,
             read_timeout_s=section.readTimeoutS,
             pool_limit=section.upstreamPoolLimit,
+            ssl_context=ssl_context,
             breaker=BreakerSettings(
                 consecutive_failures=section.outlierDetection.consecutiveFailures,
                 base_ejection_s=section.outlierDetection.baseEjectionS,

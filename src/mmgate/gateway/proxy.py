@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class ProxySettings:
     read_timeout_s: float = 300.0  # longest silence allowed between upstream bytes (incl. queueing)
     request_timeout_s: float = 600.0
     pool_limit: int = 4096  # idle keep-alive connections kept per endpoint
+    ssl_context: ssl.SSLContext | None = None  # for https endpoints (None: system trust store)
     retry_ratio: float = 0.2
     retry_min_per_s: float = 10.0
     debug_scores: bool = False  # honour ``x-mmgate-debug`` from clients
@@ -123,7 +125,7 @@ class Proxy:
 
         self.breaker = Breaker(settings.breaker, clock=clock, on_change=on_change)
         self._pool: UpstreamPool | None = None
-        self._origins: dict[str, tuple[str, int]] = {}
+        self._origins: dict[str, tuple[str, int, bool]] = {}
 
     async def start(self) -> None:
         s = self.settings
@@ -131,6 +133,7 @@ class Proxy:
             connect_timeout_s=s.connect_timeout_s,
             read_timeout_s=s.read_timeout_s,
             max_idle_per_origin=s.pool_limit,
+            ssl_context=s.ssl_context,
         )
 
     async def stop(self) -> None:
@@ -138,14 +141,15 @@ class Proxy:
             await self._pool.close()
             self._pool = None
 
-    def _origin(self, url: str) -> tuple[str, int]:
-        """``(host, port)`` of an endpoint URL, parsed once per endpoint."""
+    def _origin(self, url: str) -> tuple[str, int, bool]:
+        """``(host, port, tls)`` of an endpoint URL, parsed once per endpoint."""
         origin = self._origins.get(url)
         if origin is None:
             parts = urlsplit(url)
-            if parts.scheme != "http":
+            if parts.scheme not in ("http", "https"):
                 raise _RetryableError("connect", f"{parts.scheme} endpoints are not supported by the proxy")
-            origin = self._origins[url] = (parts.hostname or "", parts.port or 80)
+            tls = parts.scheme == "https"
+            origin = self._origins[url] = (parts.hostname or "", parts.port or (443 if tls else 80), tls)
         return origin
 
     def _decide(
@@ -247,7 +251,7 @@ class Proxy:
         pool = self._pool
         assert pool is not None
         send_headers = [*headers, *decision.headers.items()] if decision.headers else headers
-        host, port = self._origin(record.endpoint.url)
+        host, port, tls = self._origin(record.endpoint.url)
         self.router.started(decision)
         self.breaker.begin(record.name)
         if decision.pre_request is not None:
@@ -256,7 +260,7 @@ class Proxy:
         try:
             try:
                 upstream = await pool.request(
-                    host, port, request.method, request.target, send_headers, request.body
+                    host, port, request.method, request.target, send_headers, request.body, tls=tls
                 )
             except (UpstreamConnectError, UpstreamResetError) as exc:
                 record.health.record_failure(self.clock(), f"connect: {exc}")

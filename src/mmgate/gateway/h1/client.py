@@ -5,7 +5,9 @@ client (aiohttp.ClientSession) spends most of a small request's CPU on features 
 uses. This pool is the lean version: an asyncio Protocol per connection, llhttp (httptools) for
 response parsing, one write per small request, per-origin LIFO idle lists (the most recently used
 connection is the least likely to have been closed by the server), and no total timeout — the
-caller owns the request deadline, the pool only bounds connects and silences.
+caller owns the request deadline, the pool only bounds connects and silences. ``https`` origins
+are pooled apart from plain ones and pay for TLS only at connect (the handshake verifies the
+certificate and hostname); plain http never touches ``ssl``.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from typing import cast
 
 import httptools
+
+from mmgate.tls import CA_OPTION
 
 __all__ = [
     "UpstreamConnectError",
@@ -26,6 +31,7 @@ __all__ = [
     "UpstreamProtocolError",
     "UpstreamResetError",
     "UpstreamResponse",
+    "UpstreamTLSError",
 ]
 
 # A body up to this size is joined to the head and sent in one write (one segment, one syscall);
@@ -45,6 +51,10 @@ class UpstreamConnectError(UpstreamError):
     """No connection could be made (refused, unreachable, name not resolved, connect timeout)."""
 
 
+class UpstreamTLSError(UpstreamConnectError):
+    """The TLS handshake failed: most often the server's certificate was not verified."""
+
+
 class UpstreamResetError(UpstreamError):
     """The connection was lost before the response head or in the middle of the body."""
 
@@ -58,16 +68,17 @@ class _Stale(Exception):
 
 
 class _Origin:
-    """One host:port: its idle connections (a LIFO stack, newest last) and its Host header."""
+    """One scheme://host:port: its idle connections (a LIFO stack, newest last) and Host header."""
 
-    __slots__ = ("host", "host_header", "idle", "label", "port")
+    __slots__ = ("host", "host_header", "idle", "label", "port", "tls")
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: bool) -> None:
         self.host = host
         self.port = port
+        self.tls = tls
         name = f"[{host}]" if ":" in host else host
-        self.label = f"{name}:{port}"
-        self.host_header = name if port == 80 else self.label
+        self.label = f"https://{name}:{port}" if tls else f"{name}:{port}"
+        self.host_header = name if port == (443 if tls else 80) else f"{name}:{port}"
         self.idle: list[_Conn] = []
 
 
@@ -393,12 +404,15 @@ class UpstreamPool:
         read_timeout_s: float,
         max_idle_per_origin: int = 256,
         idle_timeout_s: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        # Used for https origins only; by default the system's trust store, hostnames checked.
+        self._ssl_context = ssl_context
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._max_idle = max_idle_per_origin
         self._idle_timeout_s = idle_timeout_s
-        self._origins: dict[tuple[str, int], _Origin] = {}
+        self._origins: dict[tuple[str, int, bool], _Origin] = {}
         self._in_use: set[_Conn] = set()
         self._ticker: asyncio.TimerHandle | None = None
         # Timeouts are checked on a tick, so they fire up to an eighth of the timeout late.
@@ -413,18 +427,22 @@ class UpstreamPool:
         target: str,
         headers: Sequence[tuple[str, str]],
         body: Body,
+        *,
+        tls: bool = False,
     ) -> UpstreamResponse:
         """Send a request and return once the final response head has arrived.
 
         ``headers`` go out as given (the caller drops hop-by-hop ones); the pool adds Host and
         Content-Length. A reused connection found closed before any response byte is retried once
         on a fresh connection; nothing else is retried (the request may have been acted on).
+        ``tls`` speaks https (certificate and hostname verified by the pool's SSL context);
+        connections are pooled per (scheme, host, port).
         """
         if self._closed:
             raise RuntimeError("UpstreamPool is closed")
-        origin = self._origins.get((host, port))
+        origin = self._origins.get((host, port, tls))
         if origin is None:
-            origin = self._origins[(host, port)] = _Origin(host, port)
+            origin = self._origins[(host, port, tls)] = _Origin(host, port, tls)
         size = body.nbytes if isinstance(body, memoryview) else len(body)
         head = _encode_head(method, target, origin.host_header, headers, size)
         head_only = method == "HEAD"
@@ -456,11 +474,29 @@ class UpstreamPool:
 
     async def _connect(self, origin: _Origin) -> _Conn:
         loop = asyncio.get_running_loop()
+        context: ssl.SSLContext | None = None
+        if origin.tls:
+            context = self._ssl_context
+            if context is None:
+                context = self._ssl_context = ssl.create_default_context()
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Conn(self, origin, loop), origin.host, origin.port
+                    lambda: _Conn(self, origin, loop),
+                    origin.host,
+                    origin.port,
+                    ssl=context,
+                    server_hostname=origin.host if context is not None else None,
                 )
+        except ssl.SSLCertVerificationError as exc:
+            raise UpstreamTLSError(
+                f"TLS certificate of upstream {origin.label} was not verified "
+                f"({exc.verify_message or exc.reason}); trust a private CA with {CA_OPTION}"
+            ) from None
+        except ssl.SSLError as exc:
+            raise UpstreamTLSError(
+                f"TLS handshake with upstream {origin.label} failed: {exc.reason or type(exc).__name__}"
+            ) from None
         except TimeoutError:
             raise UpstreamConnectError(
                 f"connecting to upstream {origin.label} timed out after {self._connect_timeout_s:g}s"
