@@ -59,35 +59,63 @@ def is_routing_header(lower_name: str) -> bool:
     return lower_name in LLMD_ROUTING_HEADERS or lower_name.startswith(MMGATE_PREFIX)
 
 
+def _listed(value: str, into: set[str] | None) -> set[str] | None:
+    """``into`` plus the header names a ``Connection`` value lists (besides close/keep-alive)."""
+    for token in value.split(","):
+        name = token.strip().lower()
+        if name and name not in ("close", "keep-alive"):
+            if into is None:
+                into = set()
+            into.add(name)
+    return into
+
+
+def _without(headers: list[tuple[str, str]], names: set[str]) -> list[tuple[str, str]]:
+    return [(name, value) for name, value in headers if name.lower() not in names]
+
+
 def upstream_headers(client: Iterable[tuple[str, str]], request_id: str) -> list[tuple[str, str]]:
     """The headers sent upstream: the client's, minus hop-by-hop and routing ones (framing and
-    Host are set by the upstream pool).
+    Host are set by the upstream pool), and minus any header the client named in ``Connection``
+    (RFC 9110 §7.6.1; a second pass, only for a request that names one).
 
     ``Authorization`` and other end-to-end headers pass through untouched (never logged).
     """
     out: list[tuple[str, str]] = []
+    listed: set[str] | None = None  # allocated only for a message whose Connection names one
     for name, value in client:
         lower = name.lower()
         if lower in _NOT_FORWARDED or lower.startswith(MMGATE_PREFIX):
+            if lower == "connection":
+                listed = _listed(value, listed)
             continue
         out.append((name, value))
+    if listed is not None:
+        out = _without(out, listed)
     out.append((REQUEST_ID, request_id))
     return out
 
 
 def relay_headers(upstream: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]], int | None]:
     """The upstream response headers a client may see, and the upstream's Content-Length (the
-    gateway's writer frames the response itself: length when known, else chunked)."""
+    gateway's writer frames the response itself: length when known, else chunked). Headers the
+    upstream named in ``Connection`` are hop-by-hop too and stay behind."""
     out: list[tuple[str, str]] = []
     length: int | None = None
+    listed: set[str] | None = None  # allocated only for a message whose Connection names one
     for name, value in upstream:
         lower = name.lower()
         if lower == "content-length":
             length = int(value) if value.isdigit() else None
         elif lower in HOP_BY_HOP or lower.startswith(MMGATE_PREFIX) or lower in ("server", "date"):
-            continue
+            if lower == "connection":
+                listed = _listed(value, listed)
         else:
             out.append((name, value))
+    if listed is not None:
+        out = _without(out, listed)
+        if "content-length" in listed:
+            length = None
     return out, length
 
 

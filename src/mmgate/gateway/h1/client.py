@@ -93,6 +93,7 @@ class _Conn(asyncio.Protocol):
         "_buffered",
         "_complete",
         "_exc",
+        "_fields",
         "_head_done",
         "_head_only",
         "_headers",
@@ -131,6 +132,7 @@ class _Conn(asyncio.Protocol):
     def _begin(self, *, head_only: bool) -> None:
         self._status = 0
         self._headers: list[tuple[str, str]] = []
+        self._fields = self._headers  # where on_header appends: the head's list, then a sink
         self._pieces: list[bytes] = []
         self._buffered = 0
         self._paused = False
@@ -199,17 +201,20 @@ class _Conn(asyncio.Protocol):
             raise UpstreamProtocolError("a second response arrived for one request")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        self._fields.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:
             # 100 Continue and other interim responses: wait for the final one.
             self._interim = True
-            self._headers = []
+            self._headers = self._fields = []
             return
         self._status = status
         self._head_done = True
+        # Trailers (after a chunked body) are dropped: merged into the head they would reach the
+        # client as headers whenever the whole response arrived before the head was relayed.
+        self._fields = []
         if self._head_only:
             # llhttp does not know the request was HEAD and would wait for a body that never
             # comes; the response is complete, and the connection is closed on release.

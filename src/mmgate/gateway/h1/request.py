@@ -16,15 +16,18 @@ class Headers(Mapping[str, str]):
     in order, for forwarding.
     """
 
-    __slots__ = ("_lower", "raw")
+    __slots__ = ("_lower", "raw", "repeated_host")
 
     def __init__(self, raw: list[tuple[str, str]]) -> None:
         self.raw = raw
+        self.repeated_host = False  # RFC 9112 §3.2: a request with two Hosts is refused
         lower: dict[str, str] = {}
         for name, value in raw:
             key = name.lower()
             if key not in lower:
                 lower[key] = value
+            elif key == "host":
+                self.repeated_host = True
         self._lower = lower
 
     def __getitem__(self, name: str) -> str:

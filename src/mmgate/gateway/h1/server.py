@@ -6,12 +6,17 @@ and requests are answered strictly in order, one handler task at a time. What th
 not see is refused here, in the OpenAI error shape, and the connection closed: a malformed
 request (400), a head larger than ``max_header_bytes`` (431), a head or body that does not
 arrive in time (408), a body over ``max_body_bytes`` (413, from the declared length before the
-body is sent when possible) and an ``Expect`` other than ``100-continue`` (417).
+body is sent when possible), a target longer than the head limit (414), a transfer coding other
+than ``chunked`` (501), more pipelined requests than the connection queues (429) and an
+``Expect`` other than ``100-continue`` (417). Trailers of a chunked body are read and dropped: they
+arrive after the request was judged, so they never join its headers. An absolute-form target
+(``POST http://host/path``) is reduced to origin form: only the path and query travel on.
 
 A client that disconnects while its request is being handled cancels the handler task, so the
 proxy closes its upstream connection and the model server aborts the request instead of
 finishing it for nobody. Writes honour the transport's flow control: a client that reads slowly
-pauses the writer, not the gateway's memory.
+pauses the writer, not the gateway's memory; one that reads nothing for ``send_timeout_s`` is cut
+off; and the next pipelined answer waits until the previous one is on its way.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ log = logging.getLogger("mmgate.gateway")
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
 
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_SPILL_PIECES: Final = 64
+"""Body pieces kept as separate objects; beyond this they are copied into one buffer (a body
+sent as a million 1-byte chunks would otherwise cost ~45 bytes of memory per byte)."""
+_QUEUE_FACTOR: Final = 4
+"""Reading pauses at ``max_pipelined`` queued requests, but one read can hold thousands of tiny
+ones: beyond ``_QUEUE_FACTOR * max_pipelined`` the rest of that read is refused (429)."""
 _RAW_HEAD_SLACK: Final = 256 * 1024
 """Raw bytes a head may span beyond ``max_header_bytes`` before httptools' own buffering is cut
 short (the exact limit is applied to the parsed names and values)."""
@@ -51,6 +62,7 @@ class ServerLimits:
     body_timeout_s: float = 30.0  # from the end of the head to the end of the body
     keepalive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
     max_pipelined: int = 16  # complete requests queued behind the one being answered
+    send_timeout_s: float = 60.0  # a client that accepts no response bytes for this long is cut off
     linger_s: float = 2.0  # after a refusal: drain what the client still sends, then close
 
 
@@ -84,6 +96,7 @@ class HttpConnection(asyncio.Protocol):
         self._begun = False  # a byte of some request has arrived on this connection
         self._headers: Headers | None = None
         self._body: list[bytes] = []
+        self._spill: bytearray | None = None  # the body so far, once it came in many small pieces
         self._body_size = 0
         # Requests waiting for their turn, and the one being answered.
         self._queue: deque[tuple[Request, bool] | _Refusal] = deque()
@@ -167,7 +180,14 @@ class HttpConnection(asyncio.Protocol):
         waiter = self._drain_waiter
         if waiter is None:
             waiter = self._drain_waiter = self._loop.create_future()
-        await waiter
+        try:
+            async with asyncio.timeout(self._limits.send_timeout_s):
+                await waiter
+        except TimeoutError:
+            self._drain_waiter = None
+            self.abort()  # held an upstream request (and an admission slot) for nobody
+            seconds = self._limits.send_timeout_s
+            raise ConnectionResetError(f"the client accepted no bytes for {seconds:g} s") from None
 
     # -- httptools callbacks ------------------------------------------------------------------
 
@@ -202,9 +222,31 @@ class HttpConnection(asyncio.Protocol):
         self._in_head = False
         self._head_raw = 0
         headers = self._headers = Headers(self._raw_headers)
+        self._raw_headers = []  # trailers, if any, land here and are dropped
+        if self._head_size > self._limits.max_header_bytes:  # a long target and no header after it
+            self._refuse_head_size()
+            return
+        if headers.repeated_host or ("host" not in headers and self._parser.get_http_version() != "1.0"):
+            # RFC 9112 §3.2 (as aiohttp refused them): exactly one Host in an HTTP/1.1 request.
+            self._refuse(_Refusal(400, "an HTTP/1.1 request needs exactly one Host header", "Host"))
+            return
         limit = self._limits.max_body_bytes
         declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is None:
+            coding = headers.get("transfer-encoding")
+            # llhttp insists on chunked last; anything before it (gzip, chunked) is a coding the
+            # gateway would forward undone, under a Content-Length of its own (RFC 9112 §6.1: 501).
+            if coding is not None and coding.lower() != "chunked":
+                self._refuse(
+                    _Refusal(
+                        501,
+                        f"unsupported Transfer-Encoding {coding[:64]!r}; send chunked or a Content-Length",
+                        "Transfer-Encoding",
+                        "unsupported_transfer_encoding",
+                    )
+                )
+                return
+        elif declared.isdigit() and int(declared) > limit:
             self._refuse(_too_large(f"{int(declared)} bytes declared", limit))
             return
         expect = headers.get("expect")
@@ -226,15 +268,29 @@ class HttpConnection(asyncio.Protocol):
                 _too_large(f"more than {self._limits.max_body_bytes} bytes sent", self._limits.max_body_bytes)
             )
             return
-        self._body.append(body)
+        parts = self._body
+        parts.append(body)
+        if len(parts) > _SPILL_PIECES:
+            spill = self._spill
+            if spill is None:
+                spill = self._spill = bytearray()
+            spill += b"".join(parts)
+            parts.clear()
 
     def on_message_complete(self) -> None:
         if self._dead:
             return
         parts = self._body
+        if self._spill is not None:
+            self._spill += b"".join(parts)
+            parts = [bytes(self._spill)]
+            self._spill = None
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._body = []
         target = self._url.decode("latin-1")
+        path = target.partition("?")[0]
+        if not target.startswith("/"):
+            target, path = _origin_form(target)
         headers = self._headers
         assert headers is not None
         self._headers = None
@@ -242,20 +298,32 @@ class HttpConnection(asyncio.Protocol):
         request = Request(
             parser.get_method().decode("ascii"),
             target,
-            _path_of(target),
+            path,
             headers,
             body,
             self._remote,
             parser.get_http_version(),
         )
         self._deadline_kind = _NONE
-        self._queue.append((request, parser.should_keep_alive()))
+        queue = self._queue
+        queue.append((request, parser.should_keep_alive()))
         if self._task is None:
             self._next()
-        elif len(self._queue) >= self._limits.max_pipelined and not self._reading_paused:
-            self._reading_paused = True
-            if self.transport is not None:
-                self.transport.pause_reading()
+        elif len(queue) >= self._limits.max_pipelined:
+            if not self._reading_paused:
+                self._reading_paused = True
+                if self.transport is not None:
+                    self.transport.pause_reading()
+            if len(queue) > _QUEUE_FACTOR * self._limits.max_pipelined:
+                queue.pop()
+                self._refuse(
+                    _Refusal(
+                        429,
+                        f"too many pipelined requests; at most {len(queue)} are queued per connection",
+                        None,
+                        "too_many_pipelined",
+                    )
+                )
 
     # -- answering ----------------------------------------------------------------------------
 
@@ -306,8 +374,16 @@ class HttpConnection(asyncio.Protocol):
         if not writer.finished:  # a handler that returned without finishing its response
             log.error("handler left %s %s unanswered", request.method, request.path)
             writer.abort()
-        self._task = None
         self._writer = None
+        if writer.keep_alive and self.writing_paused:
+            # A client pipelining without reading: answer the next one once this one is on its
+            # way, or the send buffer grows by one response per request it sends.
+            try:
+                await self.drain()
+            except ConnectionError:
+                self._task = None
+                return
+        self._task = None
         if writer.keep_alive:
             self._next()
 
@@ -344,6 +420,7 @@ class HttpConnection(asyncio.Protocol):
         self._dead = True
         self._in_head = False
         self._body = []
+        self._spill = None
         self._deadline_kind = _NONE
         self._queue.append(refusal)
         if self._task is None:
@@ -351,6 +428,11 @@ class HttpConnection(asyncio.Protocol):
 
     def _refuse_head_size(self) -> None:
         limit = self._limits.max_header_bytes
+        if len(self._url) > limit:
+            self._refuse(
+                _Refusal(414, f"request target too long; the limit is {limit} bytes", None, "uri_too_long")
+            )
+            return
         self._refuse(
             _Refusal(431, f"request headers too large; the limit is {limit} bytes", None, "headers_too_large")
         )
@@ -418,16 +500,20 @@ def _too_large(detail: str, limit: int) -> _Refusal:
     return _Refusal(413, f"request body too large: {detail}; the limit is {limit}", "body", "body_too_large")
 
 
-def _path_of(target: str) -> str:
-    if target.startswith("/"):
-        return target.partition("?")[0]
+def _origin_form(target: str) -> tuple[str, str]:
+    """``(target, path)`` of a target not in origin form. Absolute-form (``http://host/p?q``, as
+    sent to proxies) becomes ``/p?q``: the host a client names is never passed on. ``*`` and
+    authority-form (CONNECT) stay as they are; no route matches them."""
     if target == "*":
-        return target
-    try:  # absolute-form (``http://host/path``), as sent to proxies
-        path = httptools.parse_url(target.encode("latin-1")).path
+        return target, target
+    try:
+        url = httptools.parse_url(target.encode("latin-1"))
     except httptools.HttpParserInvalidURLError:
-        return target
-    return path.decode("latin-1") if path else "/"
+        return target, target
+    if not url.schema:  # authority-form, ``host:port``
+        return target, target
+    path = url.path.decode("latin-1") if url.path else "/"
+    return (f"{path}?{url.query.decode('latin-1')}" if url.query else path), path
 
 
 class HttpServer:
