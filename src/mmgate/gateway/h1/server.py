@@ -249,6 +249,8 @@ class HttpConnection(asyncio.Protocol):
         elif declared.isdigit() and int(declared) > limit:
             self._refuse(_too_large(f"{int(declared)} bytes declared", limit))
             return
+        if self._parser.should_upgrade() and self._upgrade_loses_body(headers, declared):
+            return
         expect = headers.get("expect")
         if expect is not None:
             if expect.lower() != "100-continue":
@@ -258,6 +260,18 @@ class HttpConnection(asyncio.Protocol):
             if self._task is None and not self._queue and self.transport is not None:
                 self.transport.write(_CONTINUE)
         self._set_deadline(_BODY, self._limits.body_timeout_s)
+
+    def _upgrade_loses_body(self, headers: Headers, declared: str | None) -> bool:
+        """An ``Upgrade`` request or CONNECT: llhttp hands what follows its head to the new
+        protocol, so a body would be lost (the route would see an empty one) and CONNECT would get
+        two answers. Refuse those once, clearly; a bodiless GET with ``Upgrade`` (``curl --http2``
+        over http) is served as HTTP/1.1, as aiohttp did."""
+        method = self._parser.get_method()
+        if method != b"CONNECT" and (declared in (None, "0") and "transfer-encoding" not in headers):
+            return False
+        what = "CONNECT is" if method == b"CONNECT" else "a protocol upgrade with a request body is"
+        self._refuse(_Refusal(400, f"{what} not supported; send plain HTTP/1.1 without Upgrade", "Upgrade"))
+        return True
 
     def on_body(self, body: bytes) -> None:
         if self._dead:
