@@ -316,10 +316,14 @@ async def test_connect_options_star_and_long_urls_never_reach_the_upstream(wire:
     assert wire.upstream.requests == []
 
 
-async def test_non_ascii_header_bytes_reach_the_upstream_unchanged(wire: Wire) -> None:
+async def test_non_ascii_header_bytes_cross_the_gateway_unchanged(wire: Wire) -> None:
+    wire.upstream.reply = OK.replace(b"\r\n\r\n", b"\r\nX-Back: caf\xe9 \xc3\xa9\r\n\r\n")
     got, _ = await talk(wire.port, request(b"X-Name: caf\xc3\xa9 \xff"))
     assert first_status(got) == 200
     assert b"\r\nX-Name: caf\xc3\xa9 \xff\r\n" in wire.upstream.requests[0]
+    assert (
+        b"\r\nX-Back: caf\xe9 \xc3\xa9\r\n" in got
+    )  # was re-encoded as UTF-8 (caf\xc3\xa9 \xc3\x83\xc2\xa9)
 
 
 async def test_response_headers_named_in_connection_and_upstream_trailers_stay_behind(wire: Wire) -> None:

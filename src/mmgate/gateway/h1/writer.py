@@ -102,7 +102,11 @@ class ResponseWriter:
             parts.append("connection: keep-alive\r\n\r\n")
         else:
             parts.append("\r\n")
-        return "".join(parts).encode("utf-8", "surrogateescape")
+        text = "".join(parts)
+        try:  # relayed upstream values were decoded as latin-1: this gives their bytes back
+            return text.encode("latin-1")
+        except UnicodeEncodeError:  # a header of the gateway's own beyond latin-1
+            return text.encode("utf-8", "surrogateescape")
 
     def start(
         self, status: int, headers: Iterable[tuple[str, str]], *, content_length: int | None = None
