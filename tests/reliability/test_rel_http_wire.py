@@ -21,6 +21,7 @@ import pytest
 from rel_support import OrderRouter, start_gateway
 
 from mmgate.gateway.app import Running
+from mmgate.gateway.h1.client import UpstreamPool, UpstreamProtocolError
 from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import HttpServer, ServerLimits
 from mmgate.gateway.h1.writer import ResponseWriter
@@ -477,3 +478,30 @@ async def test_expect_100_continue_never_splits_another_response(h1: list[HttpSe
     got, _ = await talk(port, first + second)
     assert b"100 Continue" not in got and got.count(b"HTTP/1.1 200 OK") == 2
     assert got.index(b'"/slow"') < got.index(b'"/next"')
+
+
+async def test_an_upstream_head_without_end_is_cut_off_not_buffered() -> None:
+    """A sick (or hostile) pod that streams header lines forever: the pool drops it as a protocol
+    error at once instead of keeping every line until the read timeout (aiohttp capped lines too)."""
+
+    async def endless_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(4000):  # 4 MB of headers, never a blank line
+                writer.write(b"X-Pad: " + b"p" * 1024 + b"\r\n")
+                await writer.drain()
+            await asyncio.sleep(10)
+        writer.close()
+
+    server = await asyncio.start_server(endless_head, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = UpstreamPool(connect_timeout_s=1.0, read_timeout_s=5.0)
+    started = asyncio.get_running_loop().time()
+    try:
+        with pytest.raises(UpstreamProtocolError, match="response head over"):
+            await pool.request("127.0.0.1", port, "POST", "/v1/chat/completions", [], BODY)
+        assert asyncio.get_running_loop().time() - started < 3.0  # not the read timeout
+    finally:
+        await pool.close()
+        server.close()

@@ -39,6 +39,9 @@ __all__ = [
 SMALL_BODY = 64 * 1024
 # Unread response bytes above which the socket stops being read (back-pressure to the upstream).
 READ_HIGH_WATER = 1024 * 1024
+# Response head bytes (status line, headers, interim responses) beyond which the upstream is cut
+# off: llhttp does not bound them, and headers are kept until the head ends.
+MAX_RESPONSE_HEAD = 256 * 1024
 
 Body = bytes | bytearray | memoryview
 
@@ -61,6 +64,18 @@ class UpstreamResetError(UpstreamError):
 
 class UpstreamProtocolError(UpstreamResetError):
     """The upstream sent something that is not valid HTTP/1.1 (the connection is dropped)."""
+
+
+class _Discard:
+    """Where response trailers go: nowhere (an upstream could send them without end)."""
+
+    __slots__ = ()
+
+    def append(self, _field: tuple[str, str]) -> None:
+        return None
+
+
+_DISCARD = _Discard()
 
 
 class _Stale(Exception):
@@ -94,6 +109,7 @@ class _Conn(asyncio.Protocol):
         "_complete",
         "_exc",
         "_fields",
+        "_head_bytes",
         "_head_done",
         "_head_only",
         "_headers",
@@ -132,7 +148,8 @@ class _Conn(asyncio.Protocol):
     def _begin(self, *, head_only: bool) -> None:
         self._status = 0
         self._headers: list[tuple[str, str]] = []
-        self._fields = self._headers  # where on_header appends: the head's list, then a sink
+        self._fields: list[tuple[str, str]] | _Discard = self._headers  # the head's list, then a sink
+        self._head_bytes = 0
         self._pieces: list[bytes] = []
         self._buffered = 0
         self._paused = False
@@ -162,6 +179,17 @@ class _Conn(asyncio.Protocol):
             self._abort()
             return
         self._received = True
+        if not self._head_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_RESPONSE_HEAD:
+                self._keep_alive = False
+                if self._exc is None:
+                    self._exc = UpstreamProtocolError(
+                        f"upstream {self._label()} sent a response head over {MAX_RESPONSE_HEAD} bytes"
+                    )
+                self._abort()
+                self._wake()
+                return
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # 101 is no HTTP/1.1 answer
@@ -214,7 +242,7 @@ class _Conn(asyncio.Protocol):
         self._head_done = True
         # Trailers (after a chunked body) are dropped: merged into the head they would reach the
         # client as headers whenever the whole response arrived before the head was relayed.
-        self._fields = []
+        self._fields = _DISCARD
         if self._head_only:
             # llhttp does not know the request was HEAD and would wait for a body that never
             # comes; the response is complete, and the connection is closed on release.
