@@ -18,7 +18,6 @@ _STATUS_TYPE = {
     405: "invalid_request_error",
     413: "invalid_request_error",
     414: "invalid_request_error",
-    501: "invalid_request_error",  # a request framing the gateway does not implement
     429: "rate_limit_error",
     502: "upstream_error",
     503: "service_unavailable",

@@ -7,7 +7,7 @@ not see is refused here, in the OpenAI error shape, and the connection closed: a
 request (400), a head larger than ``max_header_bytes`` (431), a head or body that does not
 arrive in time (408), a body over ``max_body_bytes`` (413, from the declared length before the
 body is sent when possible), a target longer than the head limit (414), a transfer coding other
-than ``chunked`` (501), more pipelined requests than the connection queues (429) and an
+than ``chunked`` (400), more pipelined requests than the connection queues (429) and an
 ``Expect`` other than ``100-continue`` (417). Trailers of a chunked body are read and dropped: they
 arrive after the request was judged, so they never join its headers. An absolute-form target
 (``POST http://host/path``) is reduced to origin form: only the path and query travel on.
@@ -235,11 +235,12 @@ class HttpConnection(asyncio.Protocol):
         if declared is None:
             coding = headers.get("transfer-encoding")
             # llhttp insists on chunked last; anything before it (gzip, chunked) is a coding the
-            # gateway would forward undone, under a Content-Length of its own (RFC 9112 §6.1: 501).
+            # gateway would forward undone, under a Content-Length of its own. RFC 9112 §6.1 suggests
+            # 501; a 400 keeps a client's mistake out of the gateway's 5xx (as llhttp's own refusals).
             if coding is not None and coding.lower() != "chunked":
                 self._refuse(
                     _Refusal(
-                        501,
+                        400,
                         f"unsupported Transfer-Encoding {coding[:64]!r}; send chunked or a Content-Length",
                         "Transfer-Encoding",
                         "unsupported_transfer_encoding",
