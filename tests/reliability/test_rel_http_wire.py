@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import socket
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httptools
 import orjson
 import pytest
+import uvloop
 from rel_support import OrderRouter, start_gateway
 
 from mmgate.gateway.app import Running
@@ -505,3 +506,25 @@ async def test_an_upstream_head_without_end_is_cut_off_not_buffered() -> None:
     finally:
         await pool.close()
         server.close()
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        test_a_pipelining_client_that_never_reads_gets_bounded_buffers,
+        test_a_client_that_stops_reading_a_stream_is_cut_after_the_send_timeout,
+    ],
+)
+def test_flow_control_holds_on_uvloop(scenario: Callable[[list[HttpServer]], Awaitable[None]]) -> None:
+    """The same bounds on uvloop, the loop the gateway serves on (its transports pause and buffer
+    on their own terms)."""
+
+    async def main() -> None:
+        servers: list[HttpServer] = []
+        try:
+            await scenario(servers)
+        finally:
+            for server in servers:
+                await server.close(0.5)
+
+    uvloop.run(main())
