@@ -88,3 +88,13 @@ def test_every_bundled_example_parses() -> None:
         assert out.returncode == 0, (path.name, out.stderr)
         outputs.append(out.stdout)
     assert "1280x720" in "".join(outputs)
+
+
+def test_inspect_refuses_a_body_nested_too_deep_for_guessing_without_a_traceback() -> None:
+    # Deep enough to exhaust the standard json module's recursion while guessing the API.
+    body = b'{"model": "m", "messages": [{"role": "user", "content": ' + b"[" * 5000 + b"]" * 5000 + b"}]}"
+    assert guess_api(body) is Api.CHAT
+    out = run("inspect", "-", stdin=body)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "400" in out.stdout + out.stderr

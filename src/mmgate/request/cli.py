@@ -68,7 +68,7 @@ def guess_api(body: bytes) -> Api:
     """completions if there is a ``prompt``; messages if it looks Anthropic; chat otherwise."""
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # too deep to guess: parsing will refuse it with a 400
         return Api.CHAT
     if not isinstance(doc, dict):
         return Api.CHAT
