@@ -21,7 +21,8 @@ import pytest
 import uvloop
 from rel_support import OrderRouter, start_gateway
 
-from mmgate.gateway.app import Running
+from mmgate.config import load_config_text
+from mmgate.gateway.app import Running, settings_of
 from mmgate.gateway.h1.client import UpstreamPool, UpstreamProtocolError
 from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import HttpServer, ServerLimits
@@ -399,10 +400,8 @@ async def test_a_pipelining_client_that_never_reads_gets_bounded_buffers(h1: lis
     assert peak_buffer < 1 << 20, peak_buffer  # answers wait for the client instead of piling up
 
 
-async def test_a_client_that_stops_reading_a_stream_is_cut_after_the_send_timeout(
-    h1: list[HttpServer],
-) -> None:
-    """A stream nobody reads must not hold its upstream request (and admission slot) forever."""
+async def unread_stream_is_cut(servers: list[HttpServer], limits: ServerLimits) -> None:
+    """A client asks for a stream and never reads it: the handler must unwind within 5 s."""
     ended = asyncio.Event()
 
     async def endless(_request: Request, writer: ResponseWriter) -> None:
@@ -413,7 +412,9 @@ async def test_a_client_that_stops_reading_a_stream_is_cut_after_the_send_timeou
         finally:
             ended.set()
 
-    _, port = await listen(h1, endless, send_timeout_s=0.4)
+    server = HttpServer(endless, limits)
+    port = await server.listen("127.0.0.1", 0)
+    servers.append(server)
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:
@@ -421,6 +422,21 @@ async def test_a_client_that_stops_reading_a_stream_is_cut_after_the_send_timeou
         await asyncio.wait_for(ended.wait(), 5)  # never read: cut, and the handler unwound
     finally:
         sock.close()
+
+
+async def test_a_client_that_stops_reading_a_stream_is_cut_after_the_send_timeout(
+    h1: list[HttpServer],
+) -> None:
+    """A stream nobody reads must not hold its upstream request (and admission slot) forever."""
+    await unread_stream_is_cut(h1, ServerLimits(send_timeout_s=0.4))
+
+
+async def test_the_send_timeout_is_the_config_key_send_timeout_s(h1: list[HttpServer]) -> None:
+    """``mmgate.sendTimeoutS`` reaches the server (the default, 60 s, would fail this test)."""
+    config = load_config_text(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nmmgate:\n  sendTimeoutS: 0.4\n"
+    )
+    await unread_stream_is_cut(h1, settings_of(config.mmgate).server_limits())
 
 
 async def test_a_body_of_tiny_chunks_costs_memory_in_proportion_to_its_bytes(h1: list[HttpServer]) -> None:

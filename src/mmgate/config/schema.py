@@ -168,6 +168,7 @@ class MmgateSection(_Strict):
     readTimeoutS: float = 300.0
     bodyTimeoutS: float = 30.0
     headerTimeoutS: float = 10.0
+    sendTimeoutS: float = 60.0
     upstreamPoolLimit: int = 4096
     upstreamTLS: UpstreamTLSSpec = msgspec.field(default_factory=UpstreamTLSSpec)
     adminPort: int | None = None

@@ -80,6 +80,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         max_body_bytes=section.limits.maxBodyBytes,
         body_timeout_s=section.bodyTimeoutS,
         header_timeout_s=section.headerTimeoutS,
+        send_timeout_s=section.sendTimeoutS,
         admin_port=section.adminPort,
         max_inflight=section.admission.maxInflight,
         admission=AdmissionSettings(

@@ -56,6 +56,7 @@ class GatewaySettings:
     header_timeout_s: float = 10.0  # the request head must arrive within this (slow-loris heads: 408)
     max_header_bytes: int = 64 * 1024  # request line and headers together (431 beyond)
     keepalive_timeout_s: float = 75.0  # idle client connections are closed after this
+    send_timeout_s: float = 60.0  # a client that accepts no response bytes for this long is cut off
     access_log: bool = True
     admin_port: int | None = None  # serve /metrics and /ready there instead (0 picks a free port)
     max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
@@ -68,6 +69,7 @@ class GatewaySettings:
             header_timeout_s=self.header_timeout_s,
             body_timeout_s=self.body_timeout_s,
             keepalive_timeout_s=self.keepalive_timeout_s,
+            send_timeout_s=self.send_timeout_s,
         )
 
 
