@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -237,6 +238,33 @@ async def test_every_accepted_framing_reaches_the_upstream_as_exactly_the_body_s
         lines = head.lower().split(b"\r\n")
         assert body == BODY
         assert b"content-length: 27" in lines and not any(b"transfer-encoding" in x for x in lines)
+
+
+async def test_a_content_length_of_thousands_of_digits_is_a_400_naming_the_header(wire: Wire) -> None:
+    """llhttp lets leading zeros through; 4,300 of them used to end in int()'s digit limit inside
+    our callback and httptools' bare "User callback error"."""
+    got, closed = await talk(wire.port, request(b"Content-Length: " + b"0" * 4300 + b"27", length=False))
+    error = error_of(got)
+    assert first_status(got) == 400 and closed
+    assert error["param"] == "Content-Length" and "callback" not in str(error["message"])
+    assert wire.upstream.requests == []
+
+
+async def test_a_bug_in_a_parser_callback_is_logged_without_request_bytes_and_answered_500(
+    h1: list[HttpServer], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(raw: list[tuple[str, str]]) -> None:
+        raise KeyError(raw[-1][1])  # a bug whose message quotes a header value
+
+    monkeypatch.setattr("mmgate.gateway.h1.server.Headers", broken)
+    _, port = await listen(h1, health)
+    with caplog.at_level(logging.ERROR, logger="mmgate.gateway"):
+        got, closed = await talk(port, b"GET / HTTP/1.1\r\nHost: gw\r\nX-Secret: s3cr3t\r\n\r\n")
+    assert first_status(got) == 500 and closed
+    assert error_of(got)["code"] == "internal_error"
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "KeyError" in logged and "on_headers_complete" in logged
+    assert "s3cr3t" not in logged and "s3cr3t" not in caplog.text
 
 
 # -- headers ------------------------------------------------------------------------------------

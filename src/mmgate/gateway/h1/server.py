@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,6 +50,10 @@ ones: beyond ``_QUEUE_FACTOR * max_pipelined`` the rest of that read is refused 
 _RAW_HEAD_SLACK: Final = 256 * 1024
 """Raw bytes a head may span beyond ``max_header_bytes`` before httptools' own buffering is cut
 short (the exact limit is applied to the parsed names and values)."""
+
+_MAX_LENGTH_DIGITS: Final = 20
+"""Longest Content-Length accepted (2**64 has 20 digits; llhttp refuses larger values but lets
+any number of leading zeros through)."""
 
 # What the connection's single timer is waiting for.
 _NONE, _IDLE, _HEAD, _BODY, _LINGER = range(5)
@@ -136,6 +141,9 @@ class HttpConnection(asyncio.Protocol):
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse(_Refusal(400, "protocol upgrades are not supported; speak HTTP/1.1"))
+        except httptools.HttpParserCallbackError as exc:
+            # Our callbacks refuse client mistakes themselves; anything raised in them is a bug.
+            self._callback_failed(exc.__context__)
         except httptools.HttpParserError as exc:
             reason = str(exc) or type(exc).__name__
             self._refuse(_Refusal(400, f"malformed HTTP request: {reason}"))
@@ -247,6 +255,16 @@ class HttpConnection(asyncio.Protocol):
                     )
                 )
                 return
+        elif len(declared) > _MAX_LENGTH_DIGITS:  # llhttp allows leading zeros: no int() of 4,300 digits
+            self._refuse(
+                _Refusal(
+                    400,
+                    f"Content-Length has {len(declared)} digits; at most {_MAX_LENGTH_DIGITS} are accepted",
+                    "Content-Length",
+                    "invalid_content_length",
+                )
+            )
+            return
         elif declared.isdigit() and int(declared) > limit:
             self._refuse(_too_large(f"{int(declared)} bytes declared", limit))
             return
@@ -440,6 +458,16 @@ class HttpConnection(asyncio.Protocol):
         self._queue.append(refusal)
         if self._task is None:
             self._next()
+
+    def _callback_failed(self, cause: BaseException | None) -> None:
+        """A bug in a parser callback: logged by type and place only (the message of an exception
+        raised on request bytes may quote them), answered 500 and the connection closed."""
+        where = "; ".join(
+            f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})"
+            for f in traceback.extract_tb(cause.__traceback__ if cause else None)
+        )
+        log.error("bug in the HTTP request parser callbacks: %s in %s", type(cause).__name__, where or "?")
+        self._refuse(_Refusal(500, "internal gateway error; see the gateway log", None, "internal_error"))
 
     def _refuse_head_size(self) -> None:
         limit = self._limits.max_header_bytes
