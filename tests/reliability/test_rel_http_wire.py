@@ -291,6 +291,26 @@ async def test_routing_headers_are_stripped_in_every_spelling_and_duplicate(wire
     assert raw.lower().count(b"x-prefiller-host-port:") == 1
 
 
+async def test_a_repeated_header_the_gateway_reads_is_refused_naming_it(wire: Wire) -> None:
+    """The gateway would act on the first copy while the model server may read the last: a
+    single-valued header it reads must come once. Other headers repeat freely."""
+    for first, second in [
+        (b"Authorization: Bearer a", b"authorization: Bearer b"),
+        (b"x-api-key: a", b"X-Api-Key: b"),
+        (b"Content-Type: application/json", b"Content-Type: text/plain"),
+        (b"X-Request-Id: one", b"x-request-id: two"),
+        (b"x-llm-d-video-fps: 1", b"x-llm-d-video-fps: 30"),
+    ]:
+        got, closed = await talk(wire.port, request(first, second))
+        name = first.split(b":")[0].decode().lower()
+        assert first_status(got) == 400 and closed, (name, got[:200])
+        assert error_of(got)["param"] == name and error_of(got)["code"] == "duplicate_header"
+    assert wire.upstream.requests == []
+    got, _ = await talk(wire.port, request(b"X-Tag: a", b"X-Tag: b"))
+    assert first_status(got) == 200
+    assert b"X-Tag: a\r\n" in wire.upstream.requests[0] and b"X-Tag: b\r\n" in wire.upstream.requests[0]
+
+
 async def test_headers_named_in_connection_are_not_forwarded(wire: Wire) -> None:
     """RFC 9110 §7.6.1: a header the client lists in Connection is hop-by-hop too."""
     got, _ = await talk(
@@ -490,6 +510,33 @@ async def test_a_body_of_tiny_chunks_costs_memory_in_proportion_to_its_bytes(h1:
         tracemalloc.stop()
     assert first_status(got) == 200 and sizes == [size]
     assert peak < 4 * size + (1 << 20), peak  # was ~45 bytes per body byte
+
+
+async def test_chunk_extensions_and_size_lines_count_toward_the_body_limit(h1: list[HttpServer]) -> None:
+    """A chunked body's framing is bounded with its data: one endless extension is cut with a 413,
+    an ordinary body in small chunks with extensions is served."""
+    sizes: list[int] = []
+
+    async def count(request: Request, writer: ResponseWriter) -> None:
+        sizes.append(len(request.body))
+        await health(request, writer)
+
+    _, port = await listen(h1, count, max_body_bytes=64 * 1024)
+    fine = b"".join(b"400;chunk=%d\r\n%b\r\n" % (k, b"x" * 1024) for k in range(60)) + b"0\r\n\r\n"
+    got, _ = await talk(port, request(b"Transfer-Encoding: chunked", body=fine, target=b"/", length=False))
+    assert first_status(got) == 200 and sizes == [60 * 1024]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n1;x=")
+    with contextlib.suppress(ConnectionError):
+        for _ in range(64):  # 4 MiB of one extension, never a body byte
+            writer.write(b"a" * 65536)
+            await writer.drain()
+    try:
+        got = await asyncio.wait_for(reader.read(65536), 5)
+    finally:
+        writer.close()
+    assert first_status(got) == 413 and error_of(got)["code"] == "body_too_large"
+    assert sizes == [60 * 1024]
 
 
 async def test_idle_connections_are_closed_at_the_header_and_keepalive_timeouts(h1: list[HttpServer]) -> None:

@@ -51,6 +51,11 @@ _RAW_HEAD_SLACK: Final = 256 * 1024
 """Raw bytes a head may span beyond ``max_header_bytes`` before httptools' own buffering is cut
 short (the exact limit is applied to the parsed names and values)."""
 
+_FRAMING_SLACK: Final = 1024 * 1024
+"""Raw bytes a chunked body may span beyond ``max_body_bytes``: its chunk-size lines and
+extensions count toward the limit (httptools streams extensions past us unseen, so the raw
+bytes read are what is counted); the slack covers one read's worth of a following request and
+the framing of an ordinary chunked body."""
 _MAX_LENGTH_DIGITS: Final = 20
 """Longest Content-Length accepted (2**64 has 20 digits; llhttp refuses larger values but lets
 any number of leading zeros through)."""
@@ -96,7 +101,10 @@ class HttpConnection(asyncio.Protocol):
         self._url = b""
         self._raw_headers: list[tuple[str, str]] = []
         self._head_size = 0
-        self._head_raw = 0
+        # Raw bytes read of the head being parsed, or of a chunked body (its size lines and extensions
+        # count toward the body limit); -1 when neither. One attribute for both: at 30 attributes
+        # the instance dict stops sharing its keys and every request costs ~1 us more.
+        self._raw = 0
         self._in_head = False
         self._begun = False  # a byte of some request has arrived on this connection
         self._headers: Headers | None = None
@@ -133,9 +141,15 @@ class HttpConnection(asyncio.Protocol):
         if self._dead:
             return
         if self._in_head:
-            self._head_raw += len(data)
-            if self._head_raw > self._limits.max_header_bytes + _RAW_HEAD_SLACK:
+            self._raw += len(data)
+            if self._raw > self._limits.max_header_bytes + _RAW_HEAD_SLACK:
                 self._refuse_head_size()
+                return
+        elif self._raw >= 0:  # a chunked body
+            self._raw += len(data)
+            if self._raw > self._limits.max_body_bytes + _FRAMING_SLACK:
+                limit = self._limits.max_body_bytes
+                self._refuse(_too_large(f"more than {limit} bytes of chunked body and framing sent", limit))
                 return
         try:
             self._parser.feed_data(data)
@@ -208,7 +222,7 @@ class HttpConnection(asyncio.Protocol):
         self._body_size = 0
         if not self._in_head:
             self._in_head = True
-            self._head_raw = 0
+            self._raw = 0
             self._set_deadline(_HEAD, self._limits.header_timeout_s)
 
     def on_url(self, url: bytes) -> None:
@@ -228,15 +242,26 @@ class HttpConnection(asyncio.Protocol):
         if self._dead:
             return
         self._in_head = False
-        self._head_raw = 0
+        self._raw = -1
         headers = self._headers = Headers(self._raw_headers)
         self._raw_headers = []  # trailers, if any, land here and are dropped
         if self._head_size > self._limits.max_header_bytes:  # a long target and no header after it
             self._refuse_head_size()
             return
-        if headers.repeated_host or ("host" not in headers and self._parser.get_http_version() != "1.0"):
+        repeated = headers.repeated
+        if repeated == "host" or ("host" not in headers and self._parser.get_http_version() != "1.0"):
             # RFC 9112 §3.2 (as aiohttp refused them): exactly one Host in an HTTP/1.1 request.
             self._refuse(_Refusal(400, "an HTTP/1.1 request needs exactly one Host header", "Host"))
+            return
+        if repeated is not None:
+            self._refuse(
+                _Refusal(
+                    400,
+                    f"the {repeated} header appears more than once; send it once",
+                    repeated,
+                    "duplicate_header",
+                )
+            )
             return
         limit = self._limits.max_body_bytes
         declared = headers.get("content-length")
@@ -255,6 +280,8 @@ class HttpConnection(asyncio.Protocol):
                     )
                 )
                 return
+            if coding is not None:
+                self._raw = 0
         elif len(declared) > _MAX_LENGTH_DIGITS:  # llhttp allows leading zeros: no int() of 4,300 digits
             self._refuse(
                 _Refusal(
@@ -313,6 +340,7 @@ class HttpConnection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._dead:
             return
+        self._raw = -1
         parts = self._body
         if self._spill is not None:
             self._spill += b"".join(parts)
