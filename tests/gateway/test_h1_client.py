@@ -285,27 +285,6 @@ async def test_slow_upload_is_not_a_read_timeout() -> None:
         await pool.close()
 
 
-async def test_dropped_response_closes_its_connection() -> None:
-    saw_eof: list[bool] = []
-
-    async def handler(peer: Peer) -> None:
-        await peer.read_request()
-        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-        saw_eof.append(await peer.at_eof(timeout=2))
-
-    async with raw_server(handler) as server:
-        pool = make_pool()
-        response = await pool.request("127.0.0.1", server.port, "POST", "/", [], b"{}")
-        assert await response.read() == b"hello"
-        del response  # neither released nor closed
-        for _ in range(100):
-            if saw_eof:
-                break
-            await asyncio.sleep(0.01)
-        assert saw_eof == [True]
-        await pool.close()
-
-
 async def test_max_idle_zero_keeps_no_connection() -> None:
     async def handler(peer: Peer) -> None:
         while True:

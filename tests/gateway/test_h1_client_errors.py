@@ -172,7 +172,8 @@ async def test_malformed_response_is_a_protocol_error() -> None:
         await pool.close()
 
 
-async def test_response_close_drops_the_upstream_connection() -> None:
+@pytest.mark.parametrize("leave", ["close", "drop"])
+async def test_a_response_closed_or_dropped_unread_drops_the_upstream_connection(leave: str) -> None:
     saw_eof: list[bool] = []
 
     async def handler(peer: Peer) -> None:
@@ -184,7 +185,10 @@ async def test_response_close_drops_the_upstream_connection() -> None:
         pool = make_pool()
         response = await pool.request("127.0.0.1", server.port, "POST", "/", [], b"{}")
         assert await response.read() == b"hello"
-        response.close()
+        if leave == "close":
+            response.close()
+        else:
+            del response  # neither released nor closed
         for _ in range(100):
             if saw_eof:
                 break
