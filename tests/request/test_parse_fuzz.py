@@ -160,7 +160,7 @@ _BYTES = st.sampled_from(list(b'"\\\n{}[],: \x00')) | st.integers(0, 255)
 @FUZZ
 @given(flips=st.lists(st.tuples(_POSITIONS, _BYTES), min_size=1, max_size=6))
 def test_corrupted_large_bodies_give_a_view_or_a_request_error(flips: list[tuple[int, int]]) -> None:
-    # Over 64 KiB, so the data-URI cutting decode (request/skeleton.py) is the path under test.
+    # Over 64 KiB, so the data-URI cutting decode (request/decode.py) is the path under test.
     data = bytearray(_BIG)
     for pos, value in flips:
         data[pos] = value

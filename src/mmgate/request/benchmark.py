@@ -25,11 +25,11 @@ import orjson
 import xxhash
 from PIL import Image
 
+from mmgate.request.bodies import CHAT
+from mmgate.request.decode import decode_chat
 from mmgate.request.parse import parse_request
 from mmgate.request.payload import check_base64
 from mmgate.request.probe import Base64Reader, BytesReader, ReaderFile, probe
-from mmgate.request.schema import CHAT
-from mmgate.request.skeleton import decode_chat
 
 
 def _photo(seed: int, quality: int = 95) -> bytes:

@@ -1,4 +1,4 @@
-"""``parse_request``: one skeleton decode of a chat, completions or Anthropic messages body.
+"""``parse_request``: one decode of a chat, completions or Anthropic messages body.
 
 The prompt is rendered in order into :attr:`RequestView.parts`. Chat turns start with a role
 header (``<|user|>\\n``) and end with ``\\n``, the same for OpenAI and Anthropic bodies, so equal
@@ -7,22 +7,18 @@ conversation prefixes always give equal part sequences, which prefix-affinity ro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import TypeVar
 
 import msgspec
 
 from mmgate.errors import RequestError
-from mmgate.request import schema
+from mmgate.request import bodies
 from mmgate.request.assets import PromptBuilder
+from mmgate.request.decode import CutMediaRef, decode_body, decode_chat, require_utf8
 from mmgate.request.limits import DEFAULT_LIMITS, Limits
 from mmgate.request.payload import json_string
-from mmgate.request.skeleton import TOO_DEEP, CutMediaRef, decode_chat, require_utf8
 from mmgate.request.view import Api, Modality, RequestView
 
-T = TypeVar("T")
-_MISSING = re.compile(r"Object missing required field `([^`]+)`")
 _TEXT_TYPES = frozenset({"text", "input_text", "refusal"})
 _URL_PARTS = {
     "image_url": Modality.IMAGE,
@@ -56,14 +52,14 @@ def parse_request(
         try:
             chat = decode_chat(body)  # skips the JSON scan of inline data URIs
         except msgspec.MsgspecError:
-            chat = _decode(schema.CHAT, body)  # raises the client's error, worded as usual
+            chat = decode_body(bodies.CHAT, body)  # raises the client's error, worded as usual
         view = _chat(chat, builder)
     elif api is Api.COMPLETIONS:
-        completions = _decode(schema.COMPLETIONS, body)
+        completions = decode_body(bodies.COMPLETIONS, body)
         require_utf8(body)  # decode_chat applies the same JSON rules to chat bodies
         view = _completions(completions, builder)
     else:
-        messages = _decode(schema.MESSAGES, body)
+        messages = decode_body(bodies.MESSAGES, body)
         require_utf8(body)
         view = _messages(messages, builder)
     view.body = body
@@ -73,37 +69,13 @@ def parse_request(
     return view
 
 
-def _decode(decoder: msgspec.json.Decoder[T], data: bytes, prefix: str = "") -> T:
-    try:
-        return decoder.decode(data)
-    except RecursionError:
-        raise RequestError(TOO_DEEP) from None
-    except msgspec.ValidationError as exc:
-        raise _validation_error(str(exc), prefix) from None
-    except msgspec.DecodeError as exc:
-        raise RequestError(f"The request body is not valid JSON ({exc}).") from None
-
-
-def _validation_error(text: str, prefix: str) -> RequestError:
-    message, _, where = text.partition(" - at `")
-    path = where.rstrip("`").removeprefix("$")
-    param = (prefix + path) if prefix else path.removeprefix(".")
-    missing = _MISSING.fullmatch(message)
-    if missing:
-        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
-        return RequestError(f"Missing required field '{param}'.", param=param)
-    if not param:
-        return RequestError(f"Invalid request body: {message}.")
-    return RequestError(f"Invalid value for '{param}': {message}.", param=param)
-
-
 # --- OpenAI chat completions -------------------------------------------------------------------
 
 
 _ROLE_HEADERS = {role: role_header(role) for role in ("system", "developer", "user", "assistant", "tool")}
 
 
-def _chat(req: schema.ChatBody, b: PromptBuilder) -> RequestView:
+def _chat(req: bodies.ChatBody, b: PromptBuilder) -> RequestView:
     text = b.text
     for i, msg in enumerate(req.messages):
         header = _ROLE_HEADERS.get(msg.role) or role_header(msg.role)
@@ -132,7 +104,7 @@ def _chat(req: schema.ChatBody, b: PromptBuilder) -> RequestView:
     )
 
 
-def _part_type(part: schema.ChatPart, param: str) -> str:
+def _part_type(part: bodies.ChatPart, param: str) -> str:
     """The declared type, or the one implied by the single field of a type-less simple form."""
     if part.type is not None:
         return part.type
@@ -143,7 +115,7 @@ def _part_type(part: schema.ChatPart, param: str) -> str:
     raise RequestError(f"Content part at '{param}' has no 'type'.", param=f"{param}.type")
 
 
-def _chat_part(part: schema.ChatPart, param: str, b: PromptBuilder) -> None:
+def _chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
     kind = _part_type(part, param)
     if kind in _TEXT_TYPES:
         text = part.refusal if kind == "refusal" else part.text
@@ -187,10 +159,10 @@ def _chat_part(part: schema.ChatPart, param: str, b: PromptBuilder) -> None:
 # --- OpenAI completions ------------------------------------------------------------------------
 
 
-def _completions(req: schema.CompletionBody, b: PromptBuilder) -> RequestView:
+def _completions(req: bodies.CompletionBody, b: PromptBuilder) -> RequestView:
     if not len(req.prompt):
         raise RequestError("Missing required field 'prompt'.", param="prompt")
-    prompt = _decode(schema.PROMPT, bytes(req.prompt), prefix="prompt")
+    prompt = decode_body(bodies.PROMPT, bytes(req.prompt), prefix="prompt")
     token_ids: list[int] | None = None
     count = 1
     if isinstance(prompt, str):
@@ -227,7 +199,7 @@ def _completions(req: schema.CompletionBody, b: PromptBuilder) -> RequestView:
 # --- Anthropic messages ------------------------------------------------------------------------
 
 
-def _messages(req: schema.MessagesBody, b: PromptBuilder) -> RequestView:
+def _messages(req: bodies.MessagesBody, b: PromptBuilder) -> RequestView:
     if req.system is not None:
         b.text(role_header("system"))
         if isinstance(req.system, str):
@@ -251,7 +223,7 @@ def _messages(req: schema.MessagesBody, b: PromptBuilder) -> RequestView:
     )
 
 
-def _blocks(blocks: list[schema.AnthropicBlock], param: str, b: PromptBuilder) -> None:
+def _blocks(blocks: list[bodies.AnthropicBlock], param: str, b: PromptBuilder) -> None:
     for j, block in enumerate(blocks):
         where = f"{param}[{j}]"
         if block.type == "text":
@@ -268,7 +240,7 @@ def _blocks(blocks: list[schema.AnthropicBlock], param: str, b: PromptBuilder) -
         # other block types (thinking, document, ...) carry nothing the router prices
 
 
-def _anthropic_image(block: schema.AnthropicBlock, where: str, b: PromptBuilder) -> None:
+def _anthropic_image(block: bodies.AnthropicBlock, where: str, b: PromptBuilder) -> None:
     src = block.source
     if src is None:
         raise RequestError(f"Missing '{where}.source'.", param=f"{where}.source")

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mmgate.errors import RequestError
-from mmgate.request import Api, parse_request, skeleton
-from mmgate.request.skeleton import MIN_BODY, cut_data_urls, decode_chat
+from mmgate.request import Api, decode, parse_request
+from mmgate.request.decode import MIN_BODY, cut_data_urls, decode_chat
 
 _EXAMPLES = int(os.environ.get("MMGATE_FUZZ_EXAMPLES", "150"))
 PROPERTY = settings(
@@ -38,12 +38,12 @@ PROPERTY = settings(
 @contextmanager
 def _uncut() -> Iterator[None]:
     """Run the small-body path (the plain decode) on a body of any size."""
-    saved = skeleton.MIN_BODY
-    skeleton.MIN_BODY = 1 << 62
+    saved = decode.MIN_BODY
+    decode.MIN_BODY = 1 << 62
     try:
         yield
     finally:
-        skeleton.MIN_BODY = saved
+        decode.MIN_BODY = saved
 
 
 def _outcome(data: bytes) -> tuple[str, Any]:

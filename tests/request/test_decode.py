@@ -10,8 +10,8 @@ import pytest
 
 from mmgate.bench.overhead_bodies import BODIES, body, jpeg
 from mmgate.errors import RequestError
-from mmgate.request import parse_request, schema
-from mmgate.request.skeleton import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat
+from mmgate.request import bodies, parse_request
+from mmgate.request.decode import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat
 
 IMAGE = "data:image/jpeg;base64," + base64.b64encode(jpeg(seed=7)).decode()
 
@@ -21,9 +21,9 @@ def _chat(*parts: object, **extra: object) -> bytes:
     return json.dumps({"model": "m", "messages": [message], **extra}).encode()
 
 
-def _same_as_full_decode(data: bytes) -> schema.ChatBody:
+def _same_as_full_decode(data: bytes) -> bodies.ChatBody:
     fast = decode_chat(data)
-    assert msgspec.json.encode(fast) == msgspec.json.encode(schema.CHAT.decode(data))
+    assert msgspec.json.encode(fast) == msgspec.json.encode(bodies.CHAT.decode(data))
     return fast
 
 
@@ -36,7 +36,7 @@ def test_benchmark_bodies_decode_identically_and_views_point_into_the_body(name:
     parts = decoded.messages[-1].content
     assert isinstance(parts, list)
     assert all(isinstance(p.image_url, CutMediaRef) for p in parts if p.type == "image_url")  # validated once
-    urls = [bytes(p.image_url.url) for p in parts if isinstance(p.image_url, schema.MediaRef)]
+    urls = [bytes(p.image_url.url) for p in parts if isinstance(p.image_url, bodies.MediaRef)]
     assert all(url.startswith(b'"data:image/jpeg;base64,') and url.endswith(b'"') for url in urls)
     views = [parse_request(data, {}).assets[i].identity for i in range(len(urls))]
     assert len(set(views)) == len(urls)  # distinct images, hashed from the restored payloads

@@ -1,4 +1,5 @@
-"""Decoding a chat body without making the JSON decoder walk its inline media.
+"""Decoding request bodies into :mod:`~mmgate.request.bodies` under strict JSON rules, with
+client errors worded by field; chat bodies without making the JSON decoder walk their inline media.
 
 msgspec must scan every byte of a JSON string to find where it ends, even for a field kept as
 :class:`msgspec.Raw`: on the three-image benchmark body (2.36 MB) that scan is ~0.55 ms, about
@@ -25,11 +26,12 @@ for the decoder is a client error, not a ``RecursionError``.
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 import msgspec
 
 from mmgate.errors import RequestError
-from mmgate.request import schema
+from mmgate.request import bodies
 from mmgate.request.payload import is_base64
 
 MIN_BODY = 64 * 1024
@@ -43,7 +45,7 @@ _HEADER_MAX = 512  # "data:<mime>;<params>;base64," is never longer
 _HEADER_BAD = re.compile(rb"[\x00-\x1f\\]")  # what a JSON string cannot hold unescaped ('"' ends it)
 
 
-class CutMediaRef(schema.MediaRef):
+class CutMediaRef(bodies.MediaRef):
     """A media reference whose data URI was cut and restored: its payload after the comma is
     already known to be standard base64, so the parser need not validate it a second time."""
 
@@ -110,14 +112,14 @@ def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
     if not cuts:
         return None
     pieces.append(view[kept:])
-    skeleton = b"".join(pieces)
-    if skeleton.count(_PLACEHOLDER) != len(cuts):  # the client's own text holds the placeholder
+    cut_body = b"".join(pieces)
+    if cut_body.count(_PLACEHOLDER) != len(cuts):  # the client's own text holds the placeholder
         return None
-    return skeleton, cuts
+    return cut_body, cuts
 
 
-def decode_chat(body: bytes) -> schema.ChatBody:
-    """``schema.CHAT.decode(body)`` under strict JSON rules, skipping the scan of inline data URIs
+def decode_chat(body: bytes) -> bodies.ChatBody:
+    """``bodies.CHAT.decode(body)`` under strict JSON rules, skipping the scan of inline data URIs
     when it can.
 
     Raises msgspec's error for malformed JSON or a schema mismatch, exactly as the full decode
@@ -129,19 +131,19 @@ def decode_chat(body: bytes) -> schema.ChatBody:
         if not body.isascii():  # the common case costs one C call, not a function
             require_utf8(body)
         return decoded
-    skeleton, cuts = cut
+    cut_body, cuts = cut
     try:
-        decoded = _decode(skeleton)
+        decoded = _decode(cut_body)
     except msgspec.MsgspecError:
         return _decode(body)  # raises the same error, with the client's own offsets
-    require_utf8(body, checked=skeleton)  # the cut values are ASCII-clean already
+    require_utf8(body, checked=cut_body)  # the cut values are ASCII-clean already
     marker = b'"' + _PLACEHOLDER
     for message in decoded.messages:
         if not isinstance(message.content, list):
             continue
         for part in message.content:
             for ref in (part.image_url, part.video_url, part.audio_url):
-                if not isinstance(ref, schema.MediaRef):
+                if not isinstance(ref, bodies.MediaRef):
                     continue
                 url = memoryview(ref.url)
                 if url[: len(marker)] == marker:
@@ -159,19 +161,50 @@ def decode_chat(body: bytes) -> schema.ChatBody:
 
 
 TOO_DEEP = "The request body is not valid JSON (nested too deeply)."
+T = TypeVar("T")
+_MISSING = re.compile(r"Object missing required field `([^`]+)`")
 
 
-def _decode(data: bytes) -> schema.ChatBody:
+def _decode(data: bytes) -> bodies.ChatBody:
     try:
-        return schema.CHAT.decode(data)
+        return bodies.CHAT.decode(data)
     except RecursionError:
         raise RequestError(TOO_DEEP) from None
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], data: bytes, prefix: str = "") -> T:
+    """``decoder.decode(data)`` with every failure a :class:`RequestError` naming the field.
+
+    ``prefix`` is the JSON path of ``data`` inside the request body when it is a nested value
+    decoded on its own (a completions ``prompt``), so the error names the client's field.
+    """
+    try:
+        return decoder.decode(data)
+    except RecursionError:
+        raise RequestError(TOO_DEEP) from None
+    except msgspec.ValidationError as exc:
+        raise _validation_error(str(exc), prefix) from None
+    except msgspec.DecodeError as exc:
+        raise RequestError(f"The request body is not valid JSON ({exc}).") from None
+
+
+def _validation_error(text: str, prefix: str) -> RequestError:
+    message, _, where = text.partition(" - at `")
+    path = where.rstrip("`").removeprefix("$")
+    param = (prefix + path) if prefix else path.removeprefix(".")
+    missing = _MISSING.fullmatch(message)
+    if missing:
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+        return RequestError(f"Missing required field '{param}'.", param=param)
+    if not param:
+        return RequestError(f"Invalid request body: {message}.")
+    return RequestError(f"Invalid value for '{param}': {message}.", param=param)
 
 
 def require_utf8(body: bytes, *, checked: bytes | None = None) -> None:
     """Refuse a body that is not UTF-8 (msgspec checks only the strings it decodes).
 
-    ``checked`` is what to test when it is cheaper than the body and equivalent (the cut skeleton);
+    ``checked`` is what to test when it is cheaper than the body and equivalent (the cut body);
     the message always carries the offset in ``body``, so both paths word the error the same.
     """
     if _utf8(body if checked is None else checked):

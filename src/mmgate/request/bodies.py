@@ -1,6 +1,7 @@
-"""Skeletons of the request bodies: only the fields the gateway reads, decoded once by msgspec.
+"""The request bodies as the gateway reads them: msgspec structs holding only the fields it uses.
 
-Unknown fields are skipped by the decoder, never materialised. Media payloads are
+Each API's body is decoded once into these structs (the "skeleton" of the body: unknown fields
+are skipped by the decoder, never materialised). Media payloads are
 :class:`msgspec.Raw`, a view into the original body, so a 2 MB base64 string is not copied.
 """
 
