@@ -69,7 +69,15 @@ def _post(port: int) -> int:
 @pytest.fixture
 def upstream_port() -> Iterator[int]:
     port = _free_port()
-    command = [sys.executable, "-m", "mmgate.bench.nullserver", "--port", str(port), "--latency-ms", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "mmgate.bench.overhead.nullserver",
+        "--port",
+        str(port),
+        "--latency-ms",
+        "0",
+    ]
     process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.PIPE)
     assert process.stdout is not None
     process.stdout.readline()  # the "ports" line: listening

@@ -10,7 +10,7 @@ import pytest
 from rel_support import assert_openai_error, chat_body, config, stack
 
 from conftest import mmgate_command, subprocess_env
-from mmgate.bench.idle_streams import measure
+from mmgate.bench.soak.idle_streams import measure
 from mmgate.gateway.admission import Admission, AdmissionSettings, Overloaded, client_key
 
 
@@ -95,5 +95,5 @@ async def test_memory_stays_bounded_with_hundreds_of_idle_streams() -> None:
     result = await measure(300, mmgate_command(), env=subprocess_env())
     assert result.opened == result.completed == 300
     # An idle stream costs the gateway tens of KB (two sockets, two parsers, buffers), not MBs;
-    # the full 10,000-stream figure is in docs/reliability.md (python -m mmgate.bench.idle_streams).
+    # the full 10,000-stream figure is in docs/reliability.md (python -m mmgate.bench.soak.idle_streams).
     assert result.kb_per_stream < 150, result

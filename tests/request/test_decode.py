@@ -8,7 +8,7 @@ import json
 import msgspec
 import pytest
 
-from mmgate.bench.overhead_bodies import BODIES, body, jpeg
+from mmgate.bench.overhead.bodies import BODIES, body, jpeg
 from mmgate.errors import RequestError
 from mmgate.request import bodies, parse_request
 from mmgate.request.decode import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat

@@ -10,9 +10,9 @@ import aiohttp
 import msgspec
 import pytest
 
+from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.cli import add_arguments, endpoints_doc, specs_from_args
 from mmgate.sim.fleet import SimFleet
-from mmgate.sim.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
 from mmgate.sim.spec import PodSpec
 

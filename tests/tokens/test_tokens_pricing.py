@@ -130,20 +130,6 @@ def test_sequence_uses_prompt_token_ids() -> None:
     assert p.text_tokens == 3 and build_sequence(v, p).token_ids == [5, 6, 7]
 
 
-def test_benchmark_runs_and_writes_json(tmp_path: object) -> None:
-    import json
-    from pathlib import Path
-
-    from mmgate.tokens import benchmark
-
-    out = Path(str(tmp_path)) / "pricing.json"
-    assert benchmark.main(["--images", "2", "--repeats", "1", "--inner", "2", "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
-    rules = {r["rule"] for r in report["results"]}
-    assert {"qwen3-vl", "llm-d estimate", "anthropic"} <= rules
-    assert all(r["new sizes: price"] > 0 for r in report["results"])
-
-
 def test_exact_text_count_with_a_local_tokenizer_json(tmp_path: object) -> None:
     from pathlib import Path
 

@@ -3,7 +3,7 @@
 Verbs: ``run`` (one workload, a rate ladder, several systems, over HTTP or in virtual time),
 ``headline`` (the comparison ``make bench`` runs), ``plot`` (redraw a saved report),
 ``export`` (write a workload as OpenAI request JSONL) and ``overhead`` (gateway overhead against
-direct and peer routers, owned by :mod:`mmgate.bench.overhead`).
+direct and peer routers, owned by :mod:`mmgate.bench.overhead.harness`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 from rich.console import Console
 
-from mmgate.bench import report
-from mmgate.bench.records import Ladder, RungResult, parse_rates
-from mmgate.bench.workloads import GENERATORS, Workload, build
+from mmgate.bench.routing import report
+from mmgate.bench.routing.records import Ladder, RungResult, parse_rates
+from mmgate.bench.workloads.synthetic import GENERATORS, Workload, build
 
 console = Console(stderr=True)
 
@@ -78,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     overhead = sub.add_parser("overhead", help="gateway overhead vs direct and vs peer routers")
     try:
-        module = importlib.import_module("mmgate.bench.overhead")
+        module = importlib.import_module("mmgate.bench.overhead.harness")
     except ModuleNotFoundError:
         overhead.set_defaults(overhead_missing=True)
     else:
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     if verb == "plot":
         return _plot(args)
     if verb == "headline":
-        headline = importlib.import_module("mmgate.bench.headline")
+        headline = importlib.import_module("mmgate.bench.routing.headline")
         code: int = headline.run_headline(
             args.out, duration_s=args.duration, rates=args.rates, quick=args.quick
         )
@@ -196,14 +196,14 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "overhead_missing", False):
             print("mmgate bench overhead: not available in this build", file=sys.stderr)
             return 2
-        module = importlib.import_module("mmgate.bench.overhead")
+        module = importlib.import_module("mmgate.bench.overhead.harness")
         result: int = module.run(args)
         return result
     raise AssertionError(verb)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from mmgate.bench.systems import UnknownSystem, parse_systems
+    from mmgate.bench.routing.systems import UnknownSystem, parse_systems
 
     try:
         ladder = ladder_from_args(args)
@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     workload = workload_from_args(args)
     if args.jsonl is not None:
-        from mmgate.bench.workloads import load_jsonl
+        from mmgate.bench.workloads.synthetic import load_jsonl
 
         replay = load_jsonl(args.jsonl)
         name = args.jsonl.stem
@@ -223,7 +223,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     results: list[RungResult]
     if args.des:
-        des = importlib.import_module("mmgate.bench.des")
+        des = importlib.import_module("mmgate.bench.routing.des")
         opts = des.DesOptions(
             profile=args.profile,
             pods=args.pods,
@@ -234,7 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             workload, systems, ladder, opts, replay=replay, progress=not args.quiet, log=console.print
         )
     else:
-        http = importlib.import_module("mmgate.bench.http_mode")
+        http = importlib.import_module("mmgate.bench.routing.http_mode")
         hopts = http.HttpOptions(profile=args.profile, pods=args.pods, speedup=args.speedup, url=args.url)
         results = http.run_http(
             workload, systems, ladder, hopts, replay=replay, progress=not args.quiet, log=console.print
@@ -275,7 +275,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from mmgate.bench.workloads import export_jsonl
+    from mmgate.bench.workloads.synthetic import export_jsonl
 
     workload = workload_from_args(args)
     n = export_jsonl(workload, args.out, n=args.n, model=args.model)

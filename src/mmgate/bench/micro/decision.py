@@ -1,0 +1,221 @@
+"""How long one scheduling decision takes: ``python -m mmgate.bench.micro.decision``.
+
+The request is the llm-d aggregation guide's shape: a shared system prompt, three inline 1280×720
+PNG images and ~1.3K tokens of question, parsed once by :func:`mmgate.request.parse_request`
+(not timed). The scheduler is warmed with earlier requests from the same prefix groups so prefix
+lookups hit, and keeps requests in flight so load scorers see load. Timed is
+``Scheduler.schedule`` alone (the decision on the request path), and separately the bookkeeping
+the gateway does around it (``on_started`` + ``pre_request`` + ``on_first_token`` + ``on_finished``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import gc
+import io
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from mmgate.config import load_config
+from mmgate.request import RequestView, parse_request
+from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
+from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
+from mmgate.scheduling.plugins.token_producer import TokenProducer
+
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
+DEFAULT_CONFIGS = ("aggregated.yaml", "encoder-affinity.yaml", "round-robin.yaml")
+SYSTEM = "You are a meticulous visual analyst. Describe only what you can see. " * 6
+QUESTION = "Compare the three pictures and explain what changed between them, step by step. " * 60
+
+
+def _png(color: tuple[int, int, int], size: tuple[int, int] = (1280, 720)) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def three_image_views(groups: int, per_group: int) -> list[RequestView]:
+    """``groups`` × ``per_group`` parsed requests; each group shares its system prompt and images."""
+    views = []
+    for g in range(groups):
+        images = [_png(((g * 3 + k) % 256, (g * 7 + k) // 256 % 256, 97 + k)) for k in range(3)]
+        for q in range(per_group):
+            content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in images]
+            content.append({"type": "text", "text": f"Question {q}: {QUESTION}"})
+            body = {
+                "model": "Qwen/Qwen3-VL-32B-Instruct",
+                "messages": [
+                    {"role": "system", "content": f"{SYSTEM} [group {g}]"},
+                    {"role": "user", "content": content},
+                ],
+                "stream": True,
+                "max_tokens": 300,
+            }
+            views.append(parse_request(json.dumps(body).encode(), {}))
+    return views
+
+
+def unique(view: RequestView, r: int) -> RequestView:
+    """The same request with a question no earlier request asked (so only the group prefix hits)."""
+    parts = list(view.parts)
+    last = parts[-1]
+    assert isinstance(last, str)
+    parts[-1] = f"[{r}] {last}"
+    return dataclasses.replace(view, parts=parts)
+
+
+def fleet(n: int) -> list[EndpointState]:
+    return [
+        EndpointState(
+            f"10.0.0.{i}:8000",
+            metrics=Metrics(waiting=i % 3, kv_usage=0.1 * (i % 5), block_size=16, num_gpu_blocks=60000),
+        )
+        for i in range(n)
+    ]
+
+
+def run_one(
+    scheduler: Scheduler, views: list[RequestView], endpoints: list[EndpointState], rounds: int, inflight: int
+) -> dict[str, Any]:
+    decide: list[int] = []
+    around: list[int] = []
+    matches: list[float] = []
+    tokens = 0
+    pending: list[str] = []
+    now = 0.0
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            view = unique(views[r % len(views)], r)
+            req = SchedulingRequest(view, f"r{r}")
+            now += 0.001
+            t0 = time.perf_counter_ns()
+            result = scheduler.schedule(req, endpoints, now)
+            t1 = time.perf_counter_ns()
+            scheduler.on_started(req, result.target, now)
+            scheduler.pre_request(req, result, now)
+            pending.append(req.request_id)
+            if len(pending) > inflight:
+                done = pending.pop(0)
+                scheduler.on_first_token(done, now)
+                scheduler.on_finished(done, now)
+            t2 = time.perf_counter_ns()
+            decide.append(t1 - t0)
+            around.append(t2 - t1)
+            info = req.get(PREFIX_MATCH)
+            if info is not None and r >= len(views):
+                matches.append(info.ratio(result.target.name))
+            tp = req.get(TOKENIZED_PROMPT)
+            tokens = tp.total_tokens if tp is not None else tokens
+    finally:
+        gc.enable()
+    warm = len(views)  # the first pass over the workload fills the indexes; time the rest
+    d = sorted(decide[warm:])
+    return {
+        "decisions": len(d),
+        "median_us": statistics.median(d) / 1000,
+        "p90_us": d[int(0.9 * (len(d) - 1))] / 1000,
+        "p99_us": d[int(0.99 * (len(d) - 1))] / 1000,
+        "bookkeeping_median_us": statistics.median(around[warm:]) / 1000,
+        "request_tokens": tokens,
+        "mean_prefix_match_on_target": statistics.fmean(matches) if matches else None,
+    }
+
+
+def pricing_cost(scheduler: Scheduler, views: list[RequestView], rounds: int) -> float | None:
+    """Median µs of the token-producer alone (pricing + pseudo-token stream), if configured."""
+    producer = next((p for p in scheduler.producers if isinstance(p, TokenProducer)), None)
+    if producer is None:
+        return None
+    times = []
+    for r in range(rounds):
+        req = SchedulingRequest(views[r % len(views)], f"p{r}")
+        t0 = time.perf_counter_ns()
+        producer.tokenize(req)
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mmgate.bench.micro.decision",
+        description="Time scheduling decisions for three-image requests (llm-d aggregation guide shape).",
+    )
+    parser.add_argument(
+        "--config", action="append", help="config YAML (repeatable); default: shipped examples"
+    )
+    parser.add_argument("--endpoints", type=int, default=8, help="fleet size (default 8)")
+    parser.add_argument("--groups", type=int, default=40, help="prefix groups (default 40)")
+    parser.add_argument("--per-group", type=int, default=5, help="requests per group (default 5)")
+    parser.add_argument("--rounds", type=int, default=5000, help="decisions per config (default 5000)")
+    parser.add_argument("--inflight", type=int, default=64, help="requests kept in flight (default 64)")
+    parser.add_argument("--out", default="results/decision.json", help="raw JSON output")
+    args = parser.parse_args(argv)
+
+    configs = [Path(c) for c in args.config] if args.config else [EXAMPLES / c for c in DEFAULT_CONFIGS]
+    views = three_image_views(args.groups, args.per_group)
+    rows = []
+    for path in configs:
+        cfg = load_config(path)
+        scheduler = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
+        eps = fleet(args.endpoints)
+        row = {"config": path.stem, **run_one(scheduler, views, eps, args.rounds + len(views), args.inflight)}
+        row["token_producer_median_us"] = pricing_cost(scheduler, views, min(args.rounds, 2000))
+        rows.append(row)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    tokens = max(int(r["request_tokens"]) for r in rows)
+    table = Table(
+        title=f"scheduling decision: 3 × 720p images, {tokens} tokens per request, {args.endpoints} endpoints"
+    )
+    for col in (
+        "config",
+        "median µs",
+        "p90 µs",
+        "p99 µs",
+        "token-producer µs",
+        "bookkeeping µs",
+        "prefix hit",
+    ):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for row in rows:
+        tp = row["token_producer_median_us"]
+        table.add_row(
+            row["config"],
+            f"{row['median_us']:.1f}",
+            f"{row['p90_us']:.1f}",
+            f"{row['p99_us']:.1f}",
+            "—" if tp is None else f"{tp:.1f}",
+            f"{row['bookkeeping_median_us']:.1f}",
+            "—"
+            if row["mean_prefix_match_on_target"] is None
+            else f"{row['mean_prefix_match_on_target']:.2f}",
+        )
+    Console(width=120).print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {
+        k: getattr(args, k) for k in ("endpoints", "groups", "per_group", "rounds", "inflight")
+    }
+    meta["python"] = platform.python_version()
+    meta["cpus"] = os.cpu_count()
+    meta["loadavg_1m"] = os.getloadavg()[0]  # the machine is shared: say how busy it was
+    out.write_text(json.dumps({"params": meta, "results": rows}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

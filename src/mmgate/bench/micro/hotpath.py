@@ -1,0 +1,315 @@
+"""``python -m mmgate.bench.micro.hotpath``: the gateway's per-request Python work, in-process, per stage.
+
+No sockets and no event loop: a gateway is built from a config exactly as ``mmgate serve`` builds
+it, given two endpoints that are never contacted, and the calls the gateway makes for one request
+outside its HTTP layer are timed in a loop. Stages are cumulative, so each one's cost is the
+difference to the previous one and the last column is the whole per-request bill:
+
+  parse        request id + one parse of the body (skeleton decode, media probing, hashing)
+  candidates   + the endpoints that serve the model
+  decide       + the scheduler's decision (producers, filters, scorers, picker)
+  lifecycle    + upstream headers, decision telemetry, started/first-token/finished, request metrics
+  bookkeeping  + admission, retry budget, circuit breaker, in-flight gauge, PreRequest hooks
+
+Each stage runs ``--repeats`` times ``--iterations`` requests; the median per request is reported.
+The module only uses the gateway's public objects, so the same file measures an older checkout
+(``PYTHONPATH=/other/checkout/src python hotpath.py``) for before/after figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import platform
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from mmgate.bench.overhead.bodies import BODIES, body
+from mmgate.bench.routing.systems import UnknownSystem, resolve
+from mmgate.config import load_config
+from mmgate.datalayer.endpoints import parse_endpoint
+from mmgate.datalayer.metrics import MetricsSnapshot
+from mmgate.gateway.admission import client_key
+from mmgate.gateway.app import build_gateway
+from mmgate.gateway.headers import request_id_from, upstream_headers
+from mmgate.gateway.server import Gateway
+from mmgate.request.view import Api
+
+STAGE_HELP = {
+    "parse": "request id + one parse of the body (skeleton decode, media probing, hashing)",
+    "candidates": "+ the endpoints that serve the model",
+    "decide": "+ the scheduler's decision (producers, filters, scorers, picker)",
+    "lifecycle": "+ upstream headers, decision telemetry, started/first-token/finished, request metrics",
+    "bookkeeping": "+ admission, retry budget, circuit breaker, in-flight gauge, PreRequest hooks",
+}
+STAGES = tuple(STAGE_HELP)
+DEFAULT_CONFIGS = ("round-robin", "aggregated")
+DEFAULT_BODIES = ("text", "image-3")
+ENDPOINTS = ("127.0.0.1:9101", "127.0.0.1:9102")
+SMALL_BODY = 100_000  # bodies below this get --iterations; larger ones a tenth (at least 20)
+
+
+@dataclass(slots=True)
+class Case:
+    config: str
+    body: str
+    body_bytes: int
+    iterations: int
+    cumulative_us: dict[str, float]
+    runs_us: dict[str, list[float]]
+
+    def stage_us(self) -> dict[str, float]:
+        """Each stage's own cost: its cumulative median minus the previous stage's."""
+        out: dict[str, float] = {}
+        previous = 0.0
+        for stage in STAGES:
+            out[stage] = self.cumulative_us[stage] - previous
+            previous = self.cumulative_us[stage]
+        return out
+
+
+def build(config_name: str) -> Gateway:
+    """A gateway for ``config_name`` (an example name or a YAML path) with two idle endpoints."""
+    config = load_config(resolve(config_name).config)  # type: ignore[arg-type]
+    section = msgspec.structs.replace(config.mmgate, endpoints=[], endpointsFile=None)
+    gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+    gateway.settings.access_log = False
+    for text in ENDPOINTS:
+        gateway.data.registry.add(parse_endpoint(text))
+    return gateway
+
+
+def _run_now(coro: Coroutine[Any, Any, None]) -> None:
+    """Drive a coroutine that never suspends (admission with a free slot) without a loop."""
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise RuntimeError("admission suspended: the benchmark expects a free slot")
+
+
+def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], None]:
+    """``run(n)``: ``n`` requests through the first ``stage + 1`` stages."""
+    headers: Mapping[str, str] = {
+        "Content-Type": "application/json",
+        "Host": "gateway",
+        "Content-Length": str(len(data)),
+        "Authorization": "Bearer sk-benchmark",
+    }
+    parse, clock = gateway.parse, gateway.clock
+    router, telemetry, admission = gateway.router, gateway.telemetry, gateway.admission
+    breaker, budget = gateway.proxy.breaker, gateway.proxy.budget
+    done = getattr(telemetry, "request_done", None)  # one call per request where it exists
+
+    def request_metrics(model: str, endpoint: str) -> None:
+        if done is not None:
+            done(model, "200", endpoint, 0.001, 0.001)
+            return
+        telemetry.requests.labels(model, "200", endpoint).inc()
+        telemetry.request_latency.labels(model).observe(0.001)
+        telemetry.ttfb.labels(model).observe(0.001)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            request_id = request_id_from(headers)
+            view = parse(data, headers, Api.CHAT)
+            if stage < 1:
+                continue
+            candidates = gateway.candidates(view.model)
+            if stage < 2:
+                continue
+            started = time.perf_counter()
+            decision = router.decide(
+                view, candidates, clock(), request_id=request_id, headers=headers, debug=False
+            )
+            if stage < 3:
+                continue
+            upstream_headers(headers.items(), request_id)
+            telemetry.record_decision(decision, time.perf_counter() - started, first_attempt=True)
+            router.started(decision)
+            router.first_token(decision)
+            router.finished(decision, ok=True)
+            request_metrics(view.model, decision.endpoint)
+            if stage < 4:
+                continue
+            client = client_key(headers, "127.0.0.1")
+            _run_now(admission.enter(gateway.settings.max_inflight, client))
+            telemetry.inflight.inc()
+            budget.on_request()
+            breaker.filter(candidates)
+            breaker.begin(decision.endpoint)
+            if decision.pre_request is not None:
+                decision.pre_request()
+            breaker.success(decision.endpoint)
+            breaker.release(decision.endpoint)
+            admission.leave(client)
+            telemetry.inflight.dec()
+
+    return run
+
+
+def _refresh_metrics(gateway: Gateway) -> None:
+    """Give every endpoint a fresh, plausible scrape so load scorers read real numbers."""
+    now = gateway.clock()
+    for i, record in enumerate(gateway.data.registry.records()):
+        record.metrics = MetricsSnapshot(
+            engine="vllm", waiting=float(i), running=4.0, kv_usage=0.2 + 0.1 * i,
+            block_size=16, num_gpu_blocks=10_000, scraped_at=now,
+        )  # fmt: skip
+
+
+def measure(config: str, body_name: str, iterations: int, repeats: int) -> Case:
+    gateway = build(config)
+    data = body(BODIES[body_name])
+    n = iterations if len(data) < SMALL_BODY else max(20, iterations // 10)
+    cumulative: dict[str, float] = {}
+    runs: dict[str, list[float]] = {}
+    for index, stage in enumerate(STAGES):
+        run = request_loop(gateway, data, index)
+        _refresh_metrics(gateway)
+        run(max(1, n // 10))  # warm caches, interned labels, lazily built tables
+        samples = []
+        for _ in range(repeats):
+            _refresh_metrics(gateway)
+            gc.collect()
+            start = time.perf_counter()
+            run(n)
+            samples.append((time.perf_counter() - start) / n * 1e6)
+        runs[stage] = [round(s, 2) for s in samples]
+        cumulative[stage] = round(statistics.median(samples), 2)
+    return Case(config, body_name, len(data), n, cumulative, runs)
+
+
+def profile(config: str, body_name: str, iterations: int, top: int) -> None:
+    """cProfile of the whole per-request path, the ``top`` functions by own time."""
+    gateway = build(config)
+    data = body(BODIES[body_name])
+    run = request_loop(gateway, data, len(STAGES) - 1)
+    _refresh_metrics(gateway)
+    run(10)
+    profiler = cProfile.Profile()
+    profiler.runcall(run, iterations)
+    print(f"\n== profile: {config} × {body_name}, {iterations} requests (cProfile inflates small calls)")
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(top)
+
+
+def table(cases: Sequence[Case]) -> str:
+    """Cumulative medians per stage (µs per request), the last column being the total."""
+    head = ["config", "body", *STAGES]
+    rows = [head]
+    for case in cases:
+        rows.append([case.config, case.body, *(f"{case.cumulative_us[s]:.1f}" for s in STAGES)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = []
+    for j, row in enumerate(rows):
+        cells = [c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(row)]
+        lines.append("  ".join(cells))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def to_json(cases: Sequence[Case], args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "command": " ".join(["python -m mmgate.bench.micro.hotpath", *sys.argv[1:]]),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "repeats": args.repeats,
+        "stages": list(STAGES),
+        "unit": "microseconds per request (median over repeats)",
+        "cases": [
+            {
+                "config": c.config,
+                "body": c.body,
+                "body_bytes": c.body_bytes,
+                "iterations": c.iterations,
+                "cumulative_us": c.cumulative_us,
+                "stage_us": {k: round(v, 2) for k, v in c.stage_us().items()},
+                "runs_us": c.runs_us,
+            }
+            for c in cases
+        ],
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mmgate.bench.micro.hotpath",
+        description=(
+            "Time the gateway's per-request work outside HTTP (parse, candidates, scheduler "
+            "decision, lifecycle and telemetry, admission/breaker bookkeeping), in-process, per "
+            "stage. Stages are cumulative: the last column is the whole per-request cost."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="stages (cumulative):\n" + "\n".join(f"  {k:<12} {v}" for k, v in STAGE_HELP.items()),
+    )
+    p.add_argument(
+        "--configs", default=",".join(DEFAULT_CONFIGS),
+        help="comma-separated example names or YAML paths (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--bodies", default=",".join(DEFAULT_BODIES),
+        help=f"comma-separated bodies among {', '.join(BODIES)} (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--iterations", type=int, default=3000,
+        help="requests per repeat for small bodies; bodies over 100 KB get a tenth (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per stage (default: %(default)s)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the raw figures to FILE")
+    p.add_argument(
+        "--profile", type=int, metavar="TOP", default=0,
+        help="after timing, print a cProfile of the whole path per case: the TOP functions by own time",
+    )  # fmt: skip
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bodies = [b.strip() for b in args.bodies.split(",") if b.strip()]
+    unknown = [b for b in bodies if b not in BODIES]
+    if unknown:
+        print(f"unknown body {unknown[0]!r}; choose among {', '.join(BODIES)}", file=sys.stderr)
+        return 2
+    try:
+        for name in configs:
+            resolve(name)
+    except UnknownSystem as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.iterations < 1 or args.repeats < 1:
+        print("--iterations and --repeats must be at least 1", file=sys.stderr)
+        return 2
+    cases = []
+    for config in configs:
+        for name in bodies:
+            cases.append(measure(config, name, args.iterations, args.repeats))
+            print(f"  measured {config} × {name}", file=sys.stderr)
+    print("µs per request, cumulative by stage (median of repeats)")
+    print(table(cases))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(to_json(cases, args), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    for config in configs:
+        for name in bodies if args.profile else ():
+            n = args.iterations if len(body(BODIES[name])) < SMALL_BODY else max(20, args.iterations // 10)
+            profile(config, name, n, args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,2 @@
+"""Routing benchmarks: rate ladders over several systems, in virtual time (DES) or over HTTP,
+and their reports."""

@@ -1,0 +1,424 @@
+"""Discrete-event mode: the real scheduler and the real simulated engines, in virtual time.
+
+Nothing is modelled twice. Each system's :class:`~mmgate.scheduling.Scheduler` is built from its
+YAML exactly as ``mmgate serve`` builds it; each pod is a :class:`mmgate.sim.engine.Engine` built
+as ``mmgate sim`` builds it, and requests are priced and laid out by the same token code the
+simulated server runs. Only the clock and the transport differ:
+
+- arrivals follow the same schedule the HTTP load generator uses;
+- the gateway schedules at arrival, runs the PreRequest hooks and the in-flight accounting
+  callbacks (started / first token / finished) at the times a gateway would see them;
+- every ``scrape_interval_s`` the gateway's view of each pod (waiting, running, KV usage) is
+  refreshed from the engine's stats: between scrapes the scheduler sees stale numbers, as it
+  does over HTTP, and numbers older than the config's staleness threshold are ignored;
+- a one-way network delay separates gateway and pods (requests in, tokens out).
+
+The output is the same :class:`~mmgate.bench.routing.records.RungResult` the HTTP mode produces. ITL is
+kept as (step duration, tokens) pairs rather than one number per token: every decoding request
+gets one token per engine step, so the step durations weighted by batch size *are* the ITL
+distribution, at a cost per step instead of per token.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mmgate.bench.routing.loadgen import RungProgress
+from mmgate.bench.routing.records import CacheCounters, Ladder, RequestRecord, RungResult, arrival_times
+from mmgate.bench.routing.systems import System
+from mmgate.bench.workloads.synthetic import RawItem, WorkItem, Workload
+from mmgate.config import load_config
+from mmgate.request.view import RequestView
+from mmgate.scheduling import (
+    EndpointState,
+    Metrics,
+    NoEndpointsError,
+    Scheduler,
+    SchedulingRequest,
+    build_scheduler,
+)
+from mmgate.sim.engine import Engine, SimRequest, StepOutput
+from mmgate.sim.profiles import load_profile
+from mmgate.sim.server import engine_config, family_of
+from mmgate.sim.spec import PodSpec
+from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
+
+# Event kinds, in the order they are handled when simultaneous.
+_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE = range(7)
+
+
+@dataclass(frozen=True, slots=True)
+class DesOptions:
+    """``profile``: sim timing profile; ``pods``: engines; delays in seconds. ``scrape_interval_s``
+    None uses the config's ``mmgate.scrapeIntervalMs``."""
+
+    profile: str = "qwen3-vl-32b-h200-tp2"
+    pods: int = 8
+    network_delay_s: float = 0.0005
+    scrape_interval_s: float | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Pod:
+    index: int
+    engine: Engine
+    endpoint: EndpointState
+    busy: bool = False
+    pending: StepOutput | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Flight:
+    record: RequestRecord
+    request: SchedulingRequest
+    arrival: float
+    pod: _Pod
+    rung: int
+
+
+class _MemoHasher:
+    """Wraps an engine's block hasher so a token sequence sent again (to any pod, by any system)
+    is hashed once: the DES re-sends the same prepared sequence objects, keyed here by identity.
+    The engine gets a fresh list each time (it may extend it with decode blocks)."""
+
+    def __init__(self, inner: Any, memo: dict[tuple[int, str | None], list[Any]]) -> None:
+        self._inner = inner
+        self._memo = memo
+
+    def block_hashes(self, token_ids: Any, mm_items: Any = (), cache_salt: str | None = None) -> list[Any]:
+        key = (id(token_ids), cache_salt)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._inner.block_hashes(token_ids, mm_items, cache_salt)
+            self._memo[key] = hit
+        return list(hit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Prepared:
+    """Views and engine sequences per workload item, made once: the same item is re-sent many
+    times over a ladder and its pricing does not change."""
+
+    def __init__(self, pricing: PricingConfig, model: str) -> None:
+        self.pricing = pricing
+        self.model = model
+        self._cache: dict[str, tuple[RequestView, TokenSequence, int]] = {}
+        self.hashes: dict[tuple[int, str | None], list[Any]] = {}
+
+    def get(self, item: WorkItem | RawItem) -> tuple[RequestView, TokenSequence, int]:
+        hit = self._cache.get(item.id)
+        if hit is None:
+            view = item.view(self.model)
+            seq = build_sequence(view, price(view, self.pricing))
+            out = item.output_tokens or 16
+            hit = (view, seq, out)
+            self._cache[item.id] = hit
+        return hit
+
+
+def _build_pods(opts: DesOptions) -> tuple[list[_Pod], PricingConfig, str]:
+    """Engines configured exactly as ``mmgate sim`` configures its pods, named like endpoints."""
+    profile = load_profile(opts.profile)
+    pods = []
+    for i in range(opts.pods):
+        spec = PodSpec(name=f"pod-{i}", profile=opts.profile, seed=opts.seed, engine=dict(opts.engine))
+        # Block keys never leave the process here, so the fast process-local hash is enough.
+        config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
+        endpoint = EndpointState.from_url(f"http://10.0.0.{i + 1}:8000")
+        pods.append(_Pod(i, Engine(profile, config), endpoint))
+    return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
+
+
+def _cache_totals(pods: Sequence[_Pod]) -> CacheCounters:
+    total = CacheCounters()
+    for pod in pods:
+        s = pod.engine.stats()
+        total = total + CacheCounters(
+            s.prefix_cache_queries, s.prefix_cache_hits, s.encoder_cache_queries, s.encoder_cache_hits
+        )
+    return total
+
+
+class Simulation:
+    """One system over one ladder in virtual time."""
+
+    def __init__(self, system: System, opts: DesOptions, prepared: _Prepared | None = None) -> None:
+        if system.config is None:
+            raise ValueError(f"{system.name} is not an mmgate config; the DES runs mmgate configs only")
+        cfg = load_config(system.config)
+        self.system = system
+        self.scheduler: Scheduler = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=opts.seed)
+        self.scrape_s = opts.scrape_interval_s or cfg.mmgate.scrapeIntervalMs / 1000.0
+        self.delay = opts.network_delay_s
+        self.pods, pricing, model = _build_pods(opts)
+        self.endpoints = [p.endpoint for p in self.pods]
+        self._pod_of = {p.endpoint.name: p for p in self.pods}
+        self.prepared = prepared or _Prepared(pricing, model)
+        for pod in self.pods:
+            engine: Any = pod.engine
+            engine.hasher = _MemoHasher(engine.hasher, self.prepared.hashes)
+        self.now = 0.0
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._flights: dict[str, _Flight] = {}
+        self._ids = itertools.count()
+        self.steps = 0
+        self.requests = 0
+        self._itl: list[tuple[float, int]] = []
+        # The rung being run: its index, records, requests still open, last completion time.
+        self._rung = -2
+        self._records: list[RequestRecord] = []
+        self._open = 0
+        self._last_done = 0.0
+        self._progress_cb: Callable[[RequestRecord], None] | None = None
+        self._scrape_all()
+        self._push(self.scrape_s, _SCRAPE, None)
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self._events, (t, kind, next(self._seq), payload))
+
+    def _scrape_all(self) -> None:
+        now = self.now
+        for pod in self.pods:
+            s = pod.engine.stats()
+            pod.endpoint.metrics = Metrics(
+                waiting=s.num_waiting,
+                running=s.num_running,
+                kv_usage=s.kv_cache_usage,
+                block_size=s.block_size,
+                num_gpu_blocks=s.num_gpu_blocks,
+                scraped_at=now,
+            )
+
+    def _arrive(self, payload: tuple[WorkItem | RawItem, int, float]) -> None:
+        item, rung, rung_start = payload
+        now = self.now
+        rid = f"r{next(self._ids)}"
+        view, seq, out_tokens = self.prepared.get(item)
+        record = RequestRecord(item_id=item.id, sent_s=now - rung_start)
+        self.requests += 1
+        request = SchedulingRequest(view, rid)
+        try:
+            result = self.scheduler.schedule(request, self.endpoints, now)
+        except NoEndpointsError:
+            record.error = "http_503"
+            self._done(rung, record)
+            return
+        target = result.target
+        pod = self._pod_of[target.name]
+        self.scheduler.on_started(request, target, now)
+        self.scheduler.pre_request(request, result, now)
+        record.endpoint = target.name
+        self._flights[rid] = _Flight(record, request, now, pod, rung)
+        sim = SimRequest.from_sequence(rid, seq, out_tokens, view.cache_salt)
+        self._push(now + self.delay, _RECEIVE, (pod, sim))
+
+    def _receive(self, payload: tuple[_Pod, SimRequest]) -> None:
+        """The pod's frontend preprocesses (processor cache, HF processor) before the engine sees it."""
+        pod, sim = payload
+        self._push(self.now + pod.engine.preprocess(sim, self.now), _ADD, payload)
+
+    def _add(self, payload: tuple[_Pod, SimRequest]) -> None:
+        pod, sim = payload
+        try:
+            pod.engine.add_request(sim, self.now)
+        except ValueError:
+            flight = self._flights.pop(sim.request_id, None)
+            if flight is not None:
+                flight.record.error = "http_400"
+                self.scheduler.on_failed(sim.request_id, self.now)
+                self._done(flight.rung, flight.record)
+            return
+        if not pod.busy:
+            pod.busy = True
+            self._push(self.now, _STEP, pod)
+
+    def _step(self, pod: _Pod) -> None:
+        now = self.now
+        out = pod.pending
+        if out is not None:
+            pod.pending = None
+            self._deliver(out, now)
+        engine = pod.engine
+        if not engine.has_work():
+            pod.busy = False
+            return
+        out = engine.step(now)
+        self.steps += 1
+        if out.duration > 0:
+            pod.pending = out
+            self._push(now + out.duration, _STEP, pod)
+        elif out.first_token or out.finished:
+            self._deliver(out, now)
+            self._push(now + 1e-4, _STEP, pod)
+        else:
+            wake = getattr(engine, "next_event_time", None)
+            later = wake(now) if callable(wake) else None
+            self._push(later if later is not None and later > now else now + 1e-3, _STEP, pod)
+
+    def _deliver(self, out: StepOutput, now: float) -> None:
+        seen = now + self.delay
+        if out.next_tokens:
+            self._itl.append((out.duration, len(out.next_tokens)))
+        for rid in out.first_token:
+            self._push(seen, _FIRST, rid)
+        for fin in out.finished:
+            self._push(seen, _FINISH, fin)
+
+    def _first(self, rid: str) -> None:
+        flight = self._flights.get(rid)
+        if flight is None:
+            return
+        flight.record.ttft_s = self.now - flight.arrival
+        self.scheduler.on_first_token(rid, self.now)
+
+    def _finish(self, fin: Any) -> None:
+        flight = self._flights.pop(fin.request_id, None)
+        if flight is None:
+            return
+        rec = flight.record
+        rec.e2e_s = self.now - flight.arrival
+        rec.output_tokens = fin.output_tokens
+        rec.prompt_tokens = fin.prompt_tokens
+        rec.cached_tokens = fin.cached_tokens
+        if rec.ttft_s is None:
+            rec.ttft_s = rec.e2e_s
+        self.scheduler.on_finished(fin.request_id, self.now)
+        self._done(flight.rung, rec)
+
+    # -- rungs ------------------------------------------------------------------------------------
+
+    def _done(self, rung: int, record: RequestRecord) -> None:
+        if rung == self._rung:
+            self._records.append(record)
+            self._last_done = self.now
+            self._open -= 1
+            if self._progress_cb is not None:
+                self._progress_cb(record)
+
+    def run_rung(
+        self,
+        items: Callable[[], WorkItem | RawItem],
+        rate: float,
+        duration_s: float,
+        ladder: Ladder,
+        index: int,
+        on_record: Callable[[RequestRecord], None] | None = None,
+    ) -> RungResult:
+        """Send one rung's arrivals, run until they all finish or the drain timeout passes."""
+        start = self.now
+        schedule = arrival_times(rate, duration_s, ladder.arrival, ladder.seed * 1_000 + index)
+        self._rung = index
+        self._records = []
+        self._open = len(schedule)
+        self._last_done = start
+        self._progress_cb = on_record
+        self._itl = []
+        before = _cache_totals(self.pods)
+        for offset in schedule:
+            self._push(start + offset, _ARRIVE, (items(), index, start))
+        deadline = start + duration_s + ladder.drain_timeout_s
+        handlers: dict[int, Callable[[Any], None]] = {
+            _ARRIVE: self._arrive,
+            _RECEIVE: self._receive,
+            _ADD: self._add,
+            _STEP: self._step,
+            _FIRST: self._first,
+            _FINISH: self._finish,
+        }
+        events = self._events
+        while events and self._open > 0:
+            t, kind, _, payload = events[0]
+            if t > deadline:
+                break
+            heapq.heappop(events)
+            self.now = t
+            if kind == _SCRAPE:
+                self._scrape_all()
+                self._push(t + self.scrape_s, _SCRAPE, None)
+            else:
+                handlers[kind](payload)
+        if self._open > 0:
+            self.now = max(self.now, deadline)
+            self._abort_rung(index)
+        span = max(self._last_done - start, duration_s)
+        after = _cache_totals(self.pods)
+        itl, self._itl = self._itl, []
+        result = RungResult(
+            self.system.name, rate, duration_s, span, self._records, after - before, mode="des"
+        )
+        result.itl_weighted = itl
+        self._rung = -2
+        return result
+
+    def _abort_rung(self, rung: int) -> None:
+        """Drain timeout: cancel what this rung still has in flight (a client timeout)."""
+        for rid, flight in list(self._flights.items()):
+            if flight.rung != rung:
+                continue
+            flight.pod.engine.abort(rid)
+            del self._flights[rid]
+            self.scheduler.on_finished(rid, self.now)
+            flight.record.error = "timeout"
+            self._done(rung, flight.record)
+        # Arrivals of this rung not yet sent: count them as timeouts too.
+        kept = []
+        for ev in self._events:
+            if ev[1] == _ARRIVE and ev[3][1] == rung:
+                self._done(rung, RequestRecord(item_id=ev[3][0].id, sent_s=ev[0] - ev[3][2], error="timeout"))
+            else:
+                kept.append(ev)
+        heapq.heapify(kept)
+        self._events = kept
+
+
+def run_des(
+    workload: Workload,
+    systems: Sequence[System],
+    ladder: Ladder,
+    opts: DesOptions,
+    *,
+    replay: Sequence[RawItem] | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> list[RungResult]:
+    """Every mmgate system over the ladder; peers are skipped (they cannot run in virtual time)."""
+    results: list[RungResult] = []
+    prepared: _Prepared | None = None
+    with RungProgress(progress) as bar:
+        for system in systems:
+            if system.is_peer:
+                log(f"skipping {system.name}: peer routers run only in HTTP mode")
+                continue
+            sim = Simulation(system, opts, prepared)
+            prepared = sim.prepared
+            stream = iter(itertools.cycle(replay)) if replay is not None else workload.stream()
+
+            def next_item(it: Any = stream) -> WorkItem | RawItem:
+                item: WorkItem | RawItem = next(it)
+                return item
+
+            for index, rate, duration, warmup in ladder.rungs():
+                label = f"{system.name:<18} {'warm-up' if warmup else 'rate'} {rate:g}/s (DES)"
+                task = bar.add(label, int(rate * duration))
+                failed = 0
+
+                def tick(rec: RequestRecord, task: Any = task) -> None:
+                    nonlocal failed
+                    failed += rec.error is not None
+                    bar.done(task, failed)
+
+                rung = sim.run_rung(next_item, rate, duration, ladder, index, tick if progress else None)
+                if not warmup:
+                    results.append(rung)
+    return results

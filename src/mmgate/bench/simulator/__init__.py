@@ -1,0 +1,2 @@
+"""Benchmarks of the simulated fleet itself, over HTTP: calibration against measured stage times,
+capacity, metrics."""

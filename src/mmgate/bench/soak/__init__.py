@@ -1,0 +1,1 @@
+"""Long-running checks of the gateway process: mixed load with faults, and many idle open streams."""

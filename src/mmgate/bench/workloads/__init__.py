@@ -1,0 +1,1 @@
+"""The traffic every routing benchmark replays: seeded synthetic workloads and the media they carry."""

@@ -1,0 +1,84 @@
+"""The discrete-event mode runs the real scheduler and engines, and agrees with the HTTP mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmgate.bench.routing.des import DesOptions, Simulation, run_des
+from mmgate.bench.routing.http_mode import HttpOptions, run_http
+from mmgate.bench.routing.records import Ladder
+from mmgate.bench.routing.report import summarize
+from mmgate.bench.routing.systems import resolve
+from mmgate.bench.workloads.synthetic import shared_prefix
+
+SMALL = {"groups": 6, "prompts_per_group": 3, "width": 320, "height": 192, "question_tokens": 200}
+
+
+def test_tiny_scenario_runs_in_virtual_time() -> None:
+    workload = shared_prefix(output_tokens=20, **SMALL)  # type: ignore[arg-type]
+    ladder = Ladder(rates=(2.0, 4.0), duration_s=5.0)
+    results = run_des(workload, [resolve("round-robin")], ladder, DesOptions(pods=2), progress=False)
+    assert [(r.rate, len(r.records), r.mode) for r in results] == [(2.0, 10, "des"), (4.0, 20, "des")]
+    for rung in results:
+        assert all(r.ok and r.output_tokens == 20 for r in rung.records)
+        assert all(0 < r.ttft_s < r.e2e_s for r in rung.records)  # type: ignore[operator]
+        endpoints = [r.endpoint for r in sorted(rung.records, key=lambda r: r.sent_s)]
+        assert endpoints[0] != endpoints[1] and endpoints[0] == endpoints[2]  # round robin
+        rec = summarize(rung)
+        assert rec["itl_p50_s"] > 0 and rec["requests_per_s"] > 0
+    # the second rung re-sends prompts the first one cached
+    assert results[1].cache.prefix_hits > 0
+
+
+def test_scrapes_are_periodic_so_the_scheduler_sees_stale_metrics() -> None:
+    sim = Simulation(resolve("round-robin"), DesOptions(pods=2, scrape_interval_s=0.5))
+    workload = shared_prefix(output_tokens=50, **SMALL)  # type: ignore[arg-type]
+    items = workload.stream()
+    sim.run_rung(lambda: next(items), 4.0, 3.0, Ladder(rates=(4.0,), duration_s=3.0), 0)
+    for ep in sim.endpoints:
+        assert ep.metrics is not None
+        age = sim.now - ep.metrics.scraped_at
+        assert 0 <= age <= 0.5 + 1e-9
+
+
+def test_prefix_affinity_beats_round_robin_on_cache_hits() -> None:
+    workload = shared_prefix(output_tokens=20, **SMALL)  # type: ignore[arg-type]
+    ladder = Ladder(rates=(6.0,), duration_s=8.0)
+    systems = [resolve("round-robin"), resolve("aggregated")]
+    rr, agg = run_des(workload, systems, ladder, DesOptions(pods=4), progress=False)
+    assert (agg.cache.prefix_hit_ratio or 0) > (rr.cache.prefix_hit_ratio or 0) + 0.1
+
+
+@pytest.mark.slow
+def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
+    """The consistency check: the same scenario through the real gateway and simulated pods over
+    loopback (time-scaled 2x) and in the DES. Tolerance: throughput within 5%, TTFT p50/p90
+    within 25% + 60 ms (HTTP adds real parsing, proxying and socket time, scaled by 2). Round
+    robin makes the placement independent of timing, so the cache hits must match too; the
+    at-scale comparison with the affinity configs is in docs/benchmarks/des-http.md."""
+    workload = shared_prefix(output_tokens=40, **SMALL)  # type: ignore[arg-type]
+    ladder = Ladder(rates=(3.0,), duration_s=8.0)
+    system = [resolve("round-robin")]
+    (http,) = run_http(workload, system, ladder, HttpOptions(pods=2, speedup=2.0), progress=False)
+    (des,) = run_des(workload, system, ladder, DesOptions(pods=2), progress=False)
+    h, d = summarize(http), summarize(des)
+    assert h["failures"] == 0 and d["failures"] == 0
+    assert h["requests_per_s"] == pytest.approx(d["requests_per_s"], rel=0.05)
+    assert h["output_tokens_per_s"] == pytest.approx(d["output_tokens_per_s"], rel=0.05)
+    for key in ("ttft_p50_s", "ttft_p90_s"):
+        assert abs(h[key] - d[key]) <= 0.25 * d[key] + 0.06, (key, h[key], d[key])
+    assert h["prefix_cache_hit_ratio"] == pytest.approx(d["prefix_cache_hit_ratio"], abs=0.02)
+
+
+def test_headline_quick_writes_reports_and_summary(tmp_path: Path) -> None:
+    from mmgate.bench.routing.headline import run_headline
+
+    assert run_headline(tmp_path, quick=True) == 0
+    for name in ("shared-prefix", "image-reuse"):
+        for f in ("report.json", "report.md", "throughput.png", "ttft.png", "cache_hit.png"):
+            assert (tmp_path / name / f).stat().st_size > 0
+    text = (tmp_path / "summary.md").read_text()
+    assert "## shared-prefix" in text and "## image-reuse" in text and "× round-robin" in text
+    assert "simulated requests" in text
