@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import socket
+import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -256,5 +260,34 @@ async def test_client_disconnect_frees_the_engine(fleet: SimFleet, http: aiohttp
     for _ in range(100):
         if pod.engine.num_requests() == 0:
             break
-        await __import__("asyncio").sleep(0.02)
+        await asyncio.sleep(0.02)
     assert pod.engine.num_requests() == 0
+
+
+@pytest.mark.parametrize("when", ["before-the-first-token", "mid-stream"])
+async def test_a_client_that_resets_the_connection_leaves_no_traceback(
+    when: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    # time_scale 20: the first token is ~20 ms away, long after the reset arrives.
+    async with SimFleet(pods=1, profile="fast", time_scale=20.0) as fleet:
+        pod = fleet.pods[0]
+        body = json.dumps(chat(max_tokens=50, ignore_eos=True, stream=True)).encode()
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection(pod.spec.host, pod.port)
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: pod\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+            )
+            if when == "mid-stream":
+                assert (await reader.read(65536)).startswith(b"HTTP/1.1 200 ")
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.close()
+        for _ in range(200):
+            if pod.engine.num_requests() == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert pod.engine.num_requests() == 0
+        await asyncio.sleep(0.1)  # the handlers of aborted requests have returned
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

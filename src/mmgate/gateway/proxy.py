@@ -50,6 +50,8 @@ from mmgate.request.view import RequestView
 log = logging.getLogger("mmgate.gateway")
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
+"""How an OpenAI stream's last event ends (vLLM sends it just before ending the body)."""
 
 
 @dataclass(slots=True)
@@ -321,11 +323,16 @@ class Proxy:
             headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
         out.status = upstream.status
         deadline = received + self.settings.request_timeout_s
-        chunk = first
+        held = first  # read from the upstream, not yet written to the client
         try:
             writer.start(upstream.status, headers, content_length=length)
-            while chunk:
-                await writer.write(chunk)
+            while True:
+                # The last piece waits for the upstream's end and leaves with the client's end of
+                # the body: at once when the end came with it, else (an SSE stream's closing
+                # event, a moment before the upstream's terminator) when the end arrives.
+                if not upstream.ended and not held.endswith(_LAST_EVENTS):
+                    await writer.write(held)
+                    held = b""
                 try:
                     if self.clock() > deadline:
                         raise TimeoutError(
@@ -337,7 +344,10 @@ class Proxy:
                     out.errors.append(f"{decision.endpoint}: stream broke: {type(exc).__name__}: {exc}")
                     writer.abort()  # the client must see a broken stream, not an end
                     return False
-            writer.end()
+                if not chunk:
+                    break
+                held = held + chunk if held else chunk
+            writer.end(held)
         except ConnectionError:
             out.label = "client_closed"  # closing the upstream connection cancels the work there
             return False

@@ -326,28 +326,32 @@ class SimPod:
             await flight.wait()
         if flight.reason == "abort":
             raise RequestError("the pod is shutting down", status=503, type="service_unavailable")
-        await resp.prepare(request)
         sink = _TokenSink(writer, request.transport)
-        await resp.write(writer.role_chunk() + sink.take(flight))
-        if reset:
-            _reset(request)
-            return resp
-        if resp.headers.get("Transfer-Encoding") == "chunked":
-            flight.sink = sink  # from now on tokens go to the socket at each step's end
-        while not flight.finished and not sink.broken:
-            if flight.sink is None:
-                data = sink.take(flight)
-                if data:
-                    await resp.write(data)
-            await flight.wait()
-        flight.sink = None
-        if sink.broken or flight.reason == "abort":
-            _reset(request)
-            return resp
-        tail = sink.take(flight)
-        usage = self._usage(flight, len(job.sequence)) if job.knobs.include_usage else None
-        await resp.write(tail + writer.finish(reason, usage, extra))
-        await resp.write_eof()
+        try:
+            await resp.prepare(request)
+            await resp.write(writer.role_chunk() + sink.take(flight))
+            if reset:
+                _reset(request)
+                return resp
+            if resp.headers.get("Transfer-Encoding") == "chunked":
+                flight.sink = sink  # from now on tokens go to the socket at each step's end
+            while not flight.finished and not sink.broken:
+                if flight.sink is None:
+                    data = sink.take(flight)
+                    if data:
+                        await resp.write(data)
+                await flight.wait()
+            flight.sink = None
+            if sink.broken or flight.reason == "abort":
+                _reset(request)
+                return resp
+            tail = sink.take(flight)
+            usage = self._usage(flight, len(job.sequence)) if job.knobs.include_usage else None
+            # The last events and the end of the body in one write, as a client reads them.
+            await resp.write_eof(tail + writer.finish(reason, usage, extra))
+        except ConnectionResetError:
+            # The client went away (as vLLM does, the request is aborted: the caller's finally).
+            flight.sink = None
         return resp
 
     def _usage(self, flight: Flight, prompt_tokens: int) -> Usage:

@@ -398,6 +398,14 @@ class UpstreamResponse:
                     f"upstream {conn._label()} sent no body bytes for {conn._pool._read_timeout_s:g}s"
                 )
 
+    @property
+    def ended(self) -> bool:
+        """True when the body's end has arrived and every byte before it was read: the next
+        ``read()`` returns b"" without waiting. A relay uses it to send its last piece together
+        with its own end of the body."""
+        conn = self._conn
+        return conn is None or (conn._complete and not conn._pieces)
+
     def release(self) -> None:
         """Return the connection to the pool if the body was read to the end, else close it."""
         conn = self._conn

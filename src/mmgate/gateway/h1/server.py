@@ -432,8 +432,11 @@ class HttpConnection(asyncio.Protocol):
                     writer.send_error(
                         500, "internal gateway error; see the gateway log", code="internal_error"
                     )
-        if not writer.finished:  # a handler that returned without finishing its response
-            log.error("handler left %s %s unanswered", request.method, request.path)
+        if not writer.finished:
+            # A handler that returned without finishing its response is a bug, unless the client
+            # left first (the handler saw the write fail and gave up the response).
+            if not self._lost and self.transport is not None and not self.transport.is_closing():
+                log.error("handler left %s %s unanswered", request.method, request.path)
             writer.abort()
         self._writer = None
         if writer.keep_alive and self.writing_paused:

@@ -22,6 +22,8 @@ from mmgate.gateway.responses import Response, error_response
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _JOIN_BELOW = 16 * 1024
 """Below this a chunk is copied next to its framing (one small write); above, written as a list."""
+_LAST_CHUNK = b"0\r\n\r\n"
+_LAST_CHUNK_END = b"\r\n" + _LAST_CHUNK
 
 
 class Channel(Protocol):
@@ -130,7 +132,45 @@ class ResponseWriter:
             return
         if self.finished or not self.started:
             raise RuntimeError("write() outside start() .. end()")
+        self._put(self._transport(), data, b"\r\n")
+        if self._channel.writing_paused:
+            await self._channel.drain()
+
+    def end(self, data: bytes | bytearray | memoryview = b"") -> None:
+        """Finish the body, ``data`` being its last piece. A body shorter than its Content-Length
+        is cut, not padded.
+
+        The last piece leaves in the same write as the end of a chunked body (``0\\r\\n\\r\\n``):
+        a client that hangs up as soon as it has read the last event (an SSE client at
+        ``data: [DONE]``) then cannot come between the two, and the response is complete.
+        """
+        if self.finished:
+            return
+        if not self.started:
+            raise RuntimeError("end() before start()")
+        if self._remaining is not None and len(data) != self._remaining:
+            if len(data) > self._remaining:
+                raise RuntimeError("more body than the Content-Length announced")
+            self.abort()
+            return
         transport = self._transport()
+        if data:
+            self._put(transport, data, _LAST_CHUNK_END)
+        else:
+            head = self._head
+            self._head = None
+            if self._chunked and not self.head_only:
+                transport.write(head + _LAST_CHUNK if head is not None else _LAST_CHUNK)
+            elif head is not None:
+                transport.write(head)
+        self.finished = True
+        self._channel.response_finished(self.keep_alive)
+
+    def _put(
+        self, transport: asyncio.Transport, data: bytes | bytearray | memoryview, chunk_end: bytes
+    ) -> None:
+        """Hand non-empty ``data`` to the transport in its framing, after the held-back head;
+        ``chunk_end`` closes its chunk (and, for the last piece, the chunked body)."""
         size = len(data)
         if self._remaining is not None:
             if size > self._remaining:
@@ -144,9 +184,9 @@ class ResponseWriter:
         elif self._chunked:
             frame = b"%x\r\n" % size
             if size < _JOIN_BELOW:
-                transport.write(b"".join((head or b"", frame, data, b"\r\n")))
+                transport.write(b"".join((head or b"", frame, data, chunk_end)))
             else:
-                transport.writelines([head or b"", frame, data, b"\r\n"])
+                transport.writelines([head or b"", frame, data, chunk_end])
         elif head is not None:
             if size < _JOIN_BELOW:
                 transport.write(head + data)
@@ -154,30 +194,6 @@ class ResponseWriter:
                 transport.writelines([head, data])
         else:
             transport.write(data)
-        if self._channel.writing_paused:
-            await self._channel.drain()
-
-    def end(self) -> None:
-        """Finish the body. A body shorter than its Content-Length is cut, not padded."""
-        if self.finished:
-            return
-        if not self.started:
-            raise RuntimeError("end() before start()")
-        if self._remaining:
-            self.abort()
-            return
-        transport = self._transport()
-        head = self._head
-        self._head = None
-        if self.head_only:
-            if head is not None:
-                transport.write(head)
-        elif self._chunked:
-            transport.write(head + b"0\r\n\r\n" if head is not None else b"0\r\n\r\n")
-        elif head is not None:
-            transport.write(head)
-        self.finished = True
-        self._channel.response_finished(self.keep_alive)
 
     def send(self, response: Response) -> None:
         """A whole response in one write."""
