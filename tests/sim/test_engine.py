@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mmgate.kvhash import BlockHasher
 from mmgate.sim.engine import (
     AllBlocksCleared,
     BlockRemoved,
@@ -20,6 +19,7 @@ from mmgate.sim.engine import (
     SimRequest,
     StepOutput,
 )
+from mmgate.vllm.blocks import BlockHasher
 
 IMG = 151_655  # any placeholder token id
 

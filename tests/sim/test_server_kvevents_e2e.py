@@ -14,11 +14,11 @@ import zmq
 import zmq.asyncio
 
 from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
-from mmgate.kvhash import event_hash
 from mmgate.request.view import Api
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.ingest import ingest
-from mmgate.sim.kvevents import parse_kv_events_config
+from mmgate.vllm.blocks import event_hash
+from mmgate.vllm.kv_events_config import parse_kv_events_config
 
 KV = (
     '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*",'

@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from mmgate.sim.faults import FaultSettings
-from mmgate.sim.kvevents import WireFormat, parse_kv_events_config
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
 from mmgate.sim.spec import PodSpec, expand, load_fleet
+from mmgate.vllm.kv_events_config import parse_kv_events_config
+from mmgate.vllm.kvevents import WireFormat
 
 EPILOG = """\
 examples:

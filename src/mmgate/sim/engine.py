@@ -37,7 +37,6 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from mmgate.kvhash import BlockHash, BlockHasher, ExtraKeys, block_extra_keys, event_extra_keys
 from mmgate.sim.engine_caches import EncoderCache, ProcessorCache
 from mmgate.sim.engine_kv import BlockPool
 from mmgate.sim.engine_types import (
@@ -53,6 +52,7 @@ from mmgate.sim.engine_types import (
     StepOutput,
 )
 from mmgate.sim.profiles import Profile, load_profile
+from mmgate.vllm.blocks import BlockHash, BlockHasher, ExtraKeys, block_extra_keys, event_extra_keys
 
 __all__ = [
     "AllBlocksCleared",

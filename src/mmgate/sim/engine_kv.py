@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from mmgate.kvhash import BlockHash
 from mmgate.sim.engine_types import AllBlocksCleared, BlockRemoved, KVEvent
+from mmgate.vllm.blocks import BlockHash
 
 
 class BlockPool:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mmgate.kvhash import BlockHash, MediaSpanLike
+from mmgate.vllm.blocks import BlockHash, MediaSpanLike
 
 __all__ = [
     "AllBlocksCleared",
@@ -80,7 +80,7 @@ class EngineConfig:
     - ``disable_chunked_mm_input``: vLLM's flag; a prefill chunk never ends inside an item whose
       start it newly reaches (the chunk stops before the item instead).
     - ``mm_processor_cache_gb``: processor cache size; 0 disables it (vLLM default 4).
-    - ``prefix_caching_hash_algo`` / ``hash_seed``: see :mod:`mmgate.kvhash`; seed None follows
+    - ``prefix_caching_hash_algo`` / ``hash_seed``: see :mod:`mmgate.vllm.blocks`; seed None follows
       vLLM (``$PYTHONHASHSEED``, else a fixed seed for sha256, a random one for xxhash).
     - ``kv_events``: produce KV events in step outputs (costs a little time per cached block).
     - ``noise``: relative sd of Gaussian noise on durations (None = the profile's), ``seed``
@@ -122,7 +122,7 @@ class FinishedRequest:
 @dataclass(frozen=True, slots=True)
 class BlockStored:
     """Blocks newly cached in one allocation (vLLM's ``BlockStored``). Hashes are raw digests;
-    convert with :func:`mmgate.kvhash.event_hash` for the default int wire form. ``extra_keys``
+    convert with :func:`mmgate.vllm.blocks.event_hash` for the default int wire form. ``extra_keys``
     has one entry per block in vLLM's untagged event form (or None for a block without)."""
 
     block_hashes: list[BlockHash]

@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from mmgate.sim.kvevents import offset_endpoint
 from mmgate.sim.server import SimPod
 from mmgate.sim.spec import PodSpec, expand, load_fleet
+from mmgate.vllm.kv_events_config import offset_endpoint
 
 
 class SimFleet:

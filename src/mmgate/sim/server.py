@@ -28,7 +28,7 @@ from mmgate.sim.engine import Engine
 from mmgate.sim.engine_types import EngineConfig, EngineStats, SimRequest, StepOutput
 from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
-from mmgate.sim.kvevents import KVEventPublisher
+from mmgate.sim.kv_publisher import KVEventPublisher
 from mmgate.sim.metrics import PodMetrics
 from mmgate.sim.output import ResponseWriter, Usage
 from mmgate.sim.profiles import Profile, load_profile

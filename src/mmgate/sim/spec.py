@@ -22,8 +22,9 @@ import msgspec
 import yaml
 
 from mmgate.sim.faults import FaultSettings
-from mmgate.sim.kvevents import KVEventsConfig, WireFormat
 from mmgate.sim.roles import Role
+from mmgate.vllm.kv_events_config import KVEventsConfig
+from mmgate.vllm.kvevents import WireFormat
 
 
 class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

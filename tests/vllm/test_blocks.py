@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from dataclasses import dataclass
 
 import cbor2
 import pytest
@@ -11,7 +12,7 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmgate.kvhash import (
+from mmgate.vllm.blocks import (
     BlockHasher,
     block_extra_keys,
     event_extra_keys,
@@ -21,7 +22,15 @@ from mmgate.kvhash import (
     none_hash,
     vllm_seed,
 )
-from mmgate.sim.engine_types import MediaSpan
+
+
+@dataclass(frozen=True)
+class MediaSpan:
+    """A media item's placeholder run, shaped as :class:`mmgate.vllm.blocks.MediaSpanLike` asks."""
+
+    identity: str
+    offset: int
+    length: int
 
 
 def _pickle_sha(obj: object) -> bytes:
