@@ -6,7 +6,14 @@ from typing import Any
 
 from mmgate.config import parse_config
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
-from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
+from mmgate.scheduling import (
+    EndpointState,
+    Metrics,
+    PluginRegistry,
+    Scheduler,
+    SchedulingRequest,
+    build_scheduler,
+)
 
 
 def endpoints(n: int, **metrics: Any) -> list[EndpointState]:
@@ -34,10 +41,14 @@ def request(*parts: str | MediaAsset, rid: str = "r", debug: bool = False) -> Sc
 
 
 def scheduler(
-    yaml_plugins: list[dict[str, Any]], profile: list[dict[str, Any]] | None = None, *, seed: int = 0
+    yaml_plugins: list[dict[str, Any]],
+    profile: list[dict[str, Any]] | None = None,
+    *,
+    seed: int = 0,
+    registry: PluginRegistry | None = None,
 ) -> Scheduler:
     """Build from plugin specs; ``profile`` lists pluginRefs (default: no profiles → injected)."""
     doc: dict[str, Any] = {"plugins": yaml_plugins}
     if profile is not None:
         doc["schedulingProfiles"] = [{"name": "default", "plugins": profile}]
-    return build_scheduler(parse_config(doc).picker, seed=seed)
+    return build_scheduler(parse_config(doc).picker, seed=seed, registry=registry)

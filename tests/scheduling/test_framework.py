@@ -15,19 +15,20 @@ from mmgate.scheduling import (
     SchedulingRequest,
     Scorer,
     build_scheduler,
-    plugin,
+    builtin_registry,
     plugin_types,
 )
+from mmgate.scheduling.framework import NoParams
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.single_profile_handler import SingleProfileHandler
 
 from .helpers import endpoints, request, scheduler
 
 
-@plugin("test-fixed-scorer")
-class FixedScorer(Scorer):
+class FixedScorer(Scorer[NoParams]):
     """Scores from a table keyed by endpoint name (test only)."""
 
+    type_name = "test-fixed-scorer"
     table: ClassVar[dict[str, float]] = {}
 
     def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
@@ -48,6 +49,7 @@ def test_scores_are_clamped_then_weighted_and_summed() -> None:
     s = scheduler(
         [{"type": "test-fixed-scorer"}, {"type": "queue-scorer"}],
         [{"pluginRef": "test-fixed-scorer", "weight": 3}, {"pluginRef": "queue-scorer", "weight": 0.5}],
+        registry=builtin_registry().with_plugins(FixedScorer),
     )
     eps = endpoints(3, waiting=0)
     result = s.schedule(request(debug=True), eps, 0.0)
@@ -164,15 +166,19 @@ def test_sweep_releases_forgotten_requests() -> None:
     assert ep.inflight.requests == 1 and s.active_requests == 1
 
 
-@plugin("test-looping-handler")
 class LoopingHandler(SingleProfileHandler):
     """Always asks for its profile again (test only)."""
+
+    type_name = "test-looping-handler"
 
     def pick_profiles(self, request: Any, profiles: Any, results: Any) -> list[str]:
         return list(profiles)
 
 
 def test_a_handler_that_never_stops_is_caught() -> None:
-    s = scheduler([{"type": "queue-scorer"}, {"type": "test-looping-handler"}])
+    s = scheduler(
+        [{"type": "queue-scorer"}, {"type": "test-looping-handler"}],
+        registry=builtin_registry().with_plugins(LoopingHandler),
+    )
     with pytest.raises(RuntimeError, match="never stopped"):
         s.schedule(request(), endpoints(2), 0.0)

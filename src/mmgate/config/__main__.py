@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import msgspec
 
@@ -16,7 +17,7 @@ from mmgate.config import ConfigError, load_config
 from mmgate.scheduling import Plugin, Scheduler, build_scheduler
 
 
-def _params(p: Plugin) -> str:
+def _params(p: Plugin[Any]) -> str:
     raw = msgspec.to_builtins(p.params)
     defaults = msgspec.to_builtins(type(p.params)())
     changed = {k: v for k, v in raw.items() if defaults.get(k) != v} if isinstance(raw, dict) else {}
@@ -35,7 +36,7 @@ def _short(value: object) -> str:
 def describe(scheduler: Scheduler, configured: set[str]) -> list[tuple[str, str, str]]:
     """Rows of (stage, plugin, non-default parameters); injected defaults are marked."""
 
-    def row(where: str, p: Plugin, extra: str = "") -> tuple[str, str, str]:
+    def row(where: str, p: Plugin[Any], extra: str = "") -> tuple[str, str, str]:
         name = p.name if p.name == p.type_name else f"{p.name} ({p.type_name})"
         if p.name not in configured:
             name += " (injected default)"

@@ -26,7 +26,7 @@ from mmgate.scheduling.framework import (
     Scheduler,
     Scorer,
 )
-from mmgate.scheduling.registry import plugin, plugin_types
+from mmgate.scheduling.registry import PluginRegistry, builtin_registry, plugin_types
 from mmgate.scheduling.types import (
     ROLE_LABEL,
     DataKey,
@@ -53,6 +53,7 @@ __all__ = [
     "Picker",
     "Plugin",
     "PluginHandle",
+    "PluginRegistry",
     "PreRequest",
     "Producer",
     "Profile",
@@ -64,6 +65,6 @@ __all__ = [
     "SchedulingResult",
     "Scorer",
     "build_scheduler",
-    "plugin",
+    "builtin_registry",
     "plugin_types",
 ]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 from mmgate.config.schema import EndpointPickerConfig, MmgateSection, PluginRef, SchedulingProfile
 from mmgate.config.strict import ConfigError
-from mmgate.scheduling import registry
 from mmgate.scheduling.framework import (
     Filter,
     Picker,
@@ -28,6 +28,7 @@ from mmgate.scheduling.framework import (
     WeightedScorer,
 )
 from mmgate.scheduling.keys import DEFAULT_PRODUCERS
+from mmgate.scheduling.registry import PluginRegistry, builtin_registry
 
 DEFAULT_PROFILE = "default"
 
@@ -38,22 +39,25 @@ def build_scheduler(
     mmgate: MmgateSection | None = None,
     rng: random.Random | None = None,
     seed: int | None = None,
+    registry: PluginRegistry | None = None,
 ) -> Scheduler:
-    """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible."""
+    """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible;
+    ``registry`` (default: the built-in plugins) says which plugin types exist."""
+    registry = registry if registry is not None else builtin_registry()
     cfg = config if config is not None else EndpointPickerConfig()
     section = mmgate if mmgate is not None else MmgateSection()
     if rng is None:
         rng = random.Random(seed if seed is not None else section.seed)
     handle = PluginHandle(rng, settings={"pricing_family": section.pricing.family})
 
-    plugins: dict[str, Plugin] = {}
+    plugins: dict[str, Plugin[Any]] = {}
     for i, spec in enumerate(cfg.plugins):
         plugins[spec.instance_name] = registry.create(
             spec.type, spec.instance_name, spec.parameters, handle, path=f"plugins[{i}]"
         )
         handle.plugins[spec.instance_name] = plugins[spec.instance_name]
 
-    def injected(type_name: str) -> Plugin:
+    def injected(type_name: str) -> Plugin[Any]:
         existing = plugins.get(type_name)
         if existing is not None and existing.type_name == type_name:
             return existing
@@ -98,7 +102,7 @@ def build_scheduler(
     )
 
 
-def _default_profile(plugins: dict[str, Plugin]) -> SchedulingProfile:
+def _default_profile(plugins: dict[str, Plugin[Any]]) -> SchedulingProfile:
     refs = [
         PluginRef(pluginRef=name) for name, p in plugins.items() if isinstance(p, Filter | Scorer | Picker)
     ]
@@ -106,11 +110,14 @@ def _default_profile(plugins: dict[str, Plugin]) -> SchedulingProfile:
 
 
 def _build_profile(
-    index: int, spec: SchedulingProfile, plugins: dict[str, Plugin], injected: Callable[[str], Plugin]
+    index: int,
+    spec: SchedulingProfile,
+    plugins: dict[str, Plugin[Any]],
+    injected: Callable[[str], Plugin[Any]],
 ) -> Profile:
-    filters: list[Filter] = []
+    filters: list[Filter[Any]] = []
     scorers: list[WeightedScorer] = []
-    picker: Picker | None = None
+    picker: Picker[Any] | None = None
     for j, ref in enumerate(spec.plugins):
         where = f"schedulingProfiles[{index}].plugins[{j}].pluginRef"
         p = plugins.get(ref.pluginRef)
@@ -146,7 +153,9 @@ def _base(key: str) -> str:
     return key.split("@", 1)[0]
 
 
-def _resolve_producers(plugins: dict[str, Plugin], injected: Callable[[str], Plugin]) -> list[Producer]:
+def _resolve_producers(
+    plugins: dict[str, Plugin[Any]], injected: Callable[[str], Plugin[Any]]
+) -> list[Producer[Any]]:
     """Create missing default producers, then order all producers so inputs come first."""
     while True:
         produced = {k.name for p in plugins.values() if isinstance(p, Producer) for k in p.produces()}
@@ -169,14 +178,14 @@ def _resolve_producers(plugins: dict[str, Plugin], injected: Callable[[str], Plu
             raise ConfigError(f"default producer {default_type!r} cannot provide {key}")
 
     producers = [p for p in plugins.values() if isinstance(p, Producer)]
-    by_key: dict[str, list[Producer]] = {}
+    by_key: dict[str, list[Producer[Any]]] = {}
     for p in producers:
         for k in p.produces():
             by_key.setdefault(k.name, []).append(p)
-    ordered: list[Producer] = []
+    ordered: list[Producer[Any]] = []
     state: dict[str, int] = {}  # 1 = visiting, 2 = done
 
-    def visit(p: Producer, chain: list[str]) -> None:
+    def visit(p: Producer[Any], chain: list[str]) -> None:
         mark = state.get(p.name, 0)
         if mark == 2:
             return

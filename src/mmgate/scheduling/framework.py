@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
@@ -33,6 +33,9 @@ class NoParams(msgspec.Struct, forbid_unknown_fields=True):
     """For plugins that take no parameters."""
 
 
+ParamsT = TypeVar("ParamsT", bound=msgspec.Struct)
+
+
 class PluginHandle:
     """What a plugin may use at construction: the shared RNG, other plugins by name, and the
     gateway-wide defaults from the ``mmgate:`` section."""
@@ -40,21 +43,35 @@ class PluginHandle:
     def __init__(self, rng: random.Random, settings: Mapping[str, Any] | None = None) -> None:
         self.rng = rng
         self.settings: Mapping[str, Any] = settings or {}
-        self.plugins: dict[str, Plugin] = {}
+        self.plugins: dict[str, Plugin[Any]] = {}
 
-    def plugin(self, name: str) -> Plugin | None:
+    def plugin(self, name: str) -> Plugin[Any] | None:
         return self.plugins.get(name)
 
 
-class Plugin:
-    """Base of every plugin. ``type_name`` is the llm-d type; ``Params`` its strict parameters."""
+class Plugin(Generic[ParamsT]):
+    """Base of every plugin, generic over its parameters struct.
+
+    A plugin class names its llm-d type in ``type_name`` (deprecated spellings in ``aliases``) and
+    its parameters as the type argument, ``class TokenLoadScorer(Scorer[TokenLoadParams])``.
+    ``Params`` (the struct the registry decodes a config's ``parameters`` into) is taken from that
+    argument, so what is decoded and what mypy sees as ``self.params`` cannot drift apart.
+    """
 
     type_name: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type[msgspec.Struct]] = NoParams
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            for arg in getattr(base, "__args__", ()):
+                if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
+                    cls.Params = arg
+
+    def __init__(self, name: str, params: ParamsT, handle: PluginHandle) -> None:
         self.name = name
-        self.params = params
+        self.params: ParamsT = params
         self.handle = handle
 
     def produces(self) -> tuple[DataKey[Any], ...]:
@@ -68,7 +85,7 @@ class Plugin:
         """Data used when present: orders producers but never creates one."""
         return ()
 
-    def resolve(self, plugins: Mapping[str, Plugin]) -> None:
+    def resolve(self, plugins: Mapping[str, Plugin[Any]]) -> None:
         """Called once every configured plugin exists, to look up the ones this plugin names
         (raise ``ValueError`` naming the parameter when one is missing or of the wrong kind)."""
 
@@ -76,7 +93,7 @@ class Plugin:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-class Producer(Plugin):
+class Producer(Plugin[ParamsT]):
     """Computes per-request data (llm-d DataProducer) before any profile runs."""
 
     def own_keys(self, key: DataKey[Any]) -> tuple[DataKey[Any], ...]:
@@ -87,26 +104,26 @@ class Producer(Plugin):
         raise NotImplementedError
 
 
-class Filter(Plugin):
+class Filter(Plugin[ParamsT]):
     def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
         raise NotImplementedError
 
 
-class Scorer(Plugin):
+class Scorer(Plugin[ParamsT]):
     """Returns one score per endpoint, aligned with ``endpoints``; the framework clamps to [0, 1]."""
 
     def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
         raise NotImplementedError
 
 
-class Picker(Plugin):
+class Picker(Plugin[ParamsT]):
     """Chooses targets (best first) among scored candidates."""
 
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
         raise NotImplementedError
 
 
-class ProfileHandler(Plugin):
+class ProfileHandler(Plugin[ParamsT]):
     def runs_one_profile(self) -> bool:
         """True when the handler runs the only profile once and makes it the primary one: the
         scheduler then skips the pick/process protocol, which would give the same result."""
@@ -127,15 +144,17 @@ class ProfileHandler(Plugin):
         raise NotImplementedError
 
 
-class PreRequest(Plugin):
-    """Runs after the decision (llm-d PreRequest), typically to record where content went."""
+class PreRequest:
+    """Mixed into a plugin that runs after the decision (llm-d PreRequest), typically to record
+    where content went. The hooks below are capabilities, not kinds: one plugin may have several."""
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
         raise NotImplementedError
 
 
-class RequestLifecycle(Plugin):
-    """Follows a request after it is sent: in-flight accounting (llm-d's ResponseBody hooks)."""
+class RequestLifecycle:
+    """Mixed into a plugin that follows a request after it is sent: in-flight accounting (llm-d's
+    ResponseBody hooks)."""
 
     def on_started(
         self, request: SchedulingRequest, endpoint: EndpointState, profile: str, now: float
@@ -149,8 +168,8 @@ class RequestLifecycle(Plugin):
         pass
 
 
-class EndpointAware(Plugin):
-    """Keeps per-endpoint state that must go when the endpoint goes."""
+class EndpointAware:
+    """Mixed into a plugin that keeps per-endpoint state that must go when the endpoint goes."""
 
     def remove_endpoint(self, name: str) -> None:
         raise NotImplementedError
@@ -161,7 +180,7 @@ _MAX_PROFILE_ROUNDS = 16  # a handler runs a few profiles; more rounds means it 
 
 @dataclass(slots=True)
 class WeightedScorer:
-    scorer: Scorer
+    scorer: Scorer[Any]
     weight: float
 
 
@@ -169,7 +188,7 @@ class Profile:
     """A named Filter → Score → Pick pipeline."""
 
     def __init__(
-        self, name: str, filters: list[Filter], scorers: list[WeightedScorer], picker: Picker
+        self, name: str, filters: list[Filter[Any]], scorers: list[WeightedScorer], picker: Picker[Any]
     ) -> None:
         self.name = name
         self.filters = filters
@@ -219,10 +238,10 @@ class Scheduler:
     def __init__(
         self,
         *,
-        producers: list[Producer],
+        producers: list[Producer[Any]],
         profiles: dict[str, Profile],
-        handler: ProfileHandler,
-        plugins: dict[str, Plugin],
+        handler: ProfileHandler[Any],
+        plugins: dict[str, Plugin[Any]],
         rng: random.Random,
         metrics_staleness_s: float = float("inf"),
     ) -> None:

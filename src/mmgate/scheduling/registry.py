@@ -1,72 +1,85 @@
-"""Plugin types by their llm-d name, and strict decoding of their parameters."""
+"""Plugin classes by their llm-d type name, and strict decoding of their parameters.
+
+:func:`builtin_registry` is the one place the built-in plugins are registered: it reads the
+tuple :data:`mmgate.scheduling.plugins.BUILTIN_PLUGINS`, and each class carries its own
+``type_name`` (and deprecated ``aliases``). Nothing registers itself on import, so the plugins
+depend on the framework only and the registry on the plugins, never the other way round.
+A program (or a test) with plugins of its own builds a registry that adds them
+(:meth:`PluginRegistry.with_plugins`) and passes it to :func:`mmgate.scheduling.build_scheduler`.
+"""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import Any, TypeVar
+import difflib
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
 
 from mmgate.config.strict import ConfigError, decode_strict
 from mmgate.scheduling.framework import Plugin, PluginHandle
-
-P = TypeVar("P", bound=type[Plugin])
-
-_TYPES: dict[str, type[Plugin]] = {}
-_ALIASES: dict[str, str] = {}
-_loaded = False
+from mmgate.scheduling.plugins import BUILTIN_PLUGINS
 
 
-def plugin(type_name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[P], P]:
-    """Register a plugin class under its llm-d type name (and deprecated aliases)."""
+class PluginRegistry:
+    """An immutable mapping from llm-d type names (and aliases) to plugin classes."""
 
-    def register(cls: P) -> P:
-        if type_name in _TYPES and _TYPES[type_name] is not cls:
-            raise RuntimeError(f"plugin type {type_name!r} registered twice")
-        cls.type_name = type_name
-        _TYPES[type_name] = cls
-        for alias in aliases:
-            _ALIASES[alias] = type_name
+    def __init__(self, classes: Iterable[type[Plugin[Any]]]) -> None:
+        self._classes: tuple[type[Plugin[Any]], ...] = tuple(classes)
+        self._types: dict[str, type[Plugin[Any]]] = {}
+        self._aliases: dict[str, str] = {}
+        for cls in self._classes:
+            if not cls.type_name:
+                raise TypeError(f"plugin class {cls.__name__} has no type_name")
+            for name in (cls.type_name, *cls.aliases):
+                if name in self._types or name in self._aliases:
+                    raise TypeError(f"plugin type {name!r} registered twice")
+            self._types[cls.type_name] = cls
+            for alias in cls.aliases:
+                self._aliases[alias] = cls.type_name
+
+    def with_plugins(self, *classes: type[Plugin[Any]]) -> PluginRegistry:
+        """A registry with these classes added (a name already taken is a ``TypeError``)."""
+        return PluginRegistry((*self._classes, *classes))
+
+    def types(self) -> list[str]:
+        """Every registered type name (aliases left out), sorted."""
+        return sorted(self._types)
+
+    def lookup(self, type_name: str, *, path: str = "") -> type[Plugin[Any]]:
+        """The class of ``type_name``; an unknown name is a :class:`ConfigError` with a hint."""
+        cls = self._types.get(self._aliases.get(type_name, type_name))
+        if cls is None:
+            hint = difflib.get_close_matches(type_name, list(self._types), n=1, cutoff=0.6)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(
+                f"unknown plugin type {type_name!r}{did_you_mean}; known types: {', '.join(self.types())}",
+                path=path,
+            )
         return cls
 
-    return register
+    def create(
+        self, type_name: str, name: str, parameters: Any, handle: PluginHandle, *, path: str = ""
+    ) -> Plugin[Any]:
+        """Instantiate a plugin, decoding ``parameters`` strictly into its ``Params`` struct. A
+        ``ValueError`` from the plugin's constructor becomes a :class:`ConfigError` at
+        ``path.parameters``."""
+        cls = self.lookup(type_name, path=f"{path}.type" if path else "")
+        where = f"{path}.parameters" if path else "parameters"
+        params = decode_strict(parameters, cls.Params, path=where)
+        try:
+            return cls(name, params, handle)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=where) from None
 
 
-def _load_builtins() -> None:
-    global _loaded
-    if not _loaded:
-        importlib.import_module("mmgate.scheduling.plugins")
-        _loaded = True
+@cache
+def builtin_registry() -> PluginRegistry:
+    """The registry of every built-in plugin (made once)."""
+    return PluginRegistry(BUILTIN_PLUGINS)
 
 
 def plugin_types() -> list[str]:
-    """Every registered type name, sorted."""
-    _load_builtins()
-    return sorted(_TYPES)
-
-
-def plugin_class(type_name: str, *, path: str = "") -> type[Plugin]:
-    _load_builtins()
-    canonical = _ALIASES.get(type_name, type_name)
-    cls = _TYPES.get(canonical)
-    if cls is None:
-        import difflib
-
-        hint = difflib.get_close_matches(type_name, list(_TYPES), n=1, cutoff=0.6)
-        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise ConfigError(
-            f"unknown plugin type {type_name!r}{did_you_mean}; known types: {', '.join(sorted(_TYPES))}",
-            path=path,
-        )
-    return cls
-
-
-def create(type_name: str, name: str, parameters: Any, handle: PluginHandle, *, path: str = "") -> Plugin:
-    """Instantiate a plugin, decoding ``parameters`` strictly into its ``Params`` struct."""
-    cls = plugin_class(type_name, path=f"{path}.type" if path else "")
-    params = decode_strict(parameters, cls.Params, path=f"{path}.parameters" if path else "parameters")
-    try:
-        return cls(name, params, handle)
-    except ValueError as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(str(exc), path=f"{path}.parameters" if path else "parameters") from None
+    """Every built-in type name, sorted."""
+    return builtin_registry().types()

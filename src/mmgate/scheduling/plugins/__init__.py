@@ -1,59 +1,72 @@
-"""Built-in plugins, one module per llm-d type name. Importing this package registers them all."""
+"""Built-in plugins, one module per llm-d type name; :data:`BUILTIN_PLUGINS` lists their classes.
 
-from mmgate.scheduling.plugins import (
-    active_request_scorer,
-    always_disagg_multimodal_decider,
-    always_disagg_pd_decider,
-    approx_prefix_cache_producer,
-    decode_filter,
-    disagg_profile_handler,
-    encode_filter,
-    inflight_load_producer,
-    kv_cache_utilization_scorer,
-    load_aware_scorer,
-    max_score_picker,
-    mm_embeddings_cache_affinity_filter,
-    mm_embeddings_cache_producer,
-    mm_embeddings_cache_scorer,
-    no_hit_lru_scorer,
-    prefill_filter,
-    prefix_based_pd_decider,
-    prefix_cache_affinity_filter,
-    prefix_cache_scorer,
-    queue_scorer,
-    random_picker,
-    round_robin_picker,
-    single_profile_handler,
-    token_load_scorer,
-    token_producer,
-    weighted_random_picker,
+Each class carries its llm-d ``type_name``; :func:`mmgate.scheduling.registry.builtin_registry`
+registers this tuple. A new plugin is a module here and one line in the tuple.
+"""
+
+from typing import Any
+
+from mmgate.scheduling.framework import Plugin
+from mmgate.scheduling.plugins.active_request_scorer import ActiveRequestScorer
+from mmgate.scheduling.plugins.always_disagg_multimodal_decider import AlwaysDisaggMultimodalDecider
+from mmgate.scheduling.plugins.always_disagg_pd_decider import AlwaysDisaggPDDecider
+from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer
+from mmgate.scheduling.plugins.decode_filter import DecodeFilter
+from mmgate.scheduling.plugins.disagg_profile_handler import DisaggProfileHandler
+from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.plugins.inflight_load_producer import InflightLoadProducer
+from mmgate.scheduling.plugins.kv_cache_utilization_scorer import KVCacheUtilizationScorer
+from mmgate.scheduling.plugins.load_aware_scorer import LoadAwareScorer
+from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
+from mmgate.scheduling.plugins.mm_embeddings_cache_affinity_filter import MMEmbeddingsCacheAffinityFilter
+from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsCacheProducer
+from mmgate.scheduling.plugins.mm_embeddings_cache_scorer import MMEmbeddingsCacheScorer
+from mmgate.scheduling.plugins.no_hit_lru_scorer import NoHitLRUScorer
+from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
+from mmgate.scheduling.plugins.prefix_based_pd_decider import PrefixBasedPDDecider
+from mmgate.scheduling.plugins.prefix_cache_affinity_filter import PrefixCacheAffinityFilter
+from mmgate.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
+from mmgate.scheduling.plugins.queue_scorer import QueueScorer
+from mmgate.scheduling.plugins.random_picker import RandomPicker
+from mmgate.scheduling.plugins.round_robin_picker import RoundRobinPicker
+from mmgate.scheduling.plugins.single_profile_handler import SingleProfileHandler
+from mmgate.scheduling.plugins.token_load_scorer import TokenLoadScorer
+from mmgate.scheduling.plugins.token_producer import TokenProducer
+from mmgate.scheduling.plugins.weighted_random_picker import WeightedRandomPicker
+
+# Grouped by kind, in the order a request meets them.
+BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
+    # producers
+    TokenProducer,
+    ApproxPrefixCacheProducer,
+    InflightLoadProducer,
+    MMEmbeddingsCacheProducer,
+    # profile handlers and the deciders they ask
+    SingleProfileHandler,
+    DisaggProfileHandler,
+    AlwaysDisaggMultimodalDecider,
+    AlwaysDisaggPDDecider,
+    PrefixBasedPDDecider,
+    # filters
+    DecodeFilter,
+    EncodeFilter,
+    PrefillFilter,
+    PrefixCacheAffinityFilter,
+    MMEmbeddingsCacheAffinityFilter,
+    # scorers
+    ActiveRequestScorer,
+    KVCacheUtilizationScorer,
+    LoadAwareScorer,
+    MMEmbeddingsCacheScorer,
+    NoHitLRUScorer,
+    PrefixCacheScorer,
+    QueueScorer,
+    TokenLoadScorer,
+    # pickers
+    MaxScorePicker,
+    RandomPicker,
+    RoundRobinPicker,
+    WeightedRandomPicker,
 )
 
-__all__ = [
-    "active_request_scorer",
-    "always_disagg_multimodal_decider",
-    "always_disagg_pd_decider",
-    "approx_prefix_cache_producer",
-    "decode_filter",
-    "disagg_profile_handler",
-    "encode_filter",
-    "inflight_load_producer",
-    "kv_cache_utilization_scorer",
-    "load_aware_scorer",
-    "max_score_picker",
-    "mm_embeddings_cache_affinity_filter",
-    "mm_embeddings_cache_producer",
-    "mm_embeddings_cache_scorer",
-    "no_hit_lru_scorer",
-    "prefill_filter",
-    "prefix_based_pd_decider",
-    "prefix_cache_affinity_filter",
-    "prefix_cache_scorer",
-    "queue_scorer",
-    "random_picker",
-    "round_robin_picker",
-    "single_profile_handler",
-    "token_load_scorer",
-    "token_producer",
-    "weighted_random_picker",
-]
+__all__ = ["BUILTIN_PLUGINS"]

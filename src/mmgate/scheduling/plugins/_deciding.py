@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import Plugin
+from mmgate.scheduling.framework import ParamsT, Plugin
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
-class Decider(Plugin):
+class Decider(Plugin[ParamsT]):
     def disaggregate(self, request: SchedulingRequest, decode_target: EndpointState) -> bool:
         raise NotImplementedError

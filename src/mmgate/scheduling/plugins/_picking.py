@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from mmgate.scheduling.framework import Picker, PluginHandle
@@ -17,10 +15,8 @@ class PickerParams(msgspec.Struct, forbid_unknown_fields=True):
             self.maxNumOfEndpoints = 1
 
 
-class BasePicker(Picker):
-    Params = PickerParams
-
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+class BasePicker(Picker[PickerParams]):
+    def __init__(self, name: str, params: PickerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         self._k: int = params.maxNumOfEndpoints
         self._rng = handle.rng

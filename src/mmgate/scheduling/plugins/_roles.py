@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import Filter
+from mmgate.scheduling.framework import Filter, NoParams
 from mmgate.scheduling.types import ROLE_LABEL, EndpointState, SchedulingRequest
 
 
@@ -10,7 +10,7 @@ def role_of(endpoint: EndpointState) -> str | None:
     return endpoint.role if endpoint.role is not None else endpoint.labels.get(ROLE_LABEL)
 
 
-class RoleFilter(Filter):
+class RoleFilter(Filter[NoParams]):
     """Keep endpoints whose role is in ``roles`` (and unlabelled ones when ``accept_unlabelled``)."""
 
     roles: frozenset[str] = frozenset()

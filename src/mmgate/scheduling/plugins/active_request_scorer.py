@@ -12,7 +12,6 @@ import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Scorer
 from mmgate.scheduling.keys import INFLIGHT_LOAD
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -23,11 +22,10 @@ class ActiveRequestParams(msgspec.Struct, forbid_unknown_fields=True):
     requestTimeout: str = ""  # deprecated and ignored by llm-d too
 
 
-@plugin("active-request-scorer")
-class ActiveRequestScorer(Scorer):
-    Params = ActiveRequestParams
+class ActiveRequestScorer(Scorer[ActiveRequestParams]):
+    type_name = "active-request-scorer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: ActiveRequestParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if not 0.0 <= params.maxBusyScore <= 1.0:
             raise ValueError(f"maxBusyScore must be in [0, 1], got {params.maxBusyScore}")

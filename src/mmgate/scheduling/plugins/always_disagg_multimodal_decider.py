@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from mmgate.scheduling.framework import NoParams
 from mmgate.scheduling.keys import TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
-@plugin("always-disagg-multimodal-decider")
-class AlwaysDisaggMultimodalDecider(Decider):
+class AlwaysDisaggMultimodalDecider(Decider[NoParams]):
+    type_name = "always-disagg-multimodal-decider"
+
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (TOKENIZED_PROMPT,)
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from mmgate.scheduling.framework import NoParams
 from mmgate.scheduling.plugins._deciding import Decider
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
-@plugin("always-disagg-pd-decider")
-class AlwaysDisaggPDDecider(Decider):
+class AlwaysDisaggPDDecider(Decider[NoParams]):
+    type_name = "always-disagg-pd-decider"
+
     def disaggregate(self, request: SchedulingRequest, decode_target: EndpointState) -> bool:
         return True

@@ -32,7 +32,6 @@ import xxhash
 from mmgate.scheduling.affinity_index import AffinityIndex
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 DEFAULT_BLOCK_SIZE_TOKENS = 16
@@ -98,20 +97,18 @@ def block_hashes(
     return out
 
 
-@plugin("approx-prefix-cache-producer")
-class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
-    Params = ApproxPrefixParams
+class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, EndpointAware):
+    type_name = "approx-prefix-cache-producer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: ApproxPrefixParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        p: ApproxPrefixParams = params
-        if p.blockSize > 0 and p.blockSizeTokens == DEFAULT_BLOCK_SIZE_TOKENS:
-            p.blockSizeTokens = p.blockSize
-        if not p.autoTune and p.blockSizeTokens <= 0:
+        if params.blockSize > 0 and params.blockSizeTokens == DEFAULT_BLOCK_SIZE_TOKENS:
+            params.blockSizeTokens = params.blockSize
+        if not params.autoTune and params.blockSizeTokens <= 0:
             raise ValueError("blockSizeTokens must be > 0 when autoTune is disabled")
-        if p.maxPrefixTokensToMatch < 0 or p.maxPrefixBlocksToMatch < 0:
+        if params.maxPrefixTokensToMatch < 0 or params.maxPrefixBlocksToMatch < 0:
             raise ValueError("maxPrefixTokensToMatch and maxPrefixBlocksToMatch must be >= 0")
-        if p.minBlockSizeTokens <= 0:
+        if params.minBlockSizeTokens <= 0:
             raise ValueError("minBlockSizeTokens must be > 0")
         self.index: AffinityIndex[int] = AffinityIndex()
         self._keys = self.own_keys(PREFIX_MATCH)
@@ -123,7 +120,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
         return (TOKENIZED_PROMPT,)
 
     def block_size(self, endpoints: Sequence[EndpointState]) -> int:
-        p: ApproxPrefixParams = self.params
+        p = self.params
         size = p.blockSizeTokens
         if p.autoTune:
             for ep in endpoints:
@@ -134,7 +131,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
         return max(size, p.minBlockSizeTokens)
 
     def max_blocks(self, block_size: int) -> int:
-        p: ApproxPrefixParams = self.params
+        p = self.params
         if p.maxPrefixTokensToMatch > 0:
             return p.maxPrefixTokensToMatch // block_size
         return p.maxPrefixBlocksToMatch or sys.maxsize
@@ -153,7 +150,7 @@ class ApproxPrefixCacheProducer(Producer, PreRequest, EndpointAware):
             request.put(key, info)
 
     def capacity(self, endpoint: EndpointState, block_size: int) -> int:
-        p: ApproxPrefixParams = self.params
+        p = self.params
         m = endpoint.metrics
         if p.autoTune and m is not None and m.num_gpu_blocks:
             engine_block = m.block_size or block_size

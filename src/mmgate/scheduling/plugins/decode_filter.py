@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._roles import RoleFilter
-from mmgate.scheduling.registry import plugin
 
 
-@plugin("decode-filter")
 class DecodeFilter(RoleFilter):
+    type_name = "decode-filter"
+
     roles = frozenset({"decode", "prefill-decode", "both", "encode-prefill-decode"})
     accept_unlabelled = True

@@ -17,7 +17,6 @@ import msgspec
 from mmgate.scheduling.framework import Plugin, PluginHandle, Profile, ProfileHandler, no_target
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, ProfileResult, SchedulingRequest, SchedulingResult
 
 
@@ -38,21 +37,20 @@ class DisaggParams(msgspec.Struct, forbid_unknown_fields=True):
     deciders: DeciderNames = msgspec.field(default_factory=DeciderNames)
 
 
-@plugin("disagg-profile-handler")
-class DisaggProfileHandler(ProfileHandler):
-    Params = DisaggParams
+class DisaggProfileHandler(ProfileHandler[DisaggParams]):
+    type_name = "disagg-profile-handler"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: DisaggParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        self._encode: Decider | None = None
-        self._prefill: Decider | None = None
+        self._encode: Decider[Any] | None = None
+        self._prefill: Decider[Any] | None = None
         self._plan: DataKey[list[str]] = DataKey(f"disagg-plan@{name}")
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (TOKENIZED_PROMPT, PREFIX_MATCH)
 
-    def resolve(self, plugins: Mapping[str, Plugin]) -> None:
-        names: DeciderNames = self.params.deciders
+    def resolve(self, plugins: Mapping[str, Plugin[Any]]) -> None:
+        names = self.params.deciders
         self._encode = _decider(plugins, names.encode, "deciders.encode")
         self._prefill = _decider(plugins, names.prefill, "deciders.prefill")
 
@@ -62,7 +60,7 @@ class DisaggProfileHandler(ProfileHandler):
         profiles: Mapping[str, Profile],
         results: Mapping[str, ProfileResult | None],
     ) -> list[str]:
-        names: ProfileNames = self.params.profiles
+        names = self.params.profiles
         if names.decode not in results:
             return [names.decode] if names.decode in profiles else []
         if request.get(self._plan) is not None:
@@ -87,7 +85,7 @@ class DisaggProfileHandler(ProfileHandler):
         return SchedulingResult(profiles=results, primary_profile=decode)
 
 
-def _decider(plugins: Mapping[str, Plugin], name: str, param: str) -> Decider | None:
+def _decider(plugins: Mapping[str, Plugin[Any]], name: str, param: str) -> Decider[Any] | None:
     if not name:
         return None
     found = plugins.get(name)

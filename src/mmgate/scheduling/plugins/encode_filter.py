@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._roles import RoleFilter
-from mmgate.scheduling.registry import plugin
 
 
-@plugin("encode-filter")
 class EncodeFilter(RoleFilter):
+    type_name = "encode-filter"
+
     roles = frozenset({"encode", "encode-prefill", "encode-prefill-decode"})

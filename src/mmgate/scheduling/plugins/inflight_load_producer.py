@@ -32,7 +32,6 @@ from mmgate.scheduling.keys import (
     PrefixMatch,
     TokenizedPrompt,
 )
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 PREFILL_PROFILE = "prefill"
@@ -63,11 +62,10 @@ def uncached_media(tp: TokenizedPrompt, cached_positions: int) -> int:
     return total
 
 
-@plugin("inflight-load-producer")
-class InflightLoadProducer(Producer, RequestLifecycle):
-    Params = InflightLoadParams
+class InflightLoadProducer(Producer[InflightLoadParams], RequestLifecycle):
+    type_name = "inflight-load-producer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: InflightLoadParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if params.outputRatio < 0:
             raise ValueError(f"outputRatio must be non-negative, got {params.outputRatio}")
@@ -87,7 +85,7 @@ class InflightLoadProducer(Producer, RequestLifecycle):
         return (self._prefix_key,)
 
     def estimate_output(self, input_tokens: int, max_tokens: int | None) -> int:
-        p: InflightLoadParams = self.params
+        p = self.params
         if not p.addEstimatedOutputTokens:
             return 0
         out = round(input_tokens * p.outputRatio)

@@ -5,13 +5,13 @@ Missing or stale metrics score 0.
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import Scorer
-from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.framework import NoParams, Scorer
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
-@plugin("kv-cache-utilization-scorer")
-class KVCacheUtilizationScorer(Scorer):
+class KVCacheUtilizationScorer(Scorer[NoParams]):
+    type_name = "kv-cache-utilization-scorer"
+
     def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
         out = []
         for ep in endpoints:

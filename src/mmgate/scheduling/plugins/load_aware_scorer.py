@@ -7,12 +7,9 @@ score 0.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Scorer
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
@@ -20,11 +17,10 @@ class LoadAwareParams(msgspec.Struct, forbid_unknown_fields=True):
     threshold: int = 128
 
 
-@plugin("load-aware-scorer")
-class LoadAwareScorer(Scorer):
-    Params = LoadAwareParams
+class LoadAwareScorer(Scorer[LoadAwareParams]):
+    type_name = "load-aware-scorer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: LoadAwareParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if params.threshold <= 0:
             raise ValueError(f"threshold must be > 0, got {params.threshold}")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._picking import BasePicker
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState
 
 
-@plugin("max-score-picker")
 class MaxScorePicker(BasePicker):
+    type_name = "max-score-picker"
+
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
         if self._k == 1:
             # One pass: keep the best, replacing it among equals with probability 1/ties

@@ -19,7 +19,6 @@ import msgspec
 from mmgate.scheduling.framework import Filter, PluginHandle
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, INFLIGHT_LOAD, EncoderCacheMatch
 from mmgate.scheduling.plugins._affinity_gate import check_gate_params, gate
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -31,23 +30,21 @@ class EncoderAffinityFilterParams(msgspec.Struct, forbid_unknown_fields=True):
     inFlightLoadProducerName: str = ""
 
 
-@plugin("mm-embeddings-cache-affinity-filter")
-class MMEmbeddingsCacheAffinityFilter(Filter):
-    Params = EncoderAffinityFilterParams
+class MMEmbeddingsCacheAffinityFilter(Filter[EncoderAffinityFilterParams]):
+    type_name = "mm-embeddings-cache-affinity-filter"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: EncoderAffinityFilterParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        p: EncoderAffinityFilterParams = params
-        check_gate_params(p.affinityThreshold, p.maxTTFTPenaltyMs, p.peakPrefillThroughput)
-        self._match_key: DataKey[EncoderCacheMatch] = ENCODER_CACHE_MATCH.scoped(p.producerName)
-        self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(p.inFlightLoadProducerName)
+        check_gate_params(params.affinityThreshold, params.maxTTFTPenaltyMs, params.peakPrefillThroughput)
+        self._match_key: DataKey[EncoderCacheMatch] = ENCODER_CACHE_MATCH.scoped(params.producerName)
+        self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(params.inFlightLoadProducerName)
         self.last_outcome = ""  # for tests and debugging: why the last call kept what it kept
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (self._match_key, self._load_key)
 
     def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
-        p: EncoderAffinityFilterParams = self.params
+        p = self.params
         info = request.get(self._match_key)
         total = info.total_tokens if info is not None else 0
         if len(endpoints) <= 1 or info is None or total <= 0:

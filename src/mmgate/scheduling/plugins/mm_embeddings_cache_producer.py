@@ -22,7 +22,6 @@ import msgspec
 from mmgate.scheduling.affinity_index import AffinityIndex
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, TOKENIZED_PROMPT, EncoderCacheMatch
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 BYTES_PER_ITEM = 2 * 1024 * 1024  # llm-d's assumed size of one item's embeddings
@@ -33,11 +32,10 @@ class MMEmbeddingsParams(msgspec.Struct, forbid_unknown_fields=True):
     encodeProfile: str = "encode"  # mmgate (as llm-d PR #2627 proposes)
 
 
-@plugin("mm-embeddings-cache-producer")
-class MMEmbeddingsCacheProducer(Producer, PreRequest, EndpointAware):
-    Params = MMEmbeddingsParams
+class MMEmbeddingsCacheProducer(Producer[MMEmbeddingsParams], PreRequest, EndpointAware):
+    type_name = "mm-embeddings-cache-producer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: MMEmbeddingsParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if params.cacheSizeInMBPerServer <= 0:
             raise ValueError(f"cacheSizeInMBPerServer must be > 0, got {params.cacheSizeInMBPerServer}")

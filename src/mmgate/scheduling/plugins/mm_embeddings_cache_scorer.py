@@ -13,7 +13,6 @@ import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Scorer
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, EncoderCacheMatch
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -22,11 +21,10 @@ class MMEmbeddingsScorerParams(msgspec.Struct, forbid_unknown_fields=True):
     sizeWeighted: bool = False
 
 
-@plugin("mm-embeddings-cache-scorer")
-class MMEmbeddingsCacheScorer(Scorer):
-    Params = MMEmbeddingsScorerParams
+class MMEmbeddingsCacheScorer(Scorer[MMEmbeddingsScorerParams]):
+    type_name = "mm-embeddings-cache-scorer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: MMEmbeddingsScorerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         self._key: DataKey[EncoderCacheMatch] = ENCODER_CACHE_MATCH.scoped(params.producerName)
 

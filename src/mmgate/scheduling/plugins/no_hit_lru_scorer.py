@@ -15,7 +15,6 @@ import msgspec
 
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Scorer
 from mmgate.scheduling.keys import PREFIX_MATCH, PrefixMatch
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 PREFILL_PROFILE = "prefill"
@@ -28,11 +27,10 @@ class NoHitLRUParams(msgspec.Struct, forbid_unknown_fields=True):
     prefixPluginName: str = ""  # deprecated in llm-d, never used
 
 
-@plugin("no-hit-lru-scorer")
-class NoHitLRUScorer(Scorer, PreRequest, EndpointAware):
-    Params = NoHitLRUParams
+class NoHitLRUScorer(Scorer[NoHitLRUParams], PreRequest, EndpointAware):
+    type_name = "no-hit-lru-scorer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: NoHitLRUParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         self._size = params.lruSize if params.lruSize > 0 else 1024
         self._lru: OrderedDict[str, None] = OrderedDict()  # oldest first

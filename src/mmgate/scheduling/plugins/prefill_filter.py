@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._roles import RoleFilter
-from mmgate.scheduling.registry import plugin
 
 
-@plugin("prefill-filter")
 class PrefillFilter(RoleFilter):
+    type_name = "prefill-filter"
+
     roles = frozenset({"prefill", "encode-prefill", "prefill-decode", "both", "encode-prefill-decode"})

@@ -12,7 +12,6 @@ import msgspec
 from mmgate.scheduling.framework import PluginHandle
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -21,11 +20,10 @@ class PrefixPDParams(msgspec.Struct, forbid_unknown_fields=True):
     promptTokens: int = 0
 
 
-@plugin("prefix-based-pd-decider")
-class PrefixBasedPDDecider(Decider):
-    Params = PrefixPDParams
+class PrefixBasedPDDecider(Decider[PrefixPDParams]):
+    type_name = "prefix-based-pd-decider"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: PrefixPDParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if params.nonCachedTokens < 0 or params.promptTokens < 0:
             raise ValueError("nonCachedTokens and promptTokens cannot be negative")
@@ -34,7 +32,7 @@ class PrefixBasedPDDecider(Decider):
         return (TOKENIZED_PROMPT, PREFIX_MATCH)
 
     def disaggregate(self, request: SchedulingRequest, decode_target: EndpointState) -> bool:
-        p: PrefixPDParams = self.params
+        p = self.params
         tp = request.get(TOKENIZED_PROMPT)
         if p.nonCachedTokens == 0 or tp is None:
             return False

@@ -17,7 +17,6 @@ import msgspec
 from mmgate.scheduling.framework import Filter, PluginHandle
 from mmgate.scheduling.keys import INFLIGHT_LOAD, PREFIX_MATCH, PrefixMatch
 from mmgate.scheduling.plugins._affinity_gate import check_gate_params, gate
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -31,18 +30,16 @@ class AffinityFilterParams(msgspec.Struct, forbid_unknown_fields=True):
     inFlightLoadProducerName: str = ""
 
 
-@plugin("prefix-cache-affinity-filter")
-class PrefixCacheAffinityFilter(Filter):
-    Params = AffinityFilterParams
+class PrefixCacheAffinityFilter(Filter[AffinityFilterParams]):
+    type_name = "prefix-cache-affinity-filter"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: AffinityFilterParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        p: AffinityFilterParams = params
-        check_gate_params(p.affinityThreshold, p.maxTTFTPenaltyMs, p.peakPrefillThroughput)
-        if not 0.0 <= p.explorationProbability <= 1.0:
-            raise ValueError(f"explorationProbability must be in [0, 1], got {p.explorationProbability}")
-        self._prefix_key: DataKey[PrefixMatch] = PREFIX_MATCH.scoped(p.prefixMatchInfoProducerName)
-        self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(p.inFlightLoadProducerName)
+        check_gate_params(params.affinityThreshold, params.maxTTFTPenaltyMs, params.peakPrefillThroughput)
+        if not 0.0 <= params.explorationProbability <= 1.0:
+            raise ValueError(f"explorationProbability must be in [0, 1], got {params.explorationProbability}")
+        self._prefix_key: DataKey[PrefixMatch] = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName)
+        self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(params.inFlightLoadProducerName)
         self._rng = handle.rng
         self.last_outcome = ""  # for tests and debugging: why the last call kept what it kept
 
@@ -52,7 +49,7 @@ class PrefixCacheAffinityFilter(Filter):
         return (self._prefix_key,)
 
     def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
-        p: AffinityFilterParams = self.params
+        p = self.params
         info = request.get(self._prefix_key)
         if len(endpoints) <= 1 or p.affinityThreshold <= 0 or info is None:
             self.last_outcome = "not-applicable"

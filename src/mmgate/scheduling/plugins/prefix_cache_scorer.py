@@ -13,7 +13,6 @@ import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Scorer
 from mmgate.scheduling.keys import PREFIX_MATCH, PrefixMatch
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -23,11 +22,10 @@ class PrefixScorerParams(msgspec.Struct, forbid_unknown_fields=True):
     prefixMatchInfoProducerName: str = ""
 
 
-@plugin("prefix-cache-scorer")
-class PrefixCacheScorer(Scorer):
-    Params = PrefixScorerParams
+class PrefixCacheScorer(Scorer[PrefixScorerParams]):
+    type_name = "prefix-cache-scorer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: PrefixScorerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if not 0.0 <= params.matchLengthWeight <= 1.0:
             raise ValueError(f"matchLengthWeight must be in [0, 1], got {params.matchLengthWeight}")

@@ -6,13 +6,13 @@ every queue is equal. An endpoint whose metrics are missing or stale scores 0.
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import Scorer
-from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.framework import NoParams, Scorer
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
-@plugin("queue-scorer")
-class QueueScorer(Scorer):
+class QueueScorer(Scorer[NoParams]):
+    type_name = "queue-scorer"
+
     def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
         queues: list[float | None] = []
         for ep in endpoints:

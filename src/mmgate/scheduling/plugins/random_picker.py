@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._picking import BasePicker
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState
 
 
-@plugin("random-picker")
 class RandomPicker(BasePicker):
+    type_name = "random-picker"
+
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
         if self._k == 1:
             return [endpoints[self._rng.randrange(len(endpoints))]]

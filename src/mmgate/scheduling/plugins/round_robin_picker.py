@@ -8,12 +8,12 @@ the data layer gives it.
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._picking import BasePicker
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState
 
 
-@plugin("round-robin-picker")
 class RoundRobinPicker(BasePicker):
+    type_name = "round-robin-picker"
+
     _turn = 0
 
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mmgate.scheduling.framework import Profile, ProfileHandler, no_target
-from mmgate.scheduling.registry import plugin
+from mmgate.scheduling.framework import NoParams, Profile, ProfileHandler, no_target
 from mmgate.scheduling.types import ProfileResult, SchedulingRequest, SchedulingResult
 
 
-@plugin("single-profile-handler")
-class SingleProfileHandler(ProfileHandler):
+class SingleProfileHandler(ProfileHandler[NoParams]):
+    type_name = "single-profile-handler"
+
     def runs_one_profile(self) -> bool:
         cls = type(self)  # a subclass that changes the protocol goes through it
         return (

@@ -17,7 +17,6 @@ import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Scorer
 from mmgate.scheduling.keys import INFLIGHT_LOAD
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -27,11 +26,10 @@ class TokenLoadParams(msgspec.Struct, forbid_unknown_fields=True):
     encoderCostFactor: float = 1.0
 
 
-@plugin("token-load-scorer")
-class TokenLoadScorer(Scorer):
-    Params = TokenLoadParams
+class TokenLoadScorer(Scorer[TokenLoadParams]):
+    type_name = "token-load-scorer"
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: TokenLoadParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         if params.queueThresholdTokens <= 0:
             raise ValueError(f"queueThresholdTokens must be > 0, got {params.queueThresholdTokens}")

@@ -21,7 +21,6 @@ import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, build_stream, price
 
@@ -62,11 +61,11 @@ def pricing_config(params: TokenProducerParams, default_family: str | None) -> P
     return PricingConfig(family=None, estimate=params.estimate or EstimateConfig())
 
 
-@plugin("token-producer", aliases=("tokenizer",))
-class TokenProducer(Producer):
-    Params = TokenProducerParams
+class TokenProducer(Producer[TokenProducerParams]):
+    type_name = "token-producer"
+    aliases = ("tokenizer",)
 
-    def __init__(self, name: str, params: Any, handle: PluginHandle) -> None:
+    def __init__(self, name: str, params: TokenProducerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
         default_family = handle.settings.get("pricing_family")
         self.pricing = pricing_config(params, default_family if isinstance(default_family, str) else None)

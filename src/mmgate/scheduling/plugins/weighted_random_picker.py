@@ -4,12 +4,12 @@ key = U^(1/score), largest keys win). All-zero scores fall back to a uniform cho
 from __future__ import annotations
 
 from mmgate.scheduling.plugins._picking import BasePicker
-from mmgate.scheduling.registry import plugin
 from mmgate.scheduling.types import EndpointState
 
 
-@plugin("weighted-random-picker")
 class WeightedRandomPicker(BasePicker):
+    type_name = "weighted-random-picker"
+
     def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
         rng = self._rng
         k = min(self._k, len(endpoints))
