@@ -24,7 +24,6 @@ import gc
 import json
 import platform
 import pstats
-import statistics
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -36,6 +35,7 @@ import msgspec
 
 from mmgate.bench.overhead.bodies import BODIES, body
 from mmgate.bench.routing.systems import UnknownSystem, resolve
+from mmgate.bench.stats import median
 from mmgate.config import load_config
 from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
@@ -187,7 +187,7 @@ def measure(config: str, body_name: str, iterations: int, repeats: int) -> Case:
             run(n)
             samples.append((time.perf_counter() - start) / n * 1e6)
         runs[stage] = [round(s, 2) for s in samples]
-        cumulative[stage] = round(statistics.median(samples), 2)
+        cumulative[stage] = round(median(samples), 2)
     return Case(config, body_name, len(data), n, cumulative, runs)
 
 

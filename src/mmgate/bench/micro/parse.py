@@ -13,7 +13,6 @@ import gc
 import io
 import json
 import platform
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ import orjson
 import xxhash
 from PIL import Image
 
+from mmgate.bench.stats import percentiles
 from mmgate.request.bodies import CHAT
 from mmgate.request.decode import decode_chat
 from mmgate.request.parse import parse_request
@@ -80,11 +80,11 @@ def median_us(fn: Callable[[], object], repeat: int) -> dict[str, float]:
             samples.append((time.perf_counter_ns() - t0) / 1000)
     finally:
         gc.enable()
-    samples.sort()
+    p10, p50, p90 = (q or 0.0 for q in percentiles(samples, (10, 50, 90)))
     return {
-        "median_us": round(statistics.median(samples), 2),
-        "p10_us": round(samples[len(samples) // 10], 2),
-        "p90_us": round(samples[len(samples) * 9 // 10], 2),
+        "median_us": round(p50, 2),
+        "p10_us": round(p10, 2),
+        "p90_us": round(p90, 2),
         "n": repeat,
     }
 

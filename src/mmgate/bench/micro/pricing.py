@@ -14,12 +14,12 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from mmgate.bench.stats import median
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate.tokens.estimator import EstimateConfig
 from mmgate.tokens.pricing import PricingConfig, price
@@ -88,7 +88,7 @@ def per_asset_us(fn: Any, cfg: PricingConfig, views: list[RequestView], repeats:
         for v in views:
             fn(v, fresh)
         samples.append((time.perf_counter_ns() - t0) / assets / 1000)
-    return statistics.median(samples)
+    return median(samples)
 
 
 def _price(view: RequestView, cfg: PricingConfig) -> object:
@@ -106,7 +106,7 @@ def calibration_us() -> float:
         t0 = time.perf_counter_ns()
         sum(range(1000))
         samples.append((time.perf_counter_ns() - t0) / 1000)
-    return statistics.median(samples)
+    return median(samples)
 
 
 def run_benchmark(n_images: int, repeats: int, inner: int) -> dict[str, Any]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -26,6 +24,8 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
+from mmgate.bench.procstat import own_cpu_seconds
+from mmgate.bench.stats import median
 from mmgate.gateway.h1.client import UpstreamPool
 
 BODY = json.dumps(
@@ -175,11 +175,6 @@ CLIENTS = {
 }
 
 
-def _cpu() -> tuple[float, float]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime, usage.ru_stime
-
-
 async def _round(send: Send, concurrency: int, seconds: float) -> dict[str, float]:
     stop = time.monotonic() + seconds
     done = 0
@@ -193,11 +188,11 @@ async def _round(send: Send, concurrency: int, seconds: float) -> dict[str, floa
 
     for _ in range(concurrency):  # warm the connections up
         await send()
-    user0, sys0 = _cpu()
+    user0, sys0 = own_cpu_seconds()
     started = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.monotonic() - started
-    user1, sys1 = _cpu()
+    user1, sys1 = own_cpu_seconds()
     return {
         "requests": done,
         "rps": done / wall,
@@ -222,8 +217,7 @@ async def _bench(port: int, args: argparse.Namespace) -> dict[str, list[dict[str
 def _table(results: dict[str, list[dict[str, float]]]) -> list[str]:
     lines = [f"{'client':<24}{'req/s':>10}{'CPU µs/req':>12}{'user':>8}{'sys':>8}"]
     medians = {
-        name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-        for name, rounds in results.items()
+        name: {key: median(r[key] for r in rounds) for key in rounds[0]} for name, rounds in results.items()
     }
     for name, m in medians.items():
         lines.append(

@@ -35,7 +35,9 @@ import mmgate
 from mmgate.bench.overhead import report as overhead_report
 from mmgate.bench.overhead.bodies import BODIES, body, write_bodies
 from mmgate.bench.overhead.peers import PEERS, find_peers_python, installed_versions
-from mmgate.bench.overhead.proc import Managed, cpu_seconds, free_port, peak_rss_mb, wait_until_serving
+from mmgate.bench.processes import Managed, free_port, wait_until_serving
+from mmgate.bench.procstat import cpu_seconds, peak_rss_mb
+from mmgate.bench.stats import percentile
 
 SRC = Path(mmgate.__file__).resolve().parent.parent
 REPO = SRC.parent
@@ -406,7 +408,7 @@ class Bench:
                         duration=self.args.sweep_seconds,
                         timeout=10.0,
                     )
-                    lat = sorted(result["latencies_ms"])
+                    lat = result["latencies_ms"]
                     points.append(
                         {
                             "body": name,
@@ -415,8 +417,8 @@ class Bench:
                             "achieved_rps": result["ok"] / max(result["elapsed_s"], 1e-9),
                             "ok": result["ok"],
                             "errors": result["errors"],
-                            "p50_ms": overhead_report.percentile(lat, 50),
-                            "p99_ms": overhead_report.percentile(lat, 99),
+                            "p50_ms": percentile(lat, 50),
+                            "p99_ms": percentile(lat, 99),
                         }
                     )
         return points

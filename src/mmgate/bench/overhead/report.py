@@ -6,22 +6,14 @@ re-rendered from a saved run (``summarize(json.load(...))``).
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mmgate.bench.stats import median, percentile
+
 # The issue's goals: body -> (min req/s ratio over the best peer, max added p50 in ms).
 GOALS: dict[str, tuple[float, float]] = {"image-3": (1.2, 3.0), "text": (0.6, 1.0)}
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (nearest rank) of already sorted values; None when there are none."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return float(sorted_values[min(rank, len(sorted_values)) - 1])
 
 
 def _rate(result: dict[str, Any]) -> float:
@@ -37,8 +29,8 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             cells = [c for c in raw["cells"] if c["system"] == name and c["body"] == body]
             if not cells:
                 continue
-            latencies = sorted(v for c in cells for v in c["latency"]["latencies_ms"])
-            ttfb = sorted(v for c in cells for v in c["latency"]["ttfb_ms"])
+            latencies = [v for c in cells for v in c["latency"]["latencies_ms"]]
+            ttfb = [v for c in cells for v in c["latency"]["ttfb_ms"]]
             jobs = [job for c in cells for job in (c["latency"], c["throughput"])]
             requests = sum(job["ok"] + job["errors"] for job in jobs)
             router_cpu = [job["router_cpu_s"] for job in jobs if job.get("router_cpu_s") is not None]
@@ -53,7 +45,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                     "p50_ms": percentile(latencies, 50),
                     "p99_ms": percentile(latencies, 99),
                     "ttfb_p50_ms": percentile(ttfb, 50),
-                    "rps": statistics.median(rounds),
+                    "rps": median(rounds),
                     "rps_rounds": rounds,
                     "cpu_s_per_1k": 1000 * sum(router_cpu) / requests if router_cpu and requests else None,
                     "upstream_cpu_s_per_1k": 1000 * sum(j["upstream_cpu_s"] for j in jobs) / max(requests, 1),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mmgate
-from mmgate.bench.overhead.proc import Managed, free_port, wait_until_serving
+from mmgate.bench.processes import Managed, free_port, wait_until_serving
 from mmgate.bench.routing.loadgen import Target, raw_bodies, run_ladder, workload_bodies
 from mmgate.bench.routing.records import Ladder, RungResult
 from mmgate.bench.routing.systems import System

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mmgate.bench.routing.records import RequestRecord, RungResult
+from mmgate.bench.stats import percentile, percentiles, weighted_percentile
 
 FIELDS = (
     "system",
@@ -35,30 +34,11 @@ FIELDS = (
 )
 
 
-def _pct(values: Sequence[float] | np.ndarray, q: float) -> float | None:
-    if len(values) == 0:
-        return None
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
-
-
-def _weighted_pct(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
-    """The smallest value whose cumulative weight reaches q% (a lower percentile, like
-    ``numpy.percentile(method="inverted_cdf")`` on the expanded samples)."""
-    total = weights.sum()
-    if total <= 0:
-        return None
-    order = np.argsort(values, kind="stable")
-    cum = np.cumsum(weights[order])
-    i = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
-    return float(values[order][min(i, len(order) - 1)])
-
-
 def _itl_percentiles(rung: RungResult, ok: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
     if rung.itl_weighted is not None:
-        pairs = np.asarray(rung.itl_weighted, dtype=np.float64).reshape(-1, 2)
-        return _weighted_pct(pairs[:, 0], pairs[:, 1], 50), _weighted_pct(pairs[:, 0], pairs[:, 1], 90)
-    itl = np.concatenate([np.asarray(r.itl_s, dtype=np.float64) for r in ok]) if ok else np.zeros(0)
-    return _pct(itl, 50), _pct(itl, 90)
+        return weighted_percentile(rung.itl_weighted, 50), weighted_percentile(rung.itl_weighted, 90)
+    low, high = percentiles((gap for r in ok for gap in r.itl_s), (50, 90))
+    return low, high
 
 
 def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
@@ -75,17 +55,17 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "rate": rung.rate,
         "output_tokens_per_s": sum(r.output_tokens for r in ok) / span,
         "requests_per_s": len(ok) / span,
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p90_s": _pct(ttft, 90),
-        "ttft_p99_s": _pct(ttft, 99),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p90_s": percentile(ttft, 90),
+        "ttft_p99_s": percentile(ttft, 99),
         "itl_p50_s": itl_p50,
         "itl_p90_s": itl_p90,
-        "e2e_p50_s": _pct(e2e, 50),
-        "e2e_p90_s": _pct(e2e, 90),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p90_s": percentile(e2e, 90),
         "failures": sum(kinds.values()),
         "prefix_cache_hit_ratio": rung.cache.prefix_hit_ratio,
         "encoder_cache_hit_ratio": rung.cache.encoder_hit_ratio,
-        "tpot_p50_s": _pct(tpot, 50),
+        "tpot_p50_s": percentile(tpot, 50),
         "requests": len(rung.records),
         "completed": len(ok),
         "failures_by_type": dict(sorted(kinds.items())),

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import random
-import statistics
 import struct
 import subprocess
 import sys
@@ -40,6 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 import mmgate
+from mmgate.bench.procstat import cpu_seconds, own_cpu_seconds
+from mmgate.bench.stats import median, percentile
 
 TOKEN_MARK = b'"delta":{"content":'
 
@@ -172,19 +173,7 @@ class SimProcess:
 
     def cpu_seconds(self) -> float:
         assert self.proc is not None
-        return proc_cpu_seconds(self.proc.pid)
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-def self_cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
+        return cpu_seconds([self.proc.pid])
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -199,13 +188,6 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
         name = name_labels.split("{", 1)[0]
         out[name] = out.get(name, 0.0) + float(value)
     return out
-
-
-def pct(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # --- calibrate -----------------------------------------------------------------------------------
@@ -250,8 +232,8 @@ async def _calibrate(
                 ttfts.append(res.ttft * 1000)
                 tpots.append(res.tpot * 1000)
                 await asyncio.sleep(0.05)
-            ttft = statistics.median(ttfts)
-            tpot = statistics.median(tpots)
+            ttft = median(ttfts)
+            tpot = median(tpots)
             rows.append(
                 {
                     "image": f"{size[0]}x{size[1]}",
@@ -327,7 +309,7 @@ async def _capacity_step(
     urls = sim.urls
     wall_rate = rate / time_scale
     before = [await scrape(session, u) for u in urls]
-    cpu0, me0, t0 = sim.cpu_seconds(), self_cpu_seconds(), time.perf_counter()
+    cpu0, me0, t0 = sim.cpu_seconds(), sum(own_cpu_seconds()), time.perf_counter()
     tasks: list[asyncio.Task[Result]] = []
     next_at = t0
     i = 0
@@ -340,7 +322,7 @@ async def _capacity_step(
         next_at += rng.expovariate(wall_rate)
     results = await asyncio.gather(*tasks)
     t1 = time.perf_counter()
-    cpu1, me1 = sim.cpu_seconds(), self_cpu_seconds()
+    cpu1, me1 = sim.cpu_seconds(), sum(own_cpu_seconds())
     after = [await scrape(session, u) for u in urls]
     ok = [r for r in results if r.status == 200 and r.error is None and r.ttft is not None]
     busy_sim = sum(
@@ -364,10 +346,10 @@ async def _capacity_step(
         ok=len(ok),
         errors=errors,
         achieved_rps=len(ok) / window * time_scale,
-        ttft_p50_ms=pct(ttfts, 0.5),
-        ttft_p99_ms=pct(ttfts, 0.99),
-        tpot_p50_ms=pct(tpots, 0.5),
-        tpot_p99_ms=pct(tpots, 0.99),
+        ttft_p50_ms=percentile(ttfts, 50),
+        ttft_p99_ms=percentile(ttfts, 99),
+        tpot_p50_ms=percentile(tpots, 50),
+        tpot_p99_ms=percentile(tpots, 99),
         server_cpu=(cpu1 - cpu0) / elapsed,
         client_cpu=(me1 - me0) / elapsed,
         slip=slip,

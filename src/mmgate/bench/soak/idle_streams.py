@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import resource
-import socket
 import sys
 import tempfile
 import time
@@ -25,6 +24,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 from aiohttp import web
+
+from mmgate.bench.processes import free_port
+from mmgate.bench.procstat import rss_mb
 
 MODEL = "idle"
 FIRST = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
@@ -41,20 +43,6 @@ class IdleResult:
     rss_after_mb: float
     kb_per_stream: float
     open_seconds: float
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class HeldUpstream:
@@ -151,7 +139,7 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
                 await asyncio.sleep(0.05)
             upstream.released.clear()
             await asyncio.sleep(0.5)
-            before = rss_mb(proc.pid or 0)
+            before = rss_mb([proc.pid or 0])
             started = time.monotonic()
             responses: list[aiohttp.ClientResponse] = []
 
@@ -168,7 +156,7 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
             opened = len(responses)
             open_seconds = time.monotonic() - started
             await asyncio.sleep(1.0)
-            during = rss_mb(proc.pid or 0)
+            during = rss_mb([proc.pid or 0])
             upstream.released.set()
 
             async def finish(resp: aiohttp.ClientResponse) -> bool:
@@ -178,7 +166,7 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
 
             completed = sum(await asyncio.gather(*(finish(r) for r in responses)))
             await asyncio.sleep(0.5)
-            after = rss_mb(proc.pid or 0)
+            after = rss_mb([proc.pid or 0])
     finally:
         if proc.returncode is None:
             proc.terminate()

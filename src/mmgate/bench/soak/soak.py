@@ -28,7 +28,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from mmgate.bench.soak.idle_streams import free_port, rss_mb
+from mmgate.bench.processes import free_port
+from mmgate.bench.procstat import rss_mb
+from mmgate.bench.stats import percentiles
 
 MODEL = "test"
 
@@ -207,7 +209,7 @@ class Soak:
     async def sample_rss(self, pid: int, until: float) -> None:
         while self.now() < until:
             with contextlib.suppress(OSError):
-                self.rss.append((round(self.now(), 1), round(rss_mb(pid), 1)))
+                self.rss.append((round(self.now(), 1), round(rss_mb([pid]), 1)))
             await asyncio.sleep(self.args.sample_every)
 
     async def run(self) -> dict[str, object]:
@@ -271,8 +273,12 @@ def summarize(result: dict[str, object]) -> dict[str, object]:
     for r in records:
         if r["outcome"] == "ok":
             minute.setdefault(int(r["t"] // 60), []).append(r["latency_s"])
-    p99 = {m: round(_pct(v, 0.99), 4) for m, v in sorted(minute.items())}
-    p50 = {m: round(_pct(v, 0.5), 4) for m, v in sorted(minute.items())}
+    p50: dict[int, float] = {}
+    p99: dict[int, float] = {}
+    for m, latencies in sorted(minute.items()):
+        low, high = percentiles(latencies, (50, 99))
+        assert low is not None and high is not None  # a minute is listed only once it has a latency
+        p50[m], p99[m] = round(low, 4), round(high, 4)
     rss = result["rss_mb"]
     assert isinstance(rss, list)
     return {
@@ -285,11 +291,6 @@ def summarize(result: dict[str, object]) -> dict[str, object]:
         "rss_max_mb": max(v for _, v in rss) if rss else None,
         "rss_last_mb": rss[-1][1] if rss else None,
     }
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def plot(result: dict[str, object], summary: dict[str, object], path: Path) -> None:

@@ -1,8 +1,8 @@
-"""Processes of the overhead benchmark: start, wait until they answer, account CPU and memory, stop.
+"""The processes a benchmark starts on loopback: a free port, start, wait until it answers, stop.
 
-CPU time and peak memory are read from ``/proc`` (no psutil): ``utime + stime`` of
-``/proc/PID/stat`` and ``VmHWM`` of ``/proc/PID/status``, summed over the process and its
-descendants, so a router that forks workers is charged for all of them.
+The routing (HTTP mode), overhead and soak benchmarks all run routers, fleets and upstreams as
+child processes; each is started in its own session so that it and any workers it forks stop as one
+group. What they cost is read by :mod:`mmgate.bench.procstat`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from mmgate.bench.procstat import descendants
+
 # Loopback only: never let an http_proxy variable send readiness probes elsewhere.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -31,54 +31,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: fields start after the last ')'.
-    return raw[raw.rfind(")") + 2 :].split()
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(int(entry))
-        if fields:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, ()))
-    return found
-
-
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU seconds consumed so far by these processes (and their reaped children)."""
-    total = 0
-    for pid in pids:
-        fields = _stat_fields(pid)
-        if fields:
-            # utime, stime, cutime, cstime are fields 14-17 of stat; index 0 here is field 3.
-            total += sum(int(v) for v in fields[11:15])
-    return total / TICKS
-
-
-def peak_rss_mb(pids: Sequence[int]) -> float:
-    """Sum of each process's peak resident set (VmHWM), in MiB."""
-    total_kb = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total_kb += int(line.split()[1])
-    return total_kb / 1024
 
 
 @dataclass
