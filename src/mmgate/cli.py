@@ -16,6 +16,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mmgate.demo", "start the gateway on an embedded simulated fleet and print a request to try"),
     "serve": ("mmgate.gateway.cli", "run the gateway in front of a fleet of OpenAI-compatible servers"),
+    "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),
     "tokens": ("mmgate.tokens.cli", "count visual/audio tokens for images, videos or sizes per model family"),

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mmgate.config import ConfigError, load_config, load_config_text, validate
+from mmgate.config import ConfigError, ConfigErrors, load_config, load_config_text
+from mmgate.config.lines import key_lines, line_of
 from mmgate.scheduling import build_scheduler
 
 # prices.yaml is `mmgate cost`'s price table, not an EndpointPickerConfig.
@@ -24,7 +25,6 @@ def test_there_are_examples() -> None:
 def test_every_example_loads_and_builds(path: Path) -> None:
     cfg = load_config(path)
     assert cfg.picker.kind == "EndpointPickerConfig"
-    validate(cfg)
     scheduler = build_scheduler(cfg.picker, mmgate=cfg.mmgate)
     assert scheduler.profiles
 
@@ -100,15 +100,80 @@ def test_bad_api_version_and_kind() -> None:
 
 def test_dangling_plugin_ref() -> None:
     text = "plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: d, plugins: [{pluginRef: nope}]}]\n"
+    config = load_config_text(text)  # the file's shape is fine; what it refers to is not
     with pytest.raises(ConfigError) as err:
-        load_config_text(text)
+        build_scheduler(config.picker)
     assert err.value.path == "schedulingProfiles[0].plugins[0].pluginRef"
     assert "queue-scorer" in str(err.value)
 
 
 def test_duplicate_plugin_names() -> None:
-    with pytest.raises(ConfigError, match="duplicate plugin name"):
-        load_config_text("plugins: [{type: queue-scorer}, {type: queue-scorer}]\n")
+    config = load_config_text("plugins: [{type: queue-scorer}, {type: queue-scorer}]\n")
+    with pytest.raises(ConfigError, match="duplicate plugin name") as err:
+        build_scheduler(config.picker)
+    assert err.value.path == "plugins[1].name"
+
+
+def test_a_reference_to_a_broken_plugin_is_not_a_second_mistake() -> None:
+    text = """
+plugins:
+- {type: queue-scorer, parameters: {x: 1}}
+- {type: no-such-scorer}
+schedulingProfiles:
+- {name: d, plugins: [{pluginRef: queue-scorer}, {pluginRef: no-such-scorer}, {pluginRef: typo}]}
+- {name: d, plugins: []}
+"""
+    with pytest.raises(ConfigErrors) as err:
+        build_scheduler(load_config_text(text).picker)
+    assert [e.path for e in err.value.errors] == [
+        "plugins[0].parameters.x",
+        "plugins[1].type",
+        "schedulingProfiles[0].plugins[2].pluginRef",
+        "schedulingProfiles[1].name",
+    ]
+
+
+def test_every_shape_mistake_at_once_with_its_line() -> None:
+    text = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+  nmae: q
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: q, weight: heavy}
+mmgate:
+  port: 99999
+  limits: {maxPixels: 0, maxDimensions: 5}
+"""
+    with pytest.raises(ConfigErrors) as err:
+        load_config_text(text, source="my.yaml")
+    found = [(e.line, e.path) for e in err.value.errors]
+    assert found == [
+        (5, "plugins[0].nmae"),
+        (9, "schedulingProfiles[0].plugins[0].weight"),
+        (12, "mmgate.limits.maxDimensions"),
+    ]  # the range checks of a section wait until its keys and types are right
+    assert str(err.value).splitlines()[0].startswith("my.yaml:5: plugins[0].nmae: unknown key 'nmae'")
+    text = text.replace("  nmae: q\n", "").replace("heavy", "-1").replace(", maxDimensions: 5", "")
+    with pytest.raises(ConfigErrors) as err:
+        load_config_text(text, source="my.yaml")
+    assert [(e.line, e.path) for e in err.value.errors] == [
+        (8, "schedulingProfiles[0].plugins[0].weight"),
+        (10, "mmgate.port"),
+        (11, "mmgate.limits.maxPixels"),
+    ]
+
+
+def test_key_lines_follow_yaml_paths_and_fall_back_to_the_parent() -> None:
+    lines = key_lines("a:\n  b: [1,\n    2]\nc:\n- x: 1\n  y: 2\n")
+    assert lines["a"] == 1 and lines["a.b"] == 2 and lines["a.b[1]"] == 3
+    assert lines["c[0]"] == 5 and lines["c[0].y"] == 6
+    assert line_of(lines, "c[0].y.deeper") == 6
+    assert line_of(lines, "nowhere") is None
+    assert key_lines("a: [\n") == {}
+    assert key_lines("a: &x [*x]\n") == {"a": 1, "a[0]": 1}  # a recursive alias ends the walk
 
 
 def test_two_profiles_without_handler_is_an_error() -> None:
@@ -145,7 +210,7 @@ def test_mmgate_section_values() -> None:
 def test_config_check_command(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mmgate.config.__main__ import main
+    from mmgate.config.cli import main
 
     monkeypatch.setenv("COLUMNS", "200")
     assert main([str(EXAMPLES[0].parent / "aggregated.yaml")]) == 0
@@ -154,8 +219,8 @@ def test_config_check_command(
     assert "affinityThreshold=0.6" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("plugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeToken: 64}\n")
-    assert main([str(bad)]) == 1
-    assert "did you mean 'blockSizeTokens'" in capsys.readouterr().err
+    assert main([str(bad)]) == 2
+    assert f"{bad}:3: plugins[0].parameters.blockSizeToken" in capsys.readouterr().err
 
 
 def test_limits_section_maps_to_request_limits() -> None:

@@ -30,7 +30,21 @@ def test_serve_rejects_a_misspelled_config_key(tmp_path: Path) -> None:
         mmgate_command("serve", "--config", str(config)), capture_output=True, text=True, env=subprocess_env()
     )
     assert out.returncode == 2
-    assert "prot" in out.stderr
+    assert f"mmgate serve: {config}:4: mmgate.prot: unknown key 'prot' (did you mean 'port'?)" in out.stderr
+
+
+def test_serve_names_the_file_and_line_of_each_plugin_mistake(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("plugins:\n- type: queue-scorer\n- type: token-load-scorr\n  parameters: {x: 1}\n")
+    out = subprocess.run(
+        mmgate_command("serve", "--config", str(config), "--endpoints", "127.0.0.1:1"),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"mmgate serve: {config}:3: plugins[1].type: unknown plugin type")
+    assert "Traceback" not in out.stderr
 
 
 async def test_serve_proxies_logs_json_and_stops_on_ctrl_c(tmp_path: Path) -> None:
@@ -92,3 +106,22 @@ async def test_serve_proxies_logs_json_and_stops_on_ctrl_c(tmp_path: Path) -> No
             proc.kill()
             await proc.wait()
         await upstream.stop()
+
+
+def test_flags_are_applied_to_the_config_before_the_gateway_is_built(tmp_path: Path) -> None:
+    import argparse
+
+    from mmgate.gateway.app import build_gateway
+    from mmgate.gateway.cli import add_arguments, load
+
+    config = tmp_path / "gw.yaml"
+    config.write_text("mmgate:\n  port: 1\n  adminPort: 2\n  admission: {maxInflight: 5, maxQueue: 3}\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = ["--config", str(config), "--port", "0", "--admin-port", "0", "--max-inflight", "-4"]
+    section = load(parser.parse_args([*flags, "--no-access-log", "--endpoints", "127.0.0.1:9,"])).mmgate
+    assert (section.port, section.adminPort, section.accessLog) == (0, 0, False)
+    assert (section.admission.maxInflight, section.admission.maxQueue) == (0, 3)  # a negative N is no limit
+    assert section.endpoints == ["127.0.0.1:9"]
+    settings = build_gateway(load(parser.parse_args(flags))).settings  # what every worker builds
+    assert (settings.port, settings.admin_port, settings.max_inflight, settings.access_log) == (0, 0, 0, True)

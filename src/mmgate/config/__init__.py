@@ -3,9 +3,12 @@
 >>> cfg = load_config("examples/aggregated.yaml")          # doctest: +SKIP
 >>> scheduler = build_scheduler(cfg.picker)                # mmgate.scheduling
 
-Every mistake raises :class:`ConfigError` naming the path of the offending key, and an unknown
-key lists the valid ones. Plugin parameters are checked when the scheduler is built
-(:func:`mmgate.scheduling.build_scheduler`); :func:`validate` does both in one call.
+This package owns the *shape* of a file: YAML, known keys, value types and ranges, apiVersion and
+kind. What the plugins and profiles *mean* (plugin types and parameters, references between
+them, default injection) is checked once, by :func:`mmgate.scheduling.build_scheduler`.
+Every mistake is a :class:`ConfigError` naming the path of the offending key (and the file and
+line, see :meth:`GatewayConfig.locate`); a file with several mistakes raises
+:class:`ConfigErrors` listing them all. ``mmgate check FILE...`` runs both checks.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
+from mmgate.config.lines import key_lines
 from mmgate.config.schema import (
     API_VERSIONS,
     DEPRECATED_API_VERSIONS,
@@ -27,10 +32,11 @@ from mmgate.config.schema import (
     PluginSpec,
     SchedulingProfile,
 )
-from mmgate.config.strict import ConfigError, decode_strict
+from mmgate.config.strict import ConfigError, ConfigErrors, check_strict, decode_strict, raise_if_any
 
 __all__ = [
     "ConfigError",
+    "ConfigErrors",
     "EndpointPickerConfig",
     "EndpointSpec",
     "GatewayConfig",
@@ -42,97 +48,131 @@ __all__ = [
     "load_config",
     "load_config_text",
     "parse_config",
-    "validate",
+    "read_config_text",
 ]
 
 
 def load_config(path: str | Path) -> GatewayConfig:
-    """Read and validate a YAML config file."""
+    """Read and validate a YAML config file (every shape error at once, each with its line)."""
+    config, errors = read_config(path)
+    raise_if_any(errors)
+    assert config is not None
+    return config
+
+
+def load_config_text(text: str, *, source: str = "<config>") -> GatewayConfig:
+    config, errors = read_config_text(text, source=source)
+    raise_if_any(errors)
+    assert config is not None
+    return config
+
+
+def read_config(path: str | Path) -> tuple[GatewayConfig | None, list[ConfigError]]:
+    """Like :func:`read_config_text`, for a file."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config file: {exc.strerror or exc}", path=str(p)) from None
-    return load_config_text(text, source=str(p))
+        return None, [ConfigError(f"cannot read config file: {exc.strerror or exc}", source=str(p))]
+    except UnicodeDecodeError as exc:
+        return None, [ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(p))]
+    return read_config_text(text, source=str(p))
 
 
-def load_config_text(text: str, *, source: str = "<config>") -> GatewayConfig:
+def read_config_text(
+    text: str, *, source: str = "<config>"
+) -> tuple[GatewayConfig | None, list[ConfigError]]:
+    """Every shape error of ``text`` (located), and the config as far as it decoded, for a checker
+    that goes on to the meaning: ``None`` when the picker part did not decode; a section that did
+    not decode is left at its defaults. A config returned with errors is never one to serve."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-    return parse_config(data, source=source)
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+        reason = ", ".join(str(p) for p in parts if p) or " ".join(str(exc).split())
+        return None, [ConfigError(f"not valid YAML: {reason}", source=source, line=line)]
+    config, errors = _parse(data, source)
+    if config is not None:
+        config.lines = key_lines(text)
+    draft = config or GatewayConfig(EndpointPickerConfig(), MmgateSection(), source, key_lines(text))
+    return config, [draft.locate(e) for e in errors]
 
 
 def parse_config(data: Any, *, source: str = "<config>") -> GatewayConfig:
     """Validate already-parsed YAML/JSON data (a mapping) into a :class:`GatewayConfig`."""
+    config, errors = _parse(data, source)
+    raise_if_any(errors)
+    assert config is not None
+    return config
+
+
+def _parse(data: Any, source: str) -> tuple[GatewayConfig | None, list[ConfigError]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping, got {type(data).__name__}")
+        return None, [
+            ConfigError(f"the top level must be a mapping, got {type(data).__name__}", source=source)
+        ]
     body = dict(data)
     section = body.pop("mmgate", None)
-    picker = decode_strict(body, EndpointPickerConfig)
-    mmgate = decode_strict(section, MmgateSection, path="mmgate")
-    _check_picker(picker)
-    _check_mmgate(mmgate)
-    return GatewayConfig(picker=picker, mmgate=mmgate, source=source)
+    picker_errors = check_strict(body, EndpointPickerConfig)
+    mmgate_errors = check_strict(section, MmgateSection, path="mmgate")
+    # Unknown top-level keys (a misspelt section) do not stop the rest from being checked.
+    unknown = {e.path for e in picker_errors if e.path in body and e.path not in _PICKER_KEYS}
+    rest = {k: v for k, v in body.items() if k not in unknown}
+    picker = None if len(unknown) < len(picker_errors) else decode_strict(rest, EndpointPickerConfig)
+    mmgate = MmgateSection() if mmgate_errors else decode_strict(section, MmgateSection, path="mmgate")
+    errors = picker_errors + (_check_picker(picker) if picker is not None else [])
+    errors += mmgate_errors or _check_mmgate(mmgate)
+    if picker is None:
+        return None, errors
+    return GatewayConfig(picker=picker, mmgate=mmgate, source=source), errors
 
 
-def validate(config: GatewayConfig) -> None:
-    """Also build the scheduler once, so plugin parameters and profile references are checked."""
-    from mmgate.scheduling import build_scheduler
-
-    build_scheduler(config.picker, mmgate=config.mmgate)
+_PICKER_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(EndpointPickerConfig))
 
 
-def _check_picker(cfg: EndpointPickerConfig) -> None:
+def _check_picker(cfg: EndpointPickerConfig) -> list[ConfigError]:
+    errors: list[ConfigError] = []
     if cfg.apiVersion not in API_VERSIONS + DEPRECATED_API_VERSIONS:
         valid = ", ".join(API_VERSIONS)
-        raise ConfigError(
-            f"unsupported apiVersion {cfg.apiVersion!r}; use one of: {valid}", path="apiVersion"
+        errors.append(
+            ConfigError(f"unsupported apiVersion {cfg.apiVersion!r}; use one of: {valid}", path="apiVersion")
         )
     if cfg.kind != KIND:
-        raise ConfigError(f"kind must be {KIND!r}, got {cfg.kind!r}", path="kind")
-    seen: set[str] = set()
-    for i, spec in enumerate(cfg.plugins):
-        if spec.instance_name in seen:
-            raise ConfigError(f"duplicate plugin name {spec.instance_name!r}", path=f"plugins[{i}].name")
-        seen.add(spec.instance_name)
-    names: set[str] = set()
+        errors.append(ConfigError(f"kind must be {KIND!r}, got {cfg.kind!r}", path="kind"))
     for i, profile in enumerate(cfg.schedulingProfiles):
-        if profile.name in names:
-            raise ConfigError(
-                f"duplicate profile name {profile.name!r}", path=f"schedulingProfiles[{i}].name"
-            )
-        names.add(profile.name)
         for j, ref in enumerate(profile.plugins):
-            where = f"schedulingProfiles[{i}].plugins[{j}]"
-            if ref.pluginRef not in seen:
-                known = ", ".join(sorted(seen)) or "none"
-                raise ConfigError(
-                    f"pluginRef {ref.pluginRef!r} is not defined under plugins (defined: {known})",
-                    path=f"{where}.pluginRef",
-                )
             if ref.weight is not None and ref.weight < 0:
-                raise ConfigError(f"weight must be >= 0, got {ref.weight}", path=f"{where}.weight")
+                where = f"schedulingProfiles[{i}].plugins[{j}].weight"
+                errors.append(ConfigError(f"weight must be >= 0, got {ref.weight}", path=where))
+    return errors
 
 
-def _check_mmgate(m: MmgateSection) -> None:
+def _check_mmgate(m: MmgateSection) -> list[ConfigError]:
+    errors: list[ConfigError] = []
     if not 0 <= m.port <= 65535:
-        raise ConfigError(f"port must be in 0..65535, got {m.port}", path="mmgate.port")
+        errors.append(ConfigError(f"port must be in 0..65535, got {m.port}", path="mmgate.port"))
     if m.scrapeIntervalMs < 50:
-        raise ConfigError(
-            f"scrapeIntervalMs must be >= 50 (llm-d's minimum refresh interval), got {m.scrapeIntervalMs}",
-            path="mmgate.scrapeIntervalMs",
+        errors.append(
+            ConfigError(
+                f"scrapeIntervalMs must be >= 50 (llm-d's minimum refresh interval), "
+                f"got {m.scrapeIntervalMs}",
+                path="mmgate.scrapeIntervalMs",
+            )
         )
     if m.metricsStalenessMs <= 0:
-        raise ConfigError("metricsStalenessMs must be > 0", path="mmgate.metricsStalenessMs")
+        errors.append(ConfigError("metricsStalenessMs must be > 0", path="mmgate.metricsStalenessMs"))
     if m.maxRetries < 0:
-        raise ConfigError("maxRetries must be >= 0", path="mmgate.maxRetries")
+        errors.append(ConfigError("maxRetries must be >= 0", path="mmgate.maxRetries"))
     lim = m.limits
     for key in ("maxBodyBytes", "maxDimension", "maxPixels", "maxDurationS"):
         if getattr(lim, key) <= 0:
-            raise ConfigError(f"must be > 0, got {getattr(lim, key)}", path=f"mmgate.limits.{key}")
+            errors.append(ConfigError(f"must be > 0, got {getattr(lim, key)}", path=f"mmgate.limits.{key}"))
     if lim.maxMediaItems < 0:
-        raise ConfigError(f"must be >= 0, got {lim.maxMediaItems}", path="mmgate.limits.maxMediaItems")
+        errors.append(
+            ConfigError(f"must be >= 0, got {lim.maxMediaItems}", path="mmgate.limits.maxMediaItems")
+        )
+    return errors

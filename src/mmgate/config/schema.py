@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from mmgate.config.lines import line_of
+from mmgate.config.strict import ConfigError, ConfigErrors
 from mmgate.request.limits import DEFAULT_LIMITS, Limits
 
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1")
@@ -153,7 +155,8 @@ class UpstreamTLSSpec(_Strict):
 
 
 class MmgateSection(_Strict):
-    """mmgate's own settings. Command-line flags override them."""
+    """mmgate's own settings. Command-line flags override them (``mmgate serve`` applies them
+    to this section before the gateway is built)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -175,12 +178,25 @@ class MmgateSection(_Strict):
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
     debugHeaders: bool = False
+    accessLog: bool = True
     seed: int | None = None
 
 
 class GatewayConfig(msgspec.Struct):
-    """A loaded file: the picker config and the mmgate section, each validated strictly."""
+    """A loaded file: the picker config and the mmgate section, each validated strictly.
+
+    ``source`` names the file and ``lines`` maps each key's path to its line, so an error found
+    later (when the scheduler is built) can still say where the file gives the key.
+    """
 
     picker: EndpointPickerConfig
     mmgate: MmgateSection
     source: str = "<config>"
+    lines: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def locate(self, error: ConfigError) -> ConfigError:
+        """``error`` (one or several) with this file's name and each key's line."""
+        located = [
+            e if e.source else e.located(self.source, line_of(self.lines, e.path)) for e in error.errors
+        ]
+        return located[0] if len(located) == 1 else ConfigErrors(located)

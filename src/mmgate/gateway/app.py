@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +81,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         body_timeout_s=section.bodyTimeoutS,
         header_timeout_s=section.headerTimeoutS,
         send_timeout_s=section.sendTimeoutS,
+        access_log=section.accessLog,
         admin_port=section.adminPort,
         max_inflight=section.admission.maxInflight,
         admission=AdmissionSettings(
@@ -199,26 +200,3 @@ def run_forever(main: Callable[[], object], *, use_uvloop: bool = True) -> None:
             factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main())  # type: ignore[arg-type]
-
-
-def apply_flags(
-    section: MmgateSection,
-    *,
-    endpoints: Sequence[str] | None,
-    port: int | None,
-    host: str | None,
-    endpoints_file: str | None,
-) -> MmgateSection:
-    """Command-line flags override the file's ``mmgate:`` section."""
-    import msgspec
-
-    changes: dict[str, object] = {}
-    if endpoints is not None:
-        changes["endpoints"] = list(endpoints)
-    if port is not None:
-        changes["port"] = port
-    if host is not None:
-        changes["host"] = host
-    if endpoints_file is not None:
-        changes["endpointsFile"] = endpoints_file
-    return msgspec.structs.replace(section, **changes) if changes else section

@@ -10,7 +10,7 @@ import sys
 import msgspec
 
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
-from mmgate.gateway.app import Running, apply_flags, build_gateway, run_forever, serve_until_signal
+from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.memory import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
 from mmgate.gateway.workers import serve_workers
@@ -77,23 +77,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace) -> GatewayConfig:
+    """The config file with the flags applied: flags override the file's ``mmgate:`` section, and
+    everything after (the gateway, each worker) is built from the result."""
     config = load_config(args.config) if args.config else parse_config({}, source="<defaults>")
-    endpoints = None
+    section = config.mmgate
+    changes: dict[str, object] = {}
     if args.endpoints is not None:
-        endpoints = [e for e in args.endpoints.split(",") if e.strip()]
-    section = apply_flags(
-        config.mmgate, endpoints=endpoints, port=args.port, host=args.host, endpoints_file=args.endpoints_file
-    )
-    return msgspec.structs.replace(config, mmgate=section)
+        changes["endpoints"] = [e for e in args.endpoints.split(",") if e.strip()]
+    if args.endpoints_file is not None:
+        changes["endpointsFile"] = args.endpoints_file
+    if args.port is not None:
+        changes["port"] = args.port
+    if args.host is not None:
+        changes["host"] = args.host
+    if args.admin_port is not None:
+        changes["adminPort"] = args.admin_port
+    if args.no_access_log:
+        changes["accessLog"] = False
+    if args.max_inflight is not None:
+        admission = msgspec.structs.replace(section.admission, maxInflight=max(0, args.max_inflight))
+        changes["admission"] = admission
+    return msgspec.structs.replace(config, mmgate=msgspec.structs.replace(section, **changes))
 
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, json=args.log_format == "json")
     try:
         config = load(args)
+    except ConfigError as exc:
+        return _config_errors(exc)
+    try:
         gateway = build_gateway(config)
-    except (ConfigError, ValueError) as exc:
-        print(f"mmgate serve: {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        return _config_errors(config.locate(exc))
+    except ValueError as exc:
+        print(f"mmgate serve: {config.source}: {exc}", file=sys.stderr)
         return 2
     if not config.mmgate.endpoints and not config.mmgate.endpointsFile:
         print(
@@ -104,11 +122,6 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("mmgate serve: --workers must be at least 1", file=sys.stderr)
         return 2
-    gateway.settings.access_log = not args.no_access_log
-    if args.admin_port is not None:
-        gateway.settings.admin_port = args.admin_port
-    if args.max_inflight is not None:
-        gateway.settings.max_inflight = max(0, args.max_inflight)
     keep_large_buffers()  # multi-MB bodies: reuse heap pages instead of fresh mmaps per request
 
     def ready(running: Running) -> None:
@@ -125,9 +138,6 @@ def run(args: argparse.Namespace) -> int:
         def serve_one(port: int) -> int:
             # Each worker builds its own gateway: nothing bound to an event loop crosses fork().
             worker = build_gateway(config)
-            worker.settings.access_log = gateway.settings.access_log
-            worker.settings.max_inflight = gateway.settings.max_inflight
-            worker.settings.admin_port = gateway.settings.admin_port
             run_forever(lambda: serve_until_signal(worker, ready, port=port, reuse_port=True))
             return 0
 
@@ -145,3 +155,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _config_errors(error: ConfigError) -> int:
+    """Every mistake, one per line, each naming the file (and line) it is in; exit status 2."""
+    for one in error.errors:
+        print(f"mmgate serve: {one}", file=sys.stderr)
+    return 2

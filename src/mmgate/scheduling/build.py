@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mmgate.config.schema import EndpointPickerConfig, MmgateSection, PluginRef, SchedulingProfile
-from mmgate.config.strict import ConfigError
+from mmgate.config.strict import ConfigError, raise_if_any
 from mmgate.scheduling.framework import (
     Filter,
     Picker,
@@ -42,20 +42,35 @@ def build_scheduler(
     registry: PluginRegistry | None = None,
 ) -> Scheduler:
     """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible;
-    ``registry`` (default: the built-in plugins) says which plugin types exist."""
+    ``registry`` (default: the built-in plugins) says which plugin types exist.
+
+    This is where a config's meaning is checked: plugin types and parameters, unique names,
+    references from profiles, handlers and producers. Every mistake is collected and raised
+    together (:class:`ConfigErrors` when there are several); a plugin that could not be made is
+    left out of the later checks, so one mistake is reported once, not again by each reference.
+    """
     registry = registry if registry is not None else builtin_registry()
     cfg = config if config is not None else EndpointPickerConfig()
     section = mmgate if mmgate is not None else MmgateSection()
     if rng is None:
         rng = random.Random(seed if seed is not None else section.seed)
     handle = PluginHandle(rng, settings={"pricing_family": section.pricing.family})
+    errors: list[ConfigError] = []
 
     plugins: dict[str, Plugin[Any]] = {}
+    broken: set[str] = set()  # configured, but not made: references to them are not new mistakes
     for i, spec in enumerate(cfg.plugins):
-        plugins[spec.instance_name] = registry.create(
-            spec.type, spec.instance_name, spec.parameters, handle, path=f"plugins[{i}]"
-        )
-        handle.plugins[spec.instance_name] = plugins[spec.instance_name]
+        name = spec.instance_name
+        if name in plugins or name in broken:
+            errors.append(ConfigError(f"duplicate plugin name {name!r}", path=f"plugins[{i}].name"))
+            continue
+        try:
+            plugins[name] = registry.create(spec.type, name, spec.parameters, handle, path=f"plugins[{i}]")
+        except ConfigError as exc:
+            errors.extend(exc.errors)
+            broken.add(name)
+            continue
+        handle.plugins[name] = plugins[name]
 
     def injected(type_name: str) -> Plugin[Any]:
         existing = plugins.get(type_name)
@@ -67,30 +82,32 @@ def build_scheduler(
         return made
 
     for i, spec in enumerate(cfg.plugins):
+        made = plugins.get(spec.instance_name)
+        if made is None:
+            continue
         try:
-            plugins[spec.instance_name].resolve(plugins)
+            made.resolve(plugins)
         except ValueError as exc:
-            raise ConfigError(str(exc), path=f"plugins[{i}].parameters") from None
+            errors.append(ConfigError(str(exc), path=f"plugins[{i}].parameters"))
 
     profile_specs = cfg.schedulingProfiles or [_default_profile(plugins)]
-    profiles = {spec.name: _build_profile(i, spec, plugins, injected) for i, spec in enumerate(profile_specs)}
+    profiles: dict[str, Profile] = {}
+    seen: set[str] = set()
+    for i, profile_spec in enumerate(profile_specs):
+        if profile_spec.name in seen:
+            where = f"schedulingProfiles[{i}].name"
+            errors.append(ConfigError(f"duplicate profile name {profile_spec.name!r}", path=where))
+            continue
+        seen.add(profile_spec.name)
+        profile = _build_profile(i, profile_spec, plugins, broken, injected, errors)
+        if profile is not None:
+            profiles[profile_spec.name] = profile
 
-    handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
-    if len(handlers) > 1:
-        raise ConfigError(f"more than one profile handler configured: {', '.join(p.name for p in handlers)}")
-    if handlers:
-        handler = handlers[0]
-    elif len(profiles) == 1:
-        handler_plugin = injected("single-profile-handler")
-        assert isinstance(handler_plugin, ProfileHandler)
-        handler = handler_plugin
-    else:
-        raise ConfigError(
-            f"{len(profiles)} scheduling profiles need a profile handler plugin "
-            "(single-profile-handler only handles one profile)",
-            path="schedulingProfiles",
-        )
-
+    handler = _handler(plugins, len(profile_specs), injected, errors if not broken else [])
+    # With a mistake so far, the handler may be the broken plugin and producer resolution would
+    # only guess around the broken pieces: stop here.
+    raise_if_any(errors)
+    assert handler is not None
     producers = _resolve_producers(plugins, injected)
     return Scheduler(
         producers=producers,
@@ -100,6 +117,33 @@ def build_scheduler(
         rng=rng,
         metrics_staleness_s=section.metricsStalenessMs / 1000.0,
     )
+
+
+def _handler(
+    plugins: dict[str, Plugin[Any]],
+    n_profiles: int,
+    injected: Callable[[str], Plugin[Any]],
+    errors: list[ConfigError],
+) -> ProfileHandler[Any] | None:
+    handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
+    if len(handlers) > 1:
+        names = ", ".join(p.name for p in handlers)
+        errors.append(ConfigError(f"more than one profile handler configured: {names}", path="plugins"))
+        return None
+    if handlers:
+        return handlers[0]
+    if n_profiles == 1:
+        made = injected("single-profile-handler")
+        assert isinstance(made, ProfileHandler)
+        return made
+    errors.append(
+        ConfigError(
+            f"{n_profiles} scheduling profiles need a profile handler plugin "
+            "(single-profile-handler only handles one profile)",
+            path="schedulingProfiles",
+        )
+    )
+    return None
 
 
 def _default_profile(plugins: dict[str, Plugin[Any]]) -> SchedulingProfile:
@@ -113,8 +157,12 @@ def _build_profile(
     index: int,
     spec: SchedulingProfile,
     plugins: dict[str, Plugin[Any]],
+    broken: set[str],
     injected: Callable[[str], Plugin[Any]],
-) -> Profile:
+    errors: list[ConfigError],
+) -> Profile | None:
+    """The profile, or ``None`` when a reference in it is wrong (each wrong one is in ``errors``)."""
+    before = len(errors)
     filters: list[Filter[Any]] = []
     scorers: list[WeightedScorer] = []
     picker: Picker[Any] | None = None
@@ -122,7 +170,15 @@ def _build_profile(
         where = f"schedulingProfiles[{index}].plugins[{j}].pluginRef"
         p = plugins.get(ref.pluginRef)
         if p is None:
-            raise ConfigError(f"pluginRef {ref.pluginRef!r} is not defined under plugins", path=where)
+            if ref.pluginRef not in broken:
+                known = ", ".join(sorted(plugins.keys() | broken)) or "none"
+                errors.append(
+                    ConfigError(
+                        f"pluginRef {ref.pluginRef!r} is not defined under plugins (defined: {known})",
+                        path=where,
+                    )
+                )
+            continue
         used = False
         if isinstance(p, Filter):
             filters.append(p)
@@ -132,16 +188,17 @@ def _build_profile(
             used = True
         if isinstance(p, Picker):
             if picker is not None:
-                raise ConfigError(
-                    f"profile {spec.name!r} has two pickers: {picker.name!r} and {p.name!r}", path=where
-                )
+                message = f"profile {spec.name!r} has two pickers: {picker.name!r} and {p.name!r}"
+                errors.append(ConfigError(message, path=where))
             picker = p
             used = True
         if not used:
-            raise ConfigError(
-                f"{p.name!r} ({p.type_name}) is not a filter, scorer or picker; list it under plugins only",
-                path=where,
+            message = (
+                f"{p.name!r} ({p.type_name}) is not a filter, scorer or picker; list it under plugins only"
             )
+            errors.append(ConfigError(message, path=where))
+    if len(errors) > before:
+        return None
     if picker is None:
         made = injected("max-score-picker")
         assert isinstance(made, Picker)
