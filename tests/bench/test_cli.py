@@ -6,7 +6,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import mmgate_command, subprocess_env
+from mmgate.bench.cli import BENCHMARKS
+from mmgate.bench.cli import main as bench
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,3 +39,21 @@ def test_flag_that_does_not_fit_the_workload_is_refused(tmp_path: Path) -> None:
 def test_plot_without_a_report_says_so(tmp_path: Path) -> None:
     done = _run("plot", str(tmp_path))
     assert done.returncode == 2 and "no report.json" in done.stderr
+
+
+def test_every_benchmark_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    for name in BENCHMARKS:
+        with pytest.raises(SystemExit) as exit_:
+            bench([name, "--help"])
+        assert exit_.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: mmgate bench {name}") and "--" in out, name
+
+
+def test_the_listing_names_every_benchmark() -> None:
+    done = _run("--help")
+    assert done.returncode == 0
+    for name in BENCHMARKS:
+        assert f"    {name} " in done.stdout
+    bare = _run()
+    assert bare.returncode == 2 and "name a benchmark" in bare.stderr and "hotpath" in bare.stderr

@@ -95,5 +95,5 @@ async def test_memory_stays_bounded_with_hundreds_of_idle_streams() -> None:
     result = await measure(300, mmgate_command(), env=subprocess_env())
     assert result.opened == result.completed == 300
     # An idle stream costs the gateway tens of KB (two sockets, two parsers, buffers), not MBs;
-    # the full 10,000-stream figure is in docs/reliability.md (python -m mmgate.bench.soak.idle_streams).
+    # the full 10,000-stream figure is in docs/reliability.md (mmgate bench idle-streams).
     assert result.kb_per_stream < 150, result

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mmgate.bench.micro.decision import main
+from mmgate.bench.cli import main
 
 
 def test_benchmark_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "decision.json"
     args = ["--endpoints", "3", "--groups", "2", "--per-group", "2", "--rounds", "30", "--out", str(out)]
-    assert main(args) == 0
+    assert main(["decision", *args]) == 0
     data = json.loads(out.read_text())
     rows = {r["config"]: r for r in data["results"]}
     assert set(rows) == {"aggregated", "encoder-affinity", "round-robin"}

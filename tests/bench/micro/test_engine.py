@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mmgate.bench.cli import main as bench
 from mmgate.bench.micro import engine
 
 
 def test_probe_serves_every_request_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     assert (
-        engine.main(
+        bench(
             [
+                "engine",
                 "--pods",
                 "2",
                 "--requests",
@@ -36,6 +38,6 @@ def test_probe_serves_every_request_and_writes_json(tmp_path: Path) -> None:
 
 
 def test_more_load_means_longer_ttft() -> None:
-    light = engine.run(pods=1, requests=60, rate=1, output_tokens=20, hash_algo="builtin")
-    heavy = engine.run(pods=1, requests=60, rate=20, output_tokens=20, hash_algo="builtin")
+    light = engine.simulate(pods=1, requests=60, rate=1, output_tokens=20, hash_algo="builtin")
+    heavy = engine.simulate(pods=1, requests=60, rate=20, output_tokens=20, hash_algo="builtin")
     assert heavy.mean_ttft > 2 * light.mean_ttft

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from mmgate.bench.cli import main as bench
 from mmgate.bench.micro import hotpath
 
 
 def test_every_stage_is_timed_and_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "hotpath.json"
-    code = hotpath.main(
-        ["--configs", "round-robin,aggregated", "--bodies", "text", "--iterations", "20",
+    code = bench(
+        ["hotpath", "--configs", "round-robin,aggregated", "--bodies", "text", "--iterations", "20",
          "--repeats", "2", "--json", str(out)]
     )  # fmt: skip
     assert code == 0
@@ -40,7 +41,7 @@ def test_the_scheduler_really_routes_in_the_loop() -> None:
 
 
 def test_unknown_names_are_refused_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
-    assert hotpath.main(["--bodies", "nope"]) == 2
+    assert bench(["hotpath", "--bodies", "nope"]) == 2
     assert "unknown body 'nope'" in capsys.readouterr().err
-    assert hotpath.main(["--configs", "no-such-config"]) == 2
+    assert bench(["hotpath", "--configs", "no-such-config"]) == 2
     assert "unknown system" in capsys.readouterr().err

@@ -3,12 +3,12 @@
 import json
 from pathlib import Path
 
-from mmgate.bench.micro import pricing
+from mmgate.bench.cli import main as bench
 
 
 def test_pricing_benchmark_runs_and_writes_json(tmp_path: object) -> None:
     out = Path(str(tmp_path)) / "pricing.json"
-    assert pricing.main(["--images", "2", "--repeats", "1", "--inner", "2", "--out", str(out)]) == 0
+    assert bench(["pricing", "--images", "2", "--repeats", "1", "--inner", "2", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     rules = {r["rule"] for r in report["results"]}
     assert {"qwen3-vl", "llm-d estimate", "anthropic"} <= rules

@@ -7,10 +7,8 @@ docs/benchmarks/overhead.md.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from conftest import mmgate_command, subprocess_env
@@ -31,8 +29,6 @@ def test_quick_run_writes_a_sane_report(tmp_path: Path) -> None:
         "text",
     ]
     command = mmgate_command("bench", "overhead", *args)
-    if importlib.util.find_spec("mmgate.bench.cli") is None:  # until bench's CLI dispatches to us
-        command = [sys.executable, "-m", "mmgate.bench.overhead.harness", *args]
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mmgate.bench.cli import run as cli_run
+from mmgate.bench.cli import main as bench
 from mmgate.bench.routing import report
 from mmgate.bench.routing.records import CacheCounters, RequestRecord, RungResult
 
@@ -58,12 +58,7 @@ def test_files_are_written_and_replotted(tmp_path: Path) -> None:
     for png in ("throughput.png", "ttft.png", "cache_hit.png"):
         (tmp_path / png).unlink()
 
-    class Args:
-        verb = "plot"
-        folder = tmp_path
-        ttft_slo = 2.0
-
-    assert cli_run(Args()) == 0  # type: ignore[arg-type]
+    assert bench(["plot", str(tmp_path)]) == 0
     assert (tmp_path / "ttft.png").read_bytes()[:4] == b"\x89PNG"
 
 

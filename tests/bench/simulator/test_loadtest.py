@@ -7,7 +7,8 @@ from pathlib import Path
 
 import imagesize
 
-from mmgate.bench.simulator.loadtest import base_png, main, unique_png
+from mmgate.bench.cli import main as bench
+from mmgate.bench.simulator.loadtest import base_png, unique_png
 
 
 def test_unique_png_is_the_same_picture_with_new_bytes(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_capacity_run_writes_its_numbers(tmp_path: Path) -> None:
     out = tmp_path / "cap.json"
     args = ["capacity", "--profile", "fast", "--pods", "2", "--rates", "20", "--duration", "0.3"]
     args += ["--pause", "0", "--output-tokens", "4", "--out", str(out)]
-    assert main(args) == 0
+    assert bench(["loadtest", *args]) == 0
     doc = json.loads(out.read_text())
     (step,) = doc["steps"]
     assert step["sent"] >= 1 and step["ok"] == step["sent"] and step["errors"] == 0

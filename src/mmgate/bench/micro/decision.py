@@ -1,4 +1,4 @@
-"""How long one scheduling decision takes: ``python -m mmgate.bench.micro.decision``.
+"""How long one scheduling decision takes: ``mmgate bench decision``.
 
 The request is the llm-d aggregation guide's shape: a shared system prompt, three inline 1280×720
 PNG images and ~1.3K tokens of question, parsed once by :func:`mmgate.request.parse_request`
@@ -148,11 +148,8 @@ def pricing_cost(scheduler: Scheduler, views: list[RequestView], rounds: int) ->
     return median(times) / 1000
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mmgate.bench.micro.decision",
-        description="Time scheduling decisions for three-image requests (llm-d aggregation guide shape).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Time scheduling decisions for three-image requests (llm-d aggregation guide shape)."
     parser.add_argument(
         "--config", action="append", help="config YAML (repeatable); default: shipped examples"
     )
@@ -162,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5000, help="decisions per config (default 5000)")
     parser.add_argument("--inflight", type=int, default=64, help="requests kept in flight (default 64)")
     parser.add_argument("--out", default="results/decision.json", help="raw JSON output")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
 
     configs = [Path(c) for c in args.config] if args.config else [EXAMPLES / c for c in DEFAULT_CONFIGS]
     views = three_image_views(args.groups, args.per_group)
@@ -217,7 +216,3 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"params": meta, "results": rows}, indent=2))
     print(f"wrote {out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

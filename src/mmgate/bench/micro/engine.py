@@ -4,7 +4,7 @@ A minimal discrete-event loop (Poisson arrivals, least-outstanding routing, N en
 :class:`mmgate.sim.engine.Engine`, so the engine's own cost can be measured apart from any
 scheduler or benchmark harness::
 
-    python -m mmgate.bench.micro.engine --pods 8 --requests 20000 --rate 40
+    mmgate bench engine --pods 8 --requests 20000 --rate 40
 
 The workload is the issue's headline one: a shared system prompt, three images of 880 tokens
 drawn from a pool (so caches hit sometimes), a short question, 300 output tokens.
@@ -56,7 +56,7 @@ def make_request(
     return SimRequest(f"req-{i}", ids, items, output_tokens)
 
 
-def run(
+def simulate(
     pods: int = 8,
     requests: int = 20_000,
     rate: float = 40.0,
@@ -143,10 +143,8 @@ def run(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     parser.add_argument("--pods", type=int, default=8)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rate", type=float, default=40.0, help="arrivals per virtual second")
@@ -155,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-tokens", type=int, default=300)
     parser.add_argument("--no-prefix-caching", action="store_true", help="engines without prefix caching")
     parser.add_argument("--out", help="also write the result as JSON to this file")
-    args = parser.parse_args(argv)
-    result = run(
+
+
+def run(args: argparse.Namespace) -> int:
+    result = simulate(
         args.pods, args.requests, args.rate, args.profile, args.hash_algo, output_tokens=args.output_tokens
     )
     text = json.dumps(asdict(result), indent=2)
@@ -164,7 +164,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

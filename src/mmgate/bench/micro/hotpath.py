@@ -1,4 +1,4 @@
-"""``python -m mmgate.bench.micro.hotpath``: the gateway's per-request Python work, in-process, per stage.
+"""``mmgate bench hotpath``: the gateway's per-request Python work, in-process, per stage.
 
 No sockets and no event loop: a gateway is built from a config exactly as ``mmgate serve`` builds
 it, given two endpoints that are never contacted, and the calls the gateway makes for one request
@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from mmgate.bench.cli import command_line
 from mmgate.bench.overhead.bodies import BODIES, body
 from mmgate.bench.routing.systems import UnknownSystem, resolve
 from mmgate.bench.stats import median
@@ -222,7 +223,7 @@ def table(cases: Sequence[Case]) -> str:
 
 def to_json(cases: Sequence[Case], args: argparse.Namespace) -> dict[str, Any]:
     return {
-        "command": " ".join(["python -m mmgate.bench.micro.hotpath", *sys.argv[1:]]),
+        "command": command_line(),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "processor": platform.processor() or None,
@@ -244,17 +245,14 @@ def to_json(cases: Sequence[Case], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m mmgate.bench.micro.hotpath",
-        description=(
-            "Time the gateway's per-request work outside HTTP (parse, candidates, scheduler "
-            "decision, lifecycle and telemetry, admission/breaker bookkeeping), in-process, per "
-            "stage. Stages are cumulative: the last column is the whole per-request cost."
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="stages (cumulative):\n" + "\n".join(f"  {k:<12} {v}" for k, v in STAGE_HELP.items()),
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Time the gateway's per-request work outside HTTP (parse, candidates, scheduler "
+        "decision, lifecycle and telemetry, admission/breaker bookkeeping), in-process, per "
+        "stage. Stages are cumulative: the last column is the whole per-request cost."
     )
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "stages (cumulative):\n" + "\n".join(f"  {k:<12} {v}" for k, v in STAGE_HELP.items())
     p.add_argument(
         "--configs", default=",".join(DEFAULT_CONFIGS),
         help="comma-separated example names or YAML paths (default: %(default)s)",
@@ -273,11 +271,9 @@ def parser() -> argparse.ArgumentParser:
         "--profile", type=int, metavar="TOP", default=0,
         help="after timing, print a cProfile of the whole path per case: the TOP functions by own time",
     )  # fmt: skip
-    return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bodies = [b.strip() for b in args.bodies.split(",") if b.strip()]
     unknown = [b for b in bodies if b not in BODIES]
@@ -309,7 +305,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             n = args.iterations if len(body(BODIES[name])) < SMALL_BODY else max(20, args.iterations // 10)
             profile(config, name, n, args.profile)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

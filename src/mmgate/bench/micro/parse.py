@@ -1,6 +1,6 @@
 """Benchmark: parse + probe + identity per request body, and header probers against libraries.
 
-Run ``python -m mmgate.bench.micro.parse --out docs/benchmarks/parse.json``. It prints medians
+Run ``mmgate bench parse --out docs/benchmarks/parse.json``. It prints medians
 (the machine is shared and noisy) and writes every sample summary as JSON. Bodies are built here
 with Pillow: a text-only chat, one 1280x720 JPEG inline, three different 1280x720 JPEGs inline.
 """
@@ -186,13 +186,13 @@ def _size(result: Any) -> tuple[int, int]:
     return (result.width, result.height) if result is not None else (-1, -1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     parser.add_argument("--repeat", type=int, default=2000, help="timed calls per small case (default 2000)")
     parser.add_argument("--out", type=Path, help="write the raw results as JSON here")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     results = {
         "machine": {
             "python": platform.python_version(),
@@ -226,7 +226,3 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
         print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Pricing cost per asset, for the ≤ 20 µs budget: ``python -m mmgate.bench.micro.pricing``.
+"""Pricing cost per asset, for the ≤ 20 µs budget: ``mmgate bench pricing``.
 
 Requests are built as :class:`RequestView` objects directly (parsing is measured elsewhere) with a
 mix of probed image sizes, a video and an audio clip, then priced under several rules. Each figure
@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -140,15 +139,17 @@ def run_benchmark(n_images: int, repeats: int, inner: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mmgate.bench.micro.pricing", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "--images", type=int, default=8, help="images per request (plus one video, one audio)"
     )
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--inner", type=int, default=200, help="requests per repeat")
     parser.add_argument("--out", default="results/pricing.json")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     report = run_benchmark(args.images, args.repeats, args.inner)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +169,3 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(r["new sizes: price"] for r in report["results"])
     print(f"worst rule with new sizes: {worst:.2f} µs per asset to price (budget 20 µs); wrote {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ client process's CPU per request (user and system), medians over the rounds. A b
 (write the request, count the reply's bytes) is the floor: the loop, the syscalls and this
 harness; the pool's own cost is what it adds above that.
 
-    python -m mmgate.bench.micro.upstream_client [--seconds 2] [--rounds 3] [--concurrency 32]
+    mmgate bench upstream-client [--seconds 2] [--rounds 3] [--concurrency 32]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -234,20 +234,18 @@ def _table(results: dict[str, list[dict[str, float]]]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mmgate.bench.micro.upstream_client", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one round per client")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per client (median)")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="client event loop")
     parser.add_argument("--out", type=Path, help="write the raw rounds as JSON here")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.serve:
-        uvloop.run(_serve())
-        return 0
+
+
+def run(args: argparse.Namespace) -> int:
     server = subprocess.Popen(
-        [sys.executable, "-m", "mmgate.bench.micro.upstream_client", "--serve"],
+        [sys.executable, "-m", "mmgate.bench.micro.upstream_client"],  # the server process, below
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -273,5 +271,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the loopback server the benchmark starts in its own process
+    uvloop.run(_serve())

@@ -504,14 +504,3 @@ def _machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "system": platform.system(),
     }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m mmgate.bench.overhead.harness`` (the same as ``mmgate bench overhead``)."""
-    parser = argparse.ArgumentParser(prog="mmgate bench overhead")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,8 +11,10 @@ many simulated requests it handled per minute of wall time, the DES throughput f
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,25 @@ def _quick_shape(name: str) -> dict[str, Any]:
     if name == "shared-prefix":
         return {"groups": 20, "prompts_per_group": 3}
     return {"pool": 30, "requests": 200}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description, parser.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--out", type=Path, default=Path("results/headline"), help="output folder")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds per rung (default: 100, as llm-d)"
+    )
+    parser.add_argument("--rates", default="5:40:5", help="rate ladder (default 5:40:5)")
+    parser.add_argument("--quick", action="store_true", help="a small smoke version (seconds)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        parse_rates(args.rates)
+    except ValueError as exc:
+        print(f"mmgate bench headline: {exc}", file=sys.stderr)
+        return 2
+    return run_headline(args.out, duration_s=args.duration, rates=args.rates, quick=args.quick)
 
 
 def run_headline(

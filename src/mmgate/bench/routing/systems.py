@@ -3,19 +3,28 @@
 A system name is one of:
 
 - a path to an mmgate/llm-d YAML config;
-- the name of a config in the checkout's ``examples/`` (``aggregated``, ``encoder-affinity`` …) or
-  shipped with the benchmark (``round-robin``, ``random``, ``prefix-only``);
+- the name of a gateway config in the checkout's ``examples/`` (``round-robin``, ``aggregated``,
+  ``encoder-affinity`` …; files there that are not gateway configs, such as ``prices.yaml`` for
+  ``mmgate cost``, are not systems);
 - a peer router, ``sglang-router`` or ``vllm-router``, optionally with a policy after a colon
   (``vllm-router:round_robin``; default ``cache_aware``). Peers run only in HTTP mode, from the
   environment ``make peers`` creates; absent ones are skipped with a message.
+
+Every config is loaded and its scheduler built (as ``mmgate serve`` does) when the name is
+resolved, so a file the gateway would refuse is refused here, before any process starts, with the
+reason.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
-BENCH_CONFIGS = Path(__file__).parent / "configs"
+from mmgate.config import ConfigError, load_config
+from mmgate.scheduling import build_scheduler
+
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 PEER_PACKAGES = ("sglang-router", "vllm-router")
 
@@ -36,28 +45,60 @@ class UnknownSystem(ValueError):
     pass
 
 
+def _is_gateway_config(path: Path) -> bool:
+    try:
+        load_config(path)
+    except ConfigError:
+        return False
+    return True
+
+
+@cache
+def example_systems() -> tuple[str, ...]:
+    """The names of the gateway configs in ``examples/`` (empty outside a checkout)."""
+    if not EXAMPLES.is_dir():
+        return ()
+    return tuple(sorted(p.stem for p in EXAMPLES.glob("*.yaml") if _is_gateway_config(p)))
+
+
+def systems_help() -> str:
+    """One sentence listing what ``--systems`` accepts, for ``--help`` and error messages."""
+    names = ", ".join(example_systems()) or "none found"
+    return (
+        f"Accepts the example configs ({names}), a path to a YAML config, or a peer router "
+        f"({', '.join(PEER_PACKAGES)}[:policy]; HTTP mode only, skipped in discrete-event mode)."
+    )
+
+
+def _config_system(name: str, path: Path) -> System:
+    try:
+        config = load_config(path)
+        build_scheduler(config.picker, mmgate=config.mmgate)  # what `mmgate serve` does next
+    except ConfigError as exc:
+        raise UnknownSystem(f"system {name!r}: {path} is not a gateway config: {exc}") from None
+    return System(name=path.stem, config=path)
+
+
 def resolve(name: str) -> System:
     """Turn a ``--systems`` entry into a :class:`System` (raises :class:`UnknownSystem`)."""
     package, _, policy = name.partition(":")
     if package in PEER_PACKAGES:
         return System(name=name, peer=package, policy=policy or "cache_aware")
     path = Path(name)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.exists():
+    if path.suffix in (".yaml", ".yml") or "/" in name:
+        if not path.is_file():
             raise UnknownSystem(f"config file {name} does not exist")
-        return System(name=path.stem, config=path)
-    for folder in (EXAMPLES, BENCH_CONFIGS):
-        candidate = folder / f"{name}.yaml"
-        if candidate.exists():
-            return System(name=name, config=candidate)
-    known = sorted(
-        {p.stem for folder in (EXAMPLES, BENCH_CONFIGS) if folder.exists() for p in folder.glob("*.yaml")}
-    )
-    raise UnknownSystem(
-        f"unknown system {name!r}: give a YAML path, one of {', '.join(known)}, "
-        f"or a peer router ({', '.join(PEER_PACKAGES)}[:policy])"
-    )
+        return _config_system(name, path)
+    example = EXAMPLES / f"{name}.yaml"
+    if example.is_file():  # a gateway config, or a file of another command (prices.yaml) said so
+        return System(name=name, config=_config_system(name, example).config)
+    close = difflib.get_close_matches(name, [*example_systems(), *PEER_PACKAGES], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UnknownSystem(f"unknown system {name!r}{hint}. {systems_help()}")
 
 
 def parse_systems(text: str) -> list[System]:
-    return [resolve(s.strip()) for s in text.split(",") if s.strip()]
+    systems = [resolve(s.strip()) for s in text.split(",") if s.strip()]
+    if not systems:
+        raise UnknownSystem(f"--systems names no system. {systems_help()}")
+    return systems

@@ -1,10 +1,10 @@
 """Benchmarks of the simulated fleet itself, through HTTP with a streaming client.
 
-``python -m mmgate.bench.simulator.loadtest calibrate``: single requests at qwen2-vl-2b-rtx4060's three
+``mmgate bench loadtest calibrate``: single requests at qwen2-vl-2b-rtx4060's three
 measured image sizes; the time to first token and the time per output token seen by the client
 against the measured stage times the profile was calibrated to.
 
-``python -m mmgate.bench.simulator.loadtest capacity``: N pods in one ``mmgate sim`` process and an open-loop
+``mmgate bench loadtest capacity``: N pods in one ``mmgate sim`` process and an open-loop
 client on the same machine, a ladder of request rates of a three-image, fixed-output workload;
 per rate the completion rate, client TTFT/TPOT, the CPU both processes used and whether the pods
 kept real time (their ``busy_wall / busy_sim`` seconds).
@@ -549,10 +549,8 @@ def _write(path: str, doc: dict[str, Any]) -> None:
     out.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mmgate.bench.simulator.loadtest", description=__doc__.split("\n\n")[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
     sub = parser.add_subparsers(dest="cmd", required=True)
     cal = sub.add_parser("calibrate", help="single requests vs the profile's measured stage times")
     cal.add_argument("--profile", default="qwen2-vl-2b-rtx4060")
@@ -585,10 +583,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     met = sub.add_parser("metrics", help="cost of rendering /metrics, ours vs prometheus_client")
     met.add_argument("--repeats", type=int, default=2000)
     met.add_argument("--out", default="results/sim-metrics.json")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     commands = {"calibrate": calibrate, "capacity": capacity, "metrics": metrics_cost}
     return commands[args.cmd](args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

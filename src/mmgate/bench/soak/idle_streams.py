@@ -4,7 +4,7 @@ Starts a held upstream (each completion sends one SSE event, then nothing until 
 ``mmgate serve`` process in front of it, and opens ``--streams`` streaming requests through the
 gateway that all stay open. The gateway's RSS is read from /proc before and with every stream
 open, then all are released and must complete. Run as
-``python -m mmgate.bench.soak.idle_streams --streams 9000``; the reliability suite runs it with a few
+``mmgate bench idle-streams --streams 9000``; the reliability suite runs it with a few
 hundred. Each stream needs two sockets in the gateway (client and upstream), so N streams need
 ``ulimit -n`` above 2N.
 """
@@ -187,15 +187,15 @@ async def measure(streams: int, command: list[str], env: dict[str, str] | None =
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mmgate.bench.soak.idle_streams", description=__doc__.split("\n\n")[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument(
         "--streams", type=int, default=10_000, help="idle streams to hold open (default 10000)"
     )
     parser.add_argument("--out", help="write the result as JSON here")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     result = asyncio.run(measure(args.streams, [sys.executable, "-m", "mmgate"]))
     text = orjson.dumps(asdict(result), option=orjson.OPT_INDENT_2)
     print(text.decode())
@@ -203,7 +203,3 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_bytes(text)
     return 0 if result.completed == result.opened == result.streams else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

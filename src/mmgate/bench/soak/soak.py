@@ -1,6 +1,6 @@
 """Soak: long mixed load with injected faults through the gateway on a simulated fleet.
 
-Run as ``python -m mmgate.bench.soak.soak --duration 1800 --out results/soak``. It starts ``--pods``
+Run as ``mmgate bench soak --duration 1800 --out results/soak``. It starts ``--pods``
 simulated pods (one ``mmgate sim`` process each, so one can be killed and restarted) and one
 ``mmgate serve`` process in front of them, then sends open-loop Poisson traffic (streaming and
 not, text and images, a few malformed bodies and clients that hang up mid-stream) while a fault
@@ -319,10 +319,8 @@ def plot(result: dict[str, object], summary: dict[str, object], path: Path) -> N
     fig.savefig(path, dpi=100)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mmgate.bench.soak.soak", description=__doc__.split("\n\n")[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--duration", type=float, default=1800.0, help="seconds of load (default 1800)")
     parser.add_argument("--rate", type=float, default=6.0, help="requests per second, Poisson (default 6)")
     parser.add_argument("--pods", type=int, default=3, help="simulated pods (default 3)")
@@ -334,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-every", type=float, default=5.0, help="RSS sampling period (s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="results/soak", help="output folder (soak.json, soak.png)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = asyncio.run(Soak(args).run())
@@ -347,7 +347,3 @@ def main(argv: list[str] | None = None) -> int:
     print(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
     print(f"wrote {out / 'soak.json'}, {out / 'soak.png'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
