@@ -13,7 +13,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from mmgate.sim.engine_types import AllBlocksCleared, BlockRemoved, BlockStored
+from mmgate.sim.engine.types import AllBlocksCleared, BlockRemoved, BlockStored
 from mmgate.sim.kv_publisher import KVEventPublisher
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from mmgate.vllm.kvevents import END_SEQ, WireFormat

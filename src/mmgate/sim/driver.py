@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mmgate.sim.engine import Engine
-from mmgate.sim.engine_types import SimRequest, StepOutput
+from mmgate.sim.engine.types import SimRequest, StepOutput
 from mmgate.sim.faults import Faults
 from mmgate.sim.metrics import PodMetrics
 

@@ -14,7 +14,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from mmgate.sim.engine_types import EngineStats
+from mmgate.sim.engine.types import EngineStats
 from mmgate.sim.faults import Faults
 from mmgate.sim.profiles import Profile
 

@@ -18,8 +18,8 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from mmgate.sim import engine_types
-from mmgate.sim.engine_types import KVEvent
+from mmgate.sim.engine import types as engine_types
+from mmgate.sim.engine.types import KVEvent
 from mmgate.vllm.kv_events_config import KVEventsConfig, binds
 from mmgate.vllm.kvevents import (
     AllBlocksCleared,

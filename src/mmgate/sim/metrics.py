@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
-from mmgate.sim.engine_types import EngineStats
+from mmgate.sim.engine.types import EngineStats
 
 # Bucket bounds as vLLM defines them (vllm/v1/metrics/loggers.py and buckets.py).
 TTFT_BUCKETS = (

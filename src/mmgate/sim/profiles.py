@@ -20,6 +20,8 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from mmgate.tokens import FAMILIES
+
 __all__ = [
     "EngineDefaults",
     "KVMemory",
@@ -30,6 +32,7 @@ __all__ = [
     "ProfileError",
     "StepTiming",
     "available_profiles",
+    "family_of",
     "fit_poly",
     "load_profile",
 ]
@@ -207,3 +210,11 @@ def fit_poly(points: Sequence[tuple[float, float]], degree: int = 2) -> tuple[fl
     for r in range(k - 1, -1, -1):
         coef[r] = (b[r] - sum(a[r][c] * coef[c] for c in range(r + 1, k))) / a[r][r]
     return tuple(coef)
+
+
+def family_of(profile: Profile) -> str | None:
+    """The pricing family a profile's model belongs to: the longest family name its name starts
+    with (``qwen3-vl-32b-h200-tp2`` → ``qwen3-vl``); pricing's default when none matches."""
+    names = (profile.name.lower(), profile.model.lower().rsplit("/", 1)[-1])
+    matches = [f for f in FAMILIES for n in names if n.startswith(f)]
+    return max(matches, key=len) if matches else "qwen3-vl"

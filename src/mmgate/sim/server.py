@@ -25,16 +25,16 @@ from mmgate.request.view import Api
 from mmgate.sim.driver import Driver, Flight
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.engine import Engine
-from mmgate.sim.engine_types import EngineConfig, EngineStats, SimRequest, StepOutput
+from mmgate.sim.engine.types import EngineStats, SimRequest, StepOutput
 from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
 from mmgate.sim.kv_publisher import KVEventPublisher
 from mmgate.sim.metrics import PodMetrics
 from mmgate.sim.output import ResponseWriter, Usage
-from mmgate.sim.profiles import Profile, load_profile
+from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params
-from mmgate.sim.spec import PodSpec
-from mmgate.tokens import FAMILIES, PricingConfig
+from mmgate.sim.spec import PodSpec, engine_config
+from mmgate.tokens import PricingConfig
 
 POD_HEADER = "x-mmgate-sim-pod"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -372,30 +372,6 @@ class SimPod:
             headers={POD_HEADER: self.name},
             content_type="application/json",
         )
-
-
-def family_of(profile: Profile) -> str | None:
-    """The pricing family a profile's model belongs to: the longest family name its name starts
-    with (``qwen3-vl-32b-h200-tp2`` → ``qwen3-vl``); pricing's default when none matches."""
-    names = (profile.name.lower(), profile.model.lower().rsplit("/", 1)[-1])
-    matches = [f for f in FAMILIES for n in names if n.startswith(f)]
-    return max(matches, key=len) if matches else "qwen3-vl"
-
-
-def engine_config(spec: PodSpec) -> EngineConfig:
-    """The engine flags of a pod: its ``engine`` overrides, plus KV events and the seed."""
-    fields = {f for f in EngineConfig.__dataclass_fields__}
-    unknown = sorted(set(spec.engine) - fields)
-    if unknown:
-        known = ", ".join(sorted(fields))
-        raise ValueError(f"pod {spec.name}: unknown engine setting(s) {', '.join(unknown)}; known: {known}")
-    settings = dict(spec.engine)
-    settings.setdefault("seed", spec.seed)
-    settings["kv_events"] = spec.kv_events is not None and spec.kv_events.active
-    try:
-        return EngineConfig(**settings)
-    except TypeError as exc:
-        raise ValueError(f"pod {spec.name}: {exc}") from None
 
 
 class _TokenSink:

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from mmgate.sim.engine.types import EngineConfig
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.roles import Role
 from mmgate.vllm.kv_events_config import KVEventsConfig
@@ -110,3 +111,19 @@ def load_fleet(path: str | Path, overrides: dict[str, Any] | None = None) -> lis
         raise ValueError(f"{path}: {exc}") from None
     base = {**doc.defaults, **(overrides or {})}
     return expand(base, doc.pods, base_port=doc.base_port)
+
+
+def engine_config(spec: PodSpec) -> EngineConfig:
+    """The engine flags of a pod: its ``engine`` overrides, plus KV events and the seed."""
+    fields = {f for f in EngineConfig.__dataclass_fields__}
+    unknown = sorted(set(spec.engine) - fields)
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ValueError(f"pod {spec.name}: unknown engine setting(s) {', '.join(unknown)}; known: {known}")
+    settings = dict(spec.engine)
+    settings.setdefault("seed", spec.seed)
+    settings["kv_events"] = spec.kv_events is not None and spec.kv_events.active
+    try:
+        return EngineConfig(**settings)
+    except TypeError as exc:
+        raise ValueError(f"pod {spec.name}: {exc}") from None

@@ -42,9 +42,8 @@ from mmgate.scheduling import (
     build_scheduler,
 )
 from mmgate.sim.engine import Engine, SimRequest, StepOutput
-from mmgate.sim.profiles import load_profile
-from mmgate.sim.server import engine_config, family_of
-from mmgate.sim.spec import PodSpec
+from mmgate.sim.profiles import family_of, load_profile
+from mmgate.sim.spec import PodSpec, engine_config
 from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
 
 # Event kinds, in the order they are handled when simultaneous.

@@ -197,9 +197,9 @@ def virtual_ttft_ms(profile: str, body: bytes) -> float:
     """The same request in a fresh engine in virtual time: what HTTP adds is the difference."""
     from mmgate.request.view import Api
     from mmgate.sim.engine import Engine
-    from mmgate.sim.engine_types import SimRequest
+    from mmgate.sim.engine.types import SimRequest
     from mmgate.sim.ingest import ingest
-    from mmgate.sim.server import family_of
+    from mmgate.sim.profiles import family_of
     from mmgate.tokens import PricingConfig
 
     engine = Engine(profile)

@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from mmgate.sim.engine_types import AllBlocksCleared, BlockRemoved, KVEvent
+from mmgate.sim.engine.types import AllBlocksCleared, BlockRemoved, KVEvent
 from mmgate.vllm.blocks import BlockHash
 
 
 class BlockPool:
+    """vLLM's ``BlockPool``: the KV blocks, their free/LRU queue and the cached-key index."""
+
     __slots__ = ("block_of", "events", "free", "hash_of", "num_blocks", "ref")
 
     def __init__(self, num_blocks: int, record_events: bool) -> None:
@@ -88,13 +90,29 @@ class BlockPool:
             if ref[b] == 0:
                 free[b] = None
 
-    def cache(self, block: int, h: BlockHash) -> bool:
-        """Register a full block under its key; False if another block already holds it."""
-        if h in self.block_of or self.hash_of[block] is not None:
-            return False
-        self.block_of[h] = block
-        self.hash_of[block] = h
-        return True
+    def is_cached(self, h: BlockHash) -> bool:
+        return h in self.block_of
+
+    def cache_range(self, blocks: Sequence[int], hashes: Sequence[BlockHash], first: int, end: int) -> None:
+        """Register full blocks ``first..end-1`` under their keys; a key another block already
+        holds (or a block already keyed) is left as it is."""
+        block_of = self.block_of
+        hash_of = self.hash_of
+        for i in range(first, end):
+            h = hashes[i]
+            b = blocks[i]
+            if h not in block_of and hash_of[b] is None:
+                block_of[h] = b
+                hash_of[b] = h
+
+    @property
+    def records_events(self) -> bool:
+        return self.events is not None
+
+    def record(self, event: KVEvent) -> None:
+        """Queue a KV event for this step's output (only when events are recorded)."""
+        if self.events is not None:
+            self.events.append(event)
 
     def reset(self) -> bool:
         """vLLM's ``reset_prefix_cache``: only when no block is in use."""

@@ -1,0 +1,35 @@
+"""The simulated vLLM engine: a pure, step-driven model of one pod (no clock, no I/O).
+
+:class:`Engine` (``core``) is the entry point; ``scheduler`` decides each step's batch, ``prefix``
+and ``kv`` hold the prefix cache and its block pool, ``encoder`` and ``caches`` the encoder and
+processor caches, ``frontend`` the API server's preprocessing, ``timing`` a step's duration,
+``decode`` the decoding set, ``types`` the values it takes and gives.
+"""
+
+from mmgate.sim.engine.core import Engine
+from mmgate.sim.engine.types import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EngineConfig,
+    EngineStats,
+    FinishedRequest,
+    KVEvent,
+    MediaSpan,
+    SimRequest,
+    StepOutput,
+)
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "FinishedRequest",
+    "KVEvent",
+    "MediaSpan",
+    "SimRequest",
+    "StepOutput",
+]

@@ -1,0 +1,119 @@
+"""The vision/audio encoder as the scheduler sees it: which media items a prefill chunk reaches,
+which of them the encoder cache already holds, and which must be encoded in this step within the
+per-step encoder budget and the cache's room (vLLM's ``_try_schedule_encoder_inputs``)."""
+
+from __future__ import annotations
+
+from mmgate.sim.engine.caches import EncoderCache
+from mmgate.sim.engine.request import RequestState
+from mmgate.sim.engine.types import SimRequest
+from mmgate.sim.profiles import Poly
+
+
+class EncoderStage:
+    """Encoder-cache bookkeeping per request, the encoder budget, and the cache's counters (in
+    items: a request's item counts once, at the first chunk that reaches it)."""
+
+    __slots__ = ("budget", "cache", "hits", "profile", "queries", "whole_items")
+
+    def __init__(
+        self, profile: Poly, cache_tokens: int | None, default_tokens: int, budget: int, whole_items: bool
+    ) -> None:
+        self.profile = profile
+        self.cache = EncoderCache(cache_tokens or default_tokens, cache_tokens != 0)
+        self.budget = budget
+        self.whole_items = whole_items
+        self.queries = 0
+        self.hits = 0
+
+    def register(self, request: SimRequest) -> tuple[list[str], list[float]]:
+        """Cache keys and encoder milliseconds of the request's items; ValueError for items that
+        overlap or lie outside the prompt. Grows the cache and the budget to the largest item, as
+        vLLM sizes both to at least one item."""
+        prev_end = 0
+        n = len(request.token_ids)
+        rid = request.request_id
+        enc_keys: list[str] = []
+        enc_ms: list[float] = []
+        shared = self.cache.shared
+        for span in request.mm_items:
+            if span.offset < prev_end or span.length < 1 or span.offset + span.length > n:
+                raise ValueError(f"media item {span.identity!r} overlaps another or lies outside the prompt")
+            prev_end = span.offset + span.length
+            enc_keys.append(span.identity if shared else f"{rid}\x00{span.identity}")
+            remote = span.identity in request.remote_encoded
+            enc_ms.append(0.0 if remote else self.profile.ms(span.length))
+            self.cache.ensure_capacity(span.length)
+            self.budget = max(self.budget, span.length)
+        return enc_keys, enc_ms
+
+    def plan(self, r: RequestState, start: int, n: int, enc_budget: int) -> tuple[int, list[int], int]:
+        """The encoder inputs the chunk ``[start, start + n)`` reaches: returns the chunk length
+        (shortened to stop before an item that cannot be encoded now), the indexes of the items
+        to encode in this step and their embeddings. Cached items gain a reference from ``r``."""
+        plan: list[int] = []
+        planned = 0
+        enc = self.cache
+        items = r.items
+        i = r.mm_next
+        end = start + n
+        while i < len(items):
+            off, length = items[i]
+            if off >= end:
+                break
+            if off + length <= start:
+                i += 1
+                continue
+            key = r.enc_keys[i]
+            first = i >= r.mm_queried
+            if first:
+                r.mm_queried = i + 1
+                self.queries += 1
+            if enc.has(key):
+                if key not in r.enc_held:
+                    enc.add_ref(key, r.id)
+                    r.enc_held.add(key)
+                if first:
+                    self.hits += 1
+                i += 1
+                continue
+            if any(r.enc_keys[j] == key for j in plan):
+                i += 1
+                continue
+            if self.whole_items and start < off and end < off + length:
+                n = off - start  # vLLM's disable_chunked_mm_input: no partial item in a chunk
+                break
+            if length > enc_budget - planned or not enc.can_allocate(length, planned):
+                n = off - start if start < off else 0
+                break
+            plan.append(i)
+            planned += length
+            i += 1
+        return n, plan, planned
+
+    def allocate(self, r: RequestState, plan: list[int]) -> float:
+        """Encode the planned items (they enter the cache held by ``r``); their milliseconds."""
+        ms = 0.0
+        enc = self.cache
+        for j in plan:
+            key = r.enc_keys[j]
+            enc.allocate(key, r.items[j][1], r.id)
+            r.enc_held.add(key)
+            ms += r.enc_ms[j]
+        return ms
+
+    def release_consumed(self, r: RequestState) -> None:
+        """Drop ``r``'s hold on items its computed tokens have passed (their outputs are consumed)."""
+        items = r.items
+        while r.mm_next < len(items) and items[r.mm_next][0] + items[r.mm_next][1] <= r.computed:
+            key = r.enc_keys[r.mm_next]
+            if key in r.enc_held:
+                r.enc_held.discard(key)
+                self.cache.release(key, r.id)
+            r.mm_next += 1
+
+    def release(self, r: RequestState) -> None:
+        """Drop every hold of ``r`` (it left the running set or could not start)."""
+        for key in r.enc_held:
+            self.cache.release(key, r.id)
+        r.enc_held.clear()
