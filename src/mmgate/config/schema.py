@@ -91,6 +91,20 @@ class EndpointSpec(_Strict):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+class KubernetesSpec(_Strict):
+    """Endpoints from the Kubernetes API (``mmgate.datalayer.kubernetes``): the pods of an
+    ``InferencePool`` (GIE's EPP flags ``--pool-name`` / ``--pool-namespace``), or pods by
+    ``podSelector`` with ``targetPorts``. ``kubeconfig`` unset means the in-cluster service
+    account; the role of each pod comes from its ``roleLabel`` label."""
+
+    namespace: str = "default"
+    inferencePool: str | None = None
+    podSelector: str | None = None
+    targetPorts: list[int] = msgspec.field(default_factory=list)
+    kubeconfig: str | None = None
+    roleLabel: str = "llm-d.ai/role"
+
+
 class LimitsSpec(_Strict):
     """What a single request may carry before the gateway refuses it with a 4xx
     (``mmgate.request.Limits``; the defaults are the same)."""
@@ -162,6 +176,7 @@ class MmgateSection(_Strict):
     port: int = 8080
     endpoints: list[str | EndpointSpec] = msgspec.field(default_factory=list)
     endpointsFile: str | None = None
+    kubernetes: KubernetesSpec | None = None
     limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
     pricing: PricingSpec = msgspec.field(default_factory=PricingSpec)
     scrapeIntervalMs: int = 50

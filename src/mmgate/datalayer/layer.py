@@ -11,6 +11,7 @@ from typing import Any
 
 from mmgate.datalayer.discovery import FileDiscovery, StaticDiscovery
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
+from mmgate.datalayer.kubernetes import KubernetesDiscovery, KubernetesSettings
 from mmgate.datalayer.scraper import MetricsScraper
 
 
@@ -20,6 +21,7 @@ class DataLayerConfig:
 
     endpoints: list[Endpoint] = field(default_factory=list)
     endpoints_file: Path | None = None
+    kubernetes: KubernetesSettings | None = None
     scrape_interval_s: float = 0.05
     scrape_timeout_s: float = 1.0
     staleness_s: float = 2.0
@@ -42,12 +44,16 @@ class DataLayer:
             ssl_context=config.ssl_context,
             clock=clock,
         )
-        # With a file, the static endpoints are kept beside whatever the file lists.
-        self.source: StaticDiscovery | FileDiscovery = (
-            FileDiscovery(config.endpoints_file, poll_interval_s=config.file_poll_s, static=config.endpoints)
-            if config.endpoints_file is not None
-            else StaticDiscovery(config.endpoints)
-        )
+        # With a file or Kubernetes, the static endpoints are kept beside what they list.
+        self.source: StaticDiscovery | FileDiscovery | KubernetesDiscovery
+        if config.kubernetes is not None:
+            self.source = KubernetesDiscovery(config.kubernetes, static=config.endpoints)
+        elif config.endpoints_file is not None:
+            self.source = FileDiscovery(
+                config.endpoints_file, poll_interval_s=config.file_poll_s, static=config.endpoints
+            )
+        else:
+            self.source = StaticDiscovery(config.endpoints)
 
     async def start(self) -> None:
         await self.scraper.start()

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from mmgate.config import GatewayConfig, MmgateSection
 from mmgate.config.schema import EndpointSpec
+from mmgate.config.strict import ConfigError
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
+from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
 from mmgate.gateway.admission import AdmissionSettings
@@ -45,6 +47,24 @@ def endpoints_of(section: MmgateSection) -> list[Endpoint]:
     return out
 
 
+def kubernetes_of(section: MmgateSection) -> KubernetesSettings | None:
+    """The ``mmgate.kubernetes`` section as discovery settings (``ConfigError`` naming the key)."""
+    spec = section.kubernetes
+    if spec is None:
+        return None
+    try:
+        return KubernetesSettings(
+            namespace=spec.namespace,
+            pod_selector=spec.podSelector,
+            target_ports=tuple(spec.targetPorts),
+            pool=spec.inferencePool,
+            kubeconfig=spec.kubeconfig,
+            role_label=spec.roleLabel,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc), path="mmgate.kubernetes") from None
+
+
 def settings_of(section: MmgateSection) -> GatewaySettings:
     """The ``mmgate:`` section as runtime settings (flags were already applied to it).
 
@@ -60,6 +80,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         data=DataLayerConfig(
             endpoints=endpoints_of(section),
             endpoints_file=Path(section.endpointsFile) if section.endpointsFile else None,
+            kubernetes=kubernetes_of(section),
             scrape_interval_s=section.scrapeIntervalMs / 1000.0,
             staleness_s=section.metricsStalenessMs / 1000.0,
             ssl_context=ssl_context,

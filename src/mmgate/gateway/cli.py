@@ -10,6 +10,7 @@ import sys
 import msgspec
 
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
+from mmgate.config.schema import KubernetesSpec
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.memory import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
@@ -44,6 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--endpoints-file",
         metavar="FILE",
         help="a watched file listing endpoints (YAML list or one per line)",
+    )
+    parser.add_argument(
+        "--pool-name",
+        metavar="NAME",
+        help="route to the pods of this InferencePool (Kubernetes discovery; GIE's EPP flag)",
+    )
+    parser.add_argument(
+        "--pool-namespace", metavar="NS", help="namespace of the InferencePool or pods (default: default)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="talk to the Kubernetes API with this kubeconfig (default: the in-cluster service account)",
     )
     parser.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
@@ -97,6 +111,15 @@ def load(args: argparse.Namespace) -> GatewayConfig:
     if args.max_inflight is not None:
         admission = msgspec.structs.replace(section.admission, maxInflight=max(0, args.max_inflight))
         changes["admission"] = admission
+    pool: dict[str, object] = {}
+    if args.pool_name is not None:  # an InferencePool replaces the file's podSelector
+        pool.update(inferencePool=args.pool_name, podSelector=None, targetPorts=[])
+    if args.pool_namespace is not None:
+        pool["namespace"] = args.pool_namespace
+    if args.kubeconfig is not None:
+        pool["kubeconfig"] = args.kubeconfig
+    if pool:
+        changes["kubernetes"] = msgspec.structs.replace(section.kubernetes or KubernetesSpec(), **pool)
     return msgspec.structs.replace(config, mmgate=msgspec.structs.replace(section, **changes))
 
 
@@ -113,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mmgate serve: {config.source}: {exc}", file=sys.stderr)
         return 2
-    if not config.mmgate.endpoints and not config.mmgate.endpointsFile:
+    if not config.mmgate.endpoints and not config.mmgate.endpointsFile and config.mmgate.kubernetes is None:
         print(
             "mmgate serve: no endpoints; give --endpoints HOST:PORT,... or mmgate.endpoints in the config",
             file=sys.stderr,
