@@ -179,3 +179,21 @@ def test_pool_and_pod_parsing_rules() -> None:
         KubernetesSettings(pod_selector="app=x", target_ports=(1,), pool="p")
     with pytest.raises(ValueError, match="targetPorts"):
         KubernetesSettings(pod_selector="app=x")
+
+
+def test_serve_without_a_usable_kubeconfig_says_what_to_give(tmp_path: Path) -> None:
+    import subprocess
+
+    from conftest import mmgate_command, subprocess_env
+
+    missing = tmp_path / "nope"
+    result = subprocess.run(
+        mmgate_command("serve", "--pool-name", "qwen", "--kubeconfig", str(missing), "--port", "0"),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "mmgate.kubernetes" in result.stderr and "--kubeconfig" in result.stderr
+    assert "Traceback" not in result.stderr

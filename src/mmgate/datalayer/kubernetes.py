@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mmgate.config.strict import ConfigError
 from mmgate.datalayer.endpoints import Endpoint, EndpointRegistry, parse_endpoint
 
 log = logging.getLogger("mmgate.datalayer")
@@ -153,15 +154,26 @@ class KubernetesDiscovery:
 
         self._registry = registry
         registry.sync(self.static)
-        if self.settings.kubeconfig is not None:
-            configuration = client.Configuration()
-            await config.load_kube_config(
-                config_file=self.settings.kubeconfig, client_configuration=configuration
+        configuration = client.Configuration()
+        try:
+            if self.settings.kubeconfig is not None:
+                await config.load_kube_config(
+                    config_file=self.settings.kubeconfig, client_configuration=configuration
+                )
+            else:
+                # The library leaves this loader unannotated; it reads the service account's token and CA.
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as exc:
+            where = (
+                f"kubeconfig {self.settings.kubeconfig}"
+                if self.settings.kubeconfig is not None
+                else "in-cluster service account (not running in a pod?)"
             )
-        else:
-            configuration = client.Configuration()
-            # The library leaves this loader unannotated; it reads the service account's token and CA.
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            raise ConfigError(
+                f"cannot talk to the Kubernetes API with the {where}: {exc}; give a readable kubeconfig "
+                "with --kubeconfig FILE (or mmgate.kubernetes.kubeconfig)",
+                path="mmgate.kubernetes",
+            ) from None
         self._api = client.ApiClient(configuration)
         if self.settings.pool is not None:
             self._tasks.append(asyncio.create_task(self._follow_pool(), name="mmgate-k8s-pool"))

@@ -171,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
     try:
         run_forever(lambda: serve_until_signal(gateway, ready))
+    except ConfigError as exc:  # found only on start, e.g. a kubeconfig that does not load
+        return _config_errors(config.locate(exc))
     except FileNotFoundError as exc:
         print(f"mmgate serve: {exc}", file=sys.stderr)
         return 2
