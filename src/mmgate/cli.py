@@ -3,14 +3,24 @@
 Each subcommand lives in the module that owns its concern and exposes two functions:
 ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
 subcommand runs, so ``mmgate --help`` stays fast and one broken extra cannot break the rest.
+
+What every subcommand shares is handled here once: a reader that goes away early
+(``mmgate ... | head``) ends the command quietly, as Python's documentation recommends for
+SIGPIPE (point stdout at devnull so the interpreter's final flush cannot fail again); a file the
+user named that cannot be read is a one-line message and exit 2; Ctrl-C is exit 130 without a
+traceback. Subcommands still report their own mistakes (unknown names, bad values) with exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+from mmgate import __version__
+from mmgate.errors import did_you_mean
 
 # subcommand -> (module, one-line help). Keep sorted by how a user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -33,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mmgate",
         description="mmgate: a multimodal-aware inference gateway for vLLM and SGLang fleets.",
     )
+    parser.add_argument("--version", action="version", version=f"mmgate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -41,13 +52,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    name = args[0] if args else "mmgate"
+    try:
+        code = _dispatch(args)
+        sys.stdout.flush()  # inside the try: a closed pipe must fail here, not at interpreter exit
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        if exc.filename is None:  # not a file the user named: a real failure, keep the traceback
+            raise
+        print(f"mmgate {name}: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _dispatch(args: list[str]) -> int:
     parser = build_parser()
-    if not args or args[0] in ("-h", "--help"):
+    if not args or args[0] in ("-h", "--help", "--version"):
+        parser.parse_args(args[:1])  # --version exits after printing
         parser.print_help()
         return 0
     name = args[0]
     if name not in COMMANDS:
-        parser.error(f"unknown command {name!r}; choose one of: {', '.join(COMMANDS)}")
+        hint = did_you_mean(name, COMMANDS)
+        parser.error(f"unknown command {name!r}{hint}; choose one of: {', '.join(COMMANDS)}")
     module_name, help_text = COMMANDS[name]
     try:
         module = importlib.import_module(module_name)

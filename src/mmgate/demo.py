@@ -23,6 +23,7 @@ import yaml
 from mmgate.config import parse_config
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.telemetry import configure_logging
+from mmgate.sim.profiles import ProfileError, load_profile
 
 # examples/encoder-affinity.yaml with the exact Qwen3-VL pricing rule the simulated pods use:
 # stick to the pod that holds the prompt's prefix or already encoded its images, balance by tokens.
@@ -170,6 +171,14 @@ async def _main(args: argparse.Namespace, folder: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, json=False)
+    try:
+        load_profile(args.profile)  # a misspelt profile is a message, before anything starts
+    except ProfileError as exc:
+        print(f"mmgate demo: {exc}", file=sys.stderr)
+        return 2
+    if args.pods < 1:
+        print("mmgate demo: --pods must be at least 1", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="mmgate-demo-") as tmp:
         code = 0
 

@@ -109,7 +109,10 @@ def test_tokens_reads_an_mp4_header_and_openai_detail(
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["1920x1080", "-f", "qwen9"], "unknown family 'qwen9'; valid choices: gemma3"),
+        (
+            ["1920x1080", "-f", "qwen9"],
+            "unknown family 'qwen9' (did you mean 'qwen3-vl'?); valid choices: gemma3",
+        ),
         (["1920x1080", "-p", "openai:gpt-9"], "gpt-4o"),
         (["0x10"], "at least 1 pixel"),
         (["99999x10"], "exceeds the maximum"),
@@ -211,3 +214,21 @@ def test_cost_unknown_model_lists_valid(capsys: pytest.CaptureFixture[str]) -> N
 def test_cost_rejects_negative_counts(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(cost_cli, "--prefix-tokens", "-5", capsys=capsys)
     assert code == 2 and "prefix_tokens" in err
+
+
+def test_the_shipped_price_table_covers_every_hosted_model_tokens_prices() -> None:
+    from mmgate.tokens.cost import load_price_table
+    from mmgate.tokens.providers import OPENAI_MODELS
+
+    table = load_price_table(REPO / "examples" / "prices.yaml")
+    assert table.read is not None and table.read.startswith("20")  # the date the prices were read
+    assert set(OPENAI_MODELS) <= set(table.models)
+    rules = {get_provider(name).name for name in table.models}  # every row is a name tokens takes
+    assert rules == {"anthropic", "gemini", *(f"openai:{m}" for m in OPENAI_MODELS)}
+
+
+def test_cost_finds_models_as_users_write_them(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        cost_cli, "--prefix-tokens", "10", "--model", "Claude-Sonnet-4-5-20250929", "--json", capsys=capsys
+    )
+    assert code == 0 and [m["model"] for m in json.loads(out)["models"]] == ["claude-sonnet-4-5"]

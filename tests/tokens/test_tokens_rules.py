@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 
 from mmgate.errors import RequestError
-from mmgate.tokens import FAMILIES, Estimator, UnknownNameError, get_family, get_provider, parse_estimate
+from mmgate.tokens import (
+    FAMILIES,
+    Estimator,
+    UnknownNameError,
+    family_for_model,
+    get_family,
+    get_provider,
+    parse_estimate,
+)
 
 
 # --- families checked by worked examples -----------------------------------------------------
@@ -211,3 +219,23 @@ def test_param_values_are_coerced_or_refused() -> None:
         get_family("qwen2-vl").with_params({"patch_size": 0})
     with pytest.raises(ValueError, match="must not be negative"):
         get_family("llava-next").with_params({"image_size": -336})
+
+
+@pytest.mark.parametrize(
+    ("model", "family"),
+    [
+        ("Qwen/Qwen2.5-VL-7B-Instruct", "qwen2.5-vl"),
+        ("Qwen/Qwen2-VL-2B-Instruct", "qwen2-vl"),
+        ("Qwen/Qwen3-VL-32B-Instruct", "qwen3-vl"),
+        ("google/gemma-3-27b-it", "gemma3"),
+        ("llava-hf/llava-v1.6-mistral-7b-hf", "llava-next"),
+        ("llava-hf/llava-1.5-7b-hf", "llava-1.5"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4"),
+        ("openai/whisper-large-v3", "whisper"),
+        ("HuggingFaceTB/SmolVLM-256M-Instruct", "smolvlm"),
+        ("qwen3-vl-32b-h200-tp2", "qwen3-vl"),  # a simulator profile name
+        ("meta-llama/Llama-3.1-8B-Instruct", None),
+    ],
+)
+def test_served_model_ids_map_to_their_family(model: str, family: str | None) -> None:
+    assert family_for_model(model) == family

@@ -10,13 +10,14 @@ user fixes a file in one round instead of one run per mistake.
 
 from __future__ import annotations
 
-import difflib
 import types
 import typing
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
+
+from mmgate.errors import did_you_mean
 
 T = TypeVar("T")
 
@@ -91,10 +92,8 @@ def _join(path: str, key: str | int) -> str:
 
 def unknown_key_message(key: str, valid: list[str]) -> str:
     """``unknown key 'blokSize' (did you mean 'blockSize'?); valid keys: a, b, c``."""
-    hint = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
     listing = ", ".join(valid) if valid else "none (this section takes no keys)"
-    return f"unknown key {key!r}{did_you_mean}; valid keys: {listing}"
+    return f"unknown key {key!r}{did_you_mean(key, valid)}; valid keys: {listing}"
 
 
 def _convert_error(exc: msgspec.ValidationError, path: str) -> ConfigError:

@@ -13,12 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from mmgate.errors import RequestError
 from mmgate.request.parse import parse_request
 from mmgate.request.view import Api, MediaAsset, RequestView
+from mmgate.tables import Column, Table, add_format_argument, emit
 
 _ASSET_KEYS = (
     "modality",
@@ -61,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K:V",
         help="a request header, e.g. x-llm-d-video-resolution:1280x720 (repeatable)",
     )
-    parser.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    add_format_argument(parser)
 
 
 def guess_api(body: bytes) -> Api:
@@ -137,30 +135,33 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
-def table(view: RequestView, title: str) -> Table:
-    """The prompt in order as a rich table: one row per text run or media asset."""
-    out = Table(title=title, title_justify="left")
-    out.add_column("#", style="dim", justify="right")
-    out.add_column("part", style="bold")
-    out.add_column("size / length", style="green")
-    out.add_column("identity", style="cyan", no_wrap=True)
-    out.add_column("bytes", justify="right")
-    out.add_column("field / text", style="dim", overflow="fold", min_width=24)
+INSPECT_COLUMNS = (
+    Column("#", numeric=True, style="dim"),
+    Column("part", style="bold"),
+    Column("size / length", style="green"),
+    Column("identity", style="cyan"),
+    Column("bytes", numeric=True),
+    Column("field / text", style="dim"),
+)
+
+
+def table(view: RequestView, title: str, *, short_ids: bool = True) -> Table:
+    """The prompt in order: one row per text run or media asset. ``short_ids`` cuts identities
+    to 12 characters (for a terminal); machine formats keep them whole."""
+    out = Table(INSPECT_COLUMNS, title=title)
     seen: set[str] = set()
     for i, p in enumerate(view.parts):
         if isinstance(p, str):
             preview = p.replace("\n", "⏎")
             preview = preview if len(preview) <= 40 else preview[:37] + "..."
-            out.add_row(str(i), "text", "", "", _bytes(len(p.encode())), preview)
+            out.add(i, "text", "", "", _bytes(len(p.encode())), preview)
             continue
         how = " ".join(x for x in (p.source.value, p.detected_format) if x)
         repeat = ", repeat" if p.identity in seen else ""
         seen.add(p.identity)
-        size = _size(p) if p.probed or p.width or p.duration_s else "[yellow]unprobed[/]"
-        ident = p.identity if len(p.identity) <= 12 else p.identity[:12] + "…"
-        out.add_row(
-            str(i), f"{p.modality.value} ({how}{repeat})", size, ident, _bytes(p.payload_size), p.field
-        )
+        size = _size(p) if p.probed or p.width or p.duration_s else "unprobed"
+        ident = p.identity if not short_ids or len(p.identity) <= 12 else p.identity[:12] + "…"
+        out.add(i, f"{p.modality.value} ({how}{repeat})", size, ident, _bytes(p.payload_size), p.field)
     return out
 
 
@@ -187,16 +188,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         view = parse_request(body, headers, api=api)
     except RequestError as exc:
-        if args.json:
+        if args.format == "json":
             print(json.dumps(exc.to_dict() | {"status": exc.status}, indent=2))
         else:
             where = f" (param: {exc.param})" if exc.param else ""
             print(f"refused with {exc.status}: {exc.message}{where}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(describe(view), indent=2))
-        return 0
-    console = Console()
-    console.print(table(view, f"{args.file}"))
-    console.print(summary(view), style="dim")
+    shown = table(view, args.file, short_ids=args.format == "table")
+    emit([shown], args.format, data=describe(view), notes=[summary(view)])
     return 0

@@ -10,12 +10,12 @@ A program (or a test) with plugins of its own builds a registry that adds them
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 from mmgate.config.strict import ConfigError, decode_strict
+from mmgate.errors import did_you_mean
 from mmgate.scheduling.framework import Plugin, PluginHandle
 from mmgate.scheduling.plugins import BUILTIN_PLUGINS
 
@@ -49,10 +49,9 @@ class PluginRegistry:
         """The class of ``type_name``; an unknown name is a :class:`ConfigError` with a hint."""
         cls = self._types.get(self._aliases.get(type_name, type_name))
         if cls is None:
-            hint = difflib.get_close_matches(type_name, list(self._types), n=1, cutoff=0.6)
-            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            hint = did_you_mean(type_name, self._types)
             raise ConfigError(
-                f"unknown plugin type {type_name!r}{did_you_mean}; known types: {', '.join(self.types())}",
+                f"unknown plugin type {type_name!r}{hint}; known types: {', '.join(self.types())}",
                 path=path,
             )
         return cls

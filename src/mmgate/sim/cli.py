@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from mmgate.sim.faults import FaultSettings
+from mmgate.sim.profiles import ProfileError
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
 from mmgate.sim.spec import PodSpec, expand, load_fleet
+from mmgate.tables import Table, add_format_argument, columns, emit
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from mmgate.vllm.kvevents import WireFormat
 
@@ -87,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fleet.add_argument(
         "--endpoints-file", metavar="PATH", help="write the pods' endpoints as JSON here once they listen"
     )
+    add_format_argument(parser)
 
     engine = parser.add_argument_group("engine (vLLM flag names)")
     engine.add_argument(
@@ -212,12 +214,17 @@ def specs_from_args(args: argparse.Namespace) -> list[PodSpec]:
     return expand(overrides, [], base_port=args.base_port, pods=args.pods)
 
 
-def print_fleet(console: Console, fleet: Any) -> None:
-    table = Table(title=f"mmgate sim: {len(fleet)} pod(s)", title_justify="left")
-    for col in ("pod", "role", "model", "profile", "url", "kv events", "replay"):
-        table.add_column(col, overflow="fold")
+ROUTES = "/v1/chat/completions /v1/completions /v1/models /health /metrics /admin/faults"
+
+
+def print_fleet(fleet: Any, fmt: str = "table") -> None:
+    """The pods once they listen (``--format json`` prints what ``--endpoints-file`` writes)."""
+    table = Table(
+        columns("pod", "role", "model", "profile", "url", "kv events", "replay"),
+        title=f"mmgate sim: {len(fleet)} pod(s)",
+    )
     for pod in fleet:
-        table.add_row(
+        table.add(
             pod.name,
             pod.spec.role.value,
             pod.model,
@@ -226,8 +233,7 @@ def print_fleet(console: Console, fleet: Any) -> None:
             pod.kv_endpoint or "-",
             pod.kv_replay_endpoint or "-",
         )
-    console.print(table)
-    console.print("endpoints: /v1/chat/completions /v1/completions /v1/models /health /metrics /admin/faults")
+    emit([table], fmt, data=endpoints_doc(fleet), notes=[f"endpoints: {ROUTES}"])
 
 
 def endpoints_doc(fleet: Any) -> list[dict[str, Any]]:
@@ -245,7 +251,11 @@ def endpoints_doc(fleet: Any) -> list[dict[str, Any]]:
 
 
 async def _serve(
-    specs: list[PodSpec], duration: float | None, console: Console, endpoints_file: str | None = None
+    specs: list[PodSpec],
+    duration: float | None,
+    console: Console,
+    endpoints_file: str | None = None,
+    fmt: str = "table",
 ) -> None:
     from mmgate.sim.fleet import SimFleet
 
@@ -255,7 +265,7 @@ async def _serve(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     async with SimFleet(specs) as fleet:
-        print_fleet(console, fleet)
+        print_fleet(fleet, fmt)
         if endpoints_file:
             tmp = Path(endpoints_file + ".tmp")
             tmp.write_text(json.dumps(endpoints_doc(fleet), indent=2))
@@ -280,15 +290,18 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(stderr=True)  # stdout carries the fleet table in the chosen --format
     try:
         specs = specs_from_args(args)
     except (ValueError, OSError) as exc:
-        console.print(f"[red]mmgate sim: {exc}[/red]")
+        print(f"mmgate sim: {exc}", file=sys.stderr)
         return 2
     try:
-        run_loop(_serve(specs, args.duration, console, args.endpoints_file))
+        run_loop(_serve(specs, args.duration, console, args.endpoints_file, args.format))
+    except ProfileError as exc:  # a misspelt --profile or a bad profile file: the user's to fix
+        print(f"mmgate sim: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:
-        console.print(f"[red]mmgate sim: {exc}[/red]")
+        print(f"mmgate sim: {exc}", file=sys.stderr)
         return 1
     return 0

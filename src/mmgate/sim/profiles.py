@@ -20,7 +20,8 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from mmgate.tokens import FAMILIES
+from mmgate.errors import did_you_mean
+from mmgate.tokens import family_for_model
 
 __all__ = [
     "EngineDefaults",
@@ -168,9 +169,9 @@ def load_profile(name_or_path: str | Path) -> Profile:
     if not (text.endswith((".yaml", ".yml")) or path.is_file()):
         path = _profile_dir() / f"{text}.yaml"
         if not path.is_file():
-            raise ProfileError(
-                f"unknown profile {text!r}; shipped profiles: {', '.join(available_profiles())}"
-            )
+            shipped = available_profiles()
+            hint = did_you_mean(text, shipped)
+            raise ProfileError(f"unknown profile {text!r}{hint}; shipped profiles: {', '.join(shipped)}")
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -213,8 +214,8 @@ def fit_poly(points: Sequence[tuple[float, float]], degree: int = 2) -> tuple[fl
 
 
 def family_of(profile: Profile) -> str | None:
-    """The pricing family a profile's model belongs to: the longest family name its name starts
-    with (``qwen3-vl-32b-h200-tp2`` → ``qwen3-vl``); pricing's default when none matches."""
-    names = (profile.name.lower(), profile.model.lower().rsplit("/", 1)[-1])
-    matches = [f for f in FAMILIES for n in names if n.startswith(f)]
+    """The pricing family of a profile: :func:`family_for_model` of its name
+    (``qwen3-vl-32b-h200-tp2`` → ``qwen3-vl``) or of its model, the longer match; pricing's
+    default when neither matches."""
+    matches = [f for f in (family_for_model(profile.name), family_for_model(profile.model)) if f]
     return max(matches, key=len) if matches else "qwen3-vl"

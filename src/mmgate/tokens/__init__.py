@@ -5,7 +5,7 @@ lays the request out as the deterministic pseudo-token stream the simulator and 
 """
 
 from mmgate.tokens.estimator import EstimateConfig, Estimator, parse_estimate
-from mmgate.tokens.families import FAMILIES, get_family
+from mmgate.tokens.families import FAMILIES, family_for_model, get_family
 from mmgate.tokens.pricing import AssetPrice, Pricing, PricingConfig, price
 from mmgate.tokens.providers import get_provider
 from mmgate.tokens.rules import Count, Family, UnknownNameError
@@ -26,6 +26,7 @@ __all__ = [
     "UnknownNameError",
     "build_sequence",
     "build_stream",
+    "family_for_model",
     "get_family",
     "get_provider",
     "parse_estimate",

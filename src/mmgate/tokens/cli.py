@@ -7,17 +7,19 @@ Inputs are media files (size and duration read from their headers, nothing decod
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mmgate.errors import RequestError
 from mmgate.request.view import Modality
+from mmgate.tables import Column as TableColumn
+from mmgate.tables import Table, add_format_argument, columns, emit
 from mmgate.tokens.estimator import Estimator
-from mmgate.tokens.families import FAMILIES, get_family
+from mmgate.tokens.families import FAMILIES, family_for_model, get_family
 from mmgate.tokens.providers import OPENAI_MODELS, Provider, get_provider
 from mmgate.tokens.rules import Count, Family, UnknownNameError
 
@@ -136,15 +138,46 @@ def split_params(items: list[str]) -> list[tuple[str | None, str, str]]:
     return out
 
 
+def _split(groups: list[str]) -> list[str]:
+    return [n for group in groups for n in (x.strip() for x in group.split(",")) if n]
+
+
+def resolve_models(models: list[str]) -> tuple[list[str], list[str]]:
+    """``--model`` names as (family names, provider names): a served model id prices with its
+    family (:func:`family_for_model`, what the gateway and the simulator use), a hosted model
+    name (``gpt-4o``, ``claude-sonnet-4-5``) with its provider rule."""
+    families: list[str] = []
+    providers: list[str] = []
+    for model in models:
+        family = family_for_model(model)
+        if family is not None:
+            families.append(family)
+            continue
+        try:
+            get_provider(model)
+        except UnknownNameError:
+            raise UnknownNameError(
+                f"--model {model!r}: no model family or hosted API matches it; name the family with "
+                f"--family (one of: {', '.join(FAMILIES)})"
+            ) from None
+        providers.append(model)
+    return families, providers
+
+
 def build_columns(
-    families: list[str], providers: list[str], params: list[str], estimate: bool, detail: str | None = None
+    families: list[str],
+    providers: list[str],
+    params: list[str],
+    estimate: bool,
+    detail: str | None = None,
+    models: Sequence[str] = (),
 ) -> list[Column]:
+    model_families, model_providers = resolve_models(_split(list(models)))
     names: list[str] = []
-    for group in families:
-        for name in filter(None, (n.strip() for n in group.split(","))):
-            names.extend(FAMILIES if name.lower() == "all" else [name])
-    fams = [get_family(n) for n in dict.fromkeys(names)]
-    provs = [get_provider(p.strip()) for group in providers for p in group.split(",") if p.strip()]
+    for name in [*_split(families), *model_families]:
+        names.extend(FAMILIES if name.lower() == "all" else [name])
+    fams = list({f.name: f for f in (get_family(n) for n in names)}.values())
+    provs = [get_provider(p) for p in [*_split(providers), *model_providers]]
     if not fams and not provs and not estimate:
         fams = [get_family("qwen3-vl")]
     overrides: dict[str, dict[str, str]] = {f.name: {} for f in fams}
@@ -200,6 +233,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  mmgate tokens 1920x1080 photo.png --family qwen3-vl,gemma4,llava-next\n"
         "  mmgate tokens 1280x720 --provider anthropic --provider openai:gpt-4o --estimate\n"
         "  mmgate tokens 1920x1080 --family qwen2.5-vl --param max_pixels=1003520\n"
+        "  mmgate tokens 1280x720 --model Qwen/Qwen2.5-VL-7B-Instruct --model claude-sonnet-4-5\n"
         "  mmgate tokens --list"
     )
     parser.add_argument("inputs", nargs="*", metavar="INPUT", help="media file, WxH, WxH:Ns[:Ffps] or Ns")
@@ -217,7 +251,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help=f"hosted API: anthropic, gemini, openai:MODEL ({', '.join(OPENAI_MODELS)})",
+        help="hosted API: anthropic (or any claude-* model), gemini (or any gemini-* model), "
+        f"openai:MODEL or a bare OpenAI model, dated snapshots included ({', '.join(OPENAI_MODELS)})",
+    )
+    parser.add_argument(
+        "--model",
+        "-m",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a served model id (Hugging Face, e.g. Qwen/Qwen2.5-VL-7B-Instruct: priced by its family, "
+        "matched as the gateway does) or a hosted model name (gpt-4o, claude-sonnet-4-5); repeatable",
     )
     parser.add_argument(
         "--param",
@@ -231,9 +275,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--detail", choices=("low", "high", "auto"), help="OpenAI image detail for --provider openai:MODEL"
     )
     parser.add_argument("--estimate", action="store_true", help="add llm-d's default token-producer estimate")
-    parser.add_argument(
-        "--json", action="store_true", help="print JSON: one object per (input, family/provider)"
-    )
+    add_format_argument(parser)  # --json: one object per (input, family/provider)
     parser.add_argument(
         "--list", action="store_true", help="list the families, their parameters and defaults"
     )
@@ -242,21 +284,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.list:
-            _print_families(args.json)
+            _print_families(args.format)
             return 0
         if not args.inputs:
             print("mmgate tokens: error: give at least one INPUT (or --list); see --help", file=sys.stderr)
             return 2
-        columns = build_columns(args.family, args.provider, args.param, args.estimate, args.detail)
+        rules = build_columns(
+            args.family, args.provider, args.param, args.estimate, args.detail, models=args.model
+        )
         inputs = [parse_input(i) for i in args.inputs]
-        rows = count_all(inputs, columns)
+        rows = count_all(inputs, rules)
     except (RequestError, ValueError) as exc:
         print(f"mmgate tokens: error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        _print_table(inputs, columns, rows)
+    emit([_table(inputs, rules, rows)], args.format, data=rows)
     return 0
 
 
@@ -267,42 +308,27 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f"{row['tokens']:,}{extra}"
 
 
-def _print_table(inputs: list[Input], columns: list[Column], rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+TITLE = "tokens (+ placeholder tokens)"
 
+
+def _table(inputs: list[Input], rules: list[Column], rows: list[dict[str, Any]]) -> Table:
+    """One column per rule, or with many rules one row per (input, rule)."""
     by_key = {(r["input"], r.get("family") or r.get("provider")): r for r in rows}
-    if len(columns) > WIDE_COLUMNS:
-        _print_long(inputs, columns, by_key)
-        return
-    grid = [[i.label, i.shape, *(_cell(by_key.get((i.label, c.name))) for c in columns)] for i in inputs]
-    headers = ["input", "shape", *(c.name for c in columns)]
-    table = Table(title="tokens (+ placeholder tokens)", title_justify="left")
-    for k, name in enumerate(headers):
-        table.add_column(name, justify="left" if k < 2 else "right", overflow="fold")
-    for line in grid:
-        table.add_row(*line)
-    # Wide enough for every column (pipes and narrow terminals would otherwise squeeze it).
-    width = sum(max(len(h), *(len(line[k]) for line in grid)) + 3 for k, h in enumerate(headers)) + 1
-    Console(width=max(80, width)).print(table)
+    if len(rules) > WIDE_COLUMNS:
+        long = Table(columns("input", "shape", "rule", "tokens", numeric=["tokens"]), title=TITLE)
+        for item in inputs:
+            for rule in rules:
+                if (item.label, rule.name) in by_key:
+                    long.add(item.label, item.shape, rule.name, _cell(by_key[(item.label, rule.name)]))
+        return long
+    names = [r.name for r in rules]
+    wide = Table(columns("input", "shape", *names, numeric=names), title=TITLE)
+    for i in inputs:
+        wide.add(i.label, i.shape, *(_cell(by_key.get((i.label, name))) for name in names))
+    return wide
 
 
-def _print_long(inputs: list[Input], columns: list[Column], by_key: dict[tuple[str, Any], Any]) -> None:
-    """Many rules at once: one row per (input, rule) instead of one column per rule."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="tokens (+ placeholder tokens)", title_justify="left")
-    for name, justify in (("input", "left"), ("shape", "left"), ("rule", "left"), ("tokens", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for item in inputs:
-        for col in columns:
-            if (item.label, col.name) in by_key:
-                table.add_row(item.label, item.shape, col.name, _cell(by_key[(item.label, col.name)]))
-    Console(width=100).print(table)
-
-
-def _print_families(as_json: bool) -> None:
+def _print_families(fmt: str) -> None:
     import dataclasses
 
     records: list[dict[str, Any]] = [
@@ -314,17 +340,16 @@ def _print_families(as_json: bool) -> None:
         }
         for f in FAMILIES.values()
     ]
-    if as_json:
-        print(json.dumps(records, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="families (mmgate tokens --family NAME; --param KEY=VALUE)", title_justify="left")
-    table.add_column("family")
-    table.add_column("prices")
-    table.add_column("reference and parameters (defaults)", overflow="fold")
+    table = Table(
+        (
+            TableColumn("family"),
+            TableColumn("prices"),
+            TableColumn("reference", wrap=48),
+            TableColumn("parameters (defaults)", wrap=56),
+        ),
+        title="families (mmgate tokens --family NAME; --param KEY=VALUE)",
+    )
     for r in records:
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
-        table.add_row(r["family"], " ".join(r["modalities"]), f"{r['about']}\n[dim]{params}[/dim]")
-    Console(width=120).print(table)
+        table.add(r["family"], " ".join(r["modalities"]), r["about"], params)
+    emit([table], fmt, data=records)

@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+from mmgate.errors import did_you_mean
+from mmgate.tokens.providers import base_model_name
+
 PER_MILLION = 1_000_000
 TTLS = ("5m", "1h")
 DEFAULT_MULTIPLIERS = {"cache_write_5m": 1.25, "cache_write_1h": 2.0, "cache_read": 0.1}
@@ -88,13 +91,20 @@ def break_even(m: ModelPrice, ttl: str = "5m") -> int | None:
 class PriceTable:
     models: dict[str, ModelPrice]
     source: str = ""
+    read: str | None = None  # the date the prices were read from the providers' pages
 
     def get(self, name: str) -> ModelPrice:
+        """The row for ``name`` as written, or for its base name (``Claude-Sonnet-4-5-20250929``
+        finds ``claude-sonnet-4-5``)."""
         model = self.models.get(name)
         if model is None:
+            by_base = {base_model_name(n): m for n, m in self.models.items()}
+            model = by_base.get(base_model_name(name))
+        if model is None:
+            valid = sorted(self.models)
             raise ValueError(
-                f"model {name!r} is not in {self.source or 'the price table'}; valid models: "
-                f"{', '.join(sorted(self.models))}"
+                f"model {name!r}{did_you_mean(name, valid)} is not in {self.source or 'the price table'}; "
+                f"valid models: {', '.join(valid)}"
             )
         return model
 
@@ -107,10 +117,11 @@ def parse_price_table(data: object, source: str = "") -> PriceTable:
     where = source or "price table"
     if not isinstance(data, Mapping) or "models" not in data:
         raise ValueError(f"{where}: expected a mapping with a 'models' key")
-    unknown_top = set(data) - {"models", "defaults", "currency", "unit"}
+    unknown_top = set(data) - {"models", "defaults", "currency", "unit", "read"}
     if unknown_top:
         raise ValueError(
-            f"{where}: unknown top-level keys {sorted(unknown_top)}; valid: currency, defaults, models, unit"
+            f"{where}: unknown top-level keys {sorted(unknown_top)}; "
+            "valid: currency, defaults, models, read, unit"
         )
     defaults = dict(DEFAULT_MULTIPLIERS)
     defaults.update(_numbers(data.get("defaults") or {}, f"{where}: defaults", set(DEFAULT_MULTIPLIERS)))
@@ -124,7 +135,8 @@ def parse_price_table(data: object, source: str = "") -> PriceTable:
             if required not in values:
                 raise ValueError(f"{where}: models.{name} needs '{required}' (USD per million tokens)")
         models[str(name)] = ModelPrice(str(name), **values)
-    return PriceTable(models, source)
+    read = data.get("read")
+    return PriceTable(models, source, read=str(read) if read is not None else None)
 
 
 def _numbers(raw: Any, where: str, allowed: set[str]) -> dict[str, float]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from mmgate.tables import Table, add_format_argument, columns, emit
 from mmgate.tokens.cost import (
     TTLS,
     ModelPrice,
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also print cumulative cost after each question for each model",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_format_argument(parser)
 
 
 def summarize(model: ModelPrice, w: Workload) -> dict[str, Any]:
@@ -85,13 +85,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate cost: error: {exc}", file=sys.stderr)
         return 2
     rows = [summarize(m, w) for m in models]
-    if args.json:
-        out: dict[str, Any] = {"workload": _workload(w), "models": rows}
-        if args.per_question:
-            out["per_question"] = {m.name: _cumulative(m, w) for m in models}
-        print(json.dumps(out, indent=2))
-        return 0
-    _print(rows, w, models, args.per_question, args.price_table or "examples/prices.yaml")
+    data: dict[str, Any] = {"workload": _workload(w), "models": rows}
+    if args.per_question:
+        data["per_question"] = {m.name: _cumulative(m, w) for m in models}
+    source = args.price_table or "examples/prices.yaml"
+    if table.read:
+        source += f", read {table.read}"
+    tables = _tables(rows, w, models, args.per_question, source)
+    notes = ["break-even: the fewest questions (within the cache TTL) for which caching costs no more."]
+    emit(tables, args.format, data=data, notes=notes)
     return 0
 
 
@@ -120,22 +122,17 @@ def _usd(x: float) -> str:
     return f"${x:,.4f}" if x < 10 else f"${x:,.2f}"
 
 
-def _print(
+def _tables(
     rows: list[dict[str, Any]], w: Workload, models: list[ModelPrice], per_q: bool, source: str
-) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=120)
+) -> list[Table]:
     title = (
         f"{w.questions} questions on a {w.prefix_tokens:,}-token prefix "
         f"(+{w.question_tokens:,} in / {w.output_tokens:,} out each) — prices from {source}"
     )
-    table = Table(title=title, title_justify="left")
-    for name in ("model", "no cache", "cache 5m", "saving", "break-even", "cache 1h", "saving", "break-even"):
-        table.add_column(name, justify="left" if name == "model" else "right")
+    heads = ("no cache", "cache 5m", "saving 5m", "break-even 5m", "cache 1h", "saving 1h", "break-even 1h")
+    summary = Table(columns("model", *heads, numeric=heads), title=title)
     for r in rows:
-        table.add_row(
+        summary.add(
             r["model"],
             _usd(r["without_cache"]),
             _usd(r["with_cache_5m"]),
@@ -145,18 +142,15 @@ def _print(
             f"{r['saving_1h']:.0%}",
             _n(r["break_even_1h"]),
         )
-    console.print(table)
-    console.print("break-even: the fewest questions (within the cache TTL) for which caching costs no more.")
+    tables = [summary]
     if per_q:
+        cumulative = ("questions", "no cache", "cache 5m", "cache 1h")
         for m in models:
-            t = Table(title=f"{m.name}: cumulative cost", title_justify="left")
-            for name in ("questions", "no cache", "cache 5m", "cache 1h"):
-                t.add_column(name, justify="right")
+            t = Table(columns(*cumulative, numeric=cumulative), title=f"{m.name}: cumulative cost")
             for c in _cumulative(m, w):
-                t.add_row(
-                    str(c["n"]), _usd(c["without_cache"]), _usd(c["with_cache_5m"]), _usd(c["with_cache_1h"])
-                )
-            console.print(t)
+                t.add(c["n"], _usd(c["without_cache"]), _usd(c["with_cache_5m"]), _usd(c["with_cache_1h"]))
+            tables.append(t)
+    return tables
 
 
 def _n(value: int | None) -> str:

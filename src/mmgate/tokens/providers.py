@@ -1,14 +1,16 @@
 """Hosted API image/audio rules (Anthropic, OpenAI, Google Gemini), table-driven.
 
-A provider is named ``anthropic``, ``gemini`` or ``openai:MODEL``. OpenAI models are rows of
-:data:`OPENAI_MODELS`: either a *patch* model (32-px patches within a patch budget, times a per-model
-factor, rounded up) or a *tile* model (base + per-512-px-tile tokens after gpt-4o's downscaling).
-Add a model by adding a row.
+A provider is named ``anthropic``, ``gemini`` or ``openai:MODEL``, or by a model name as users
+write it (``claude-sonnet-4-5``, ``gpt-4o-2024-08-06``, ``gemini-2.5-pro``; see :func:`get_provider`).
+OpenAI models are rows of :data:`OPENAI_MODELS`: either a *patch* model (32-px patches within a
+patch budget, times a per-model factor, rounded up) or a *tile* model (base + per-512-px-tile
+tokens after gpt-4o's downscaling). Add a model by adding a row.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -144,22 +146,51 @@ class Provider:
 
 PROVIDERS = ("anthropic", "gemini", "openai:MODEL")
 
+# A dated snapshot (``gpt-4o-2024-08-06``, ``claude-sonnet-4-5-20250929``) or a moving alias
+# (``-latest``) prices like its base model.
+_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
+# How routers and SDKs prefix a model with its vendor: ``openai/gpt-4o``, ``anthropic:claude-...``.
+_VENDOR = re.compile(r"^(openai|anthropic|google|gemini|vertex_ai|azure)[:/]")
+
+
+def base_model_name(name: str) -> str:
+    """A model name as users write it, reduced to the name price lists use: lower case, without a
+    vendor prefix or a dated snapshot (``OpenAI/GPT-4o-2024-08-06`` → ``gpt-4o``)."""
+    key = name.strip().lower()
+    if vendor := _VENDOR.match(key):
+        key = key[vendor.end() :]
+    return _SNAPSHOT.sub("", key)
+
+
+def openai_model(name: str) -> str | None:
+    """The :data:`OPENAI_MODELS` row a model name prices like: its :func:`base_model_name`, or
+    the longest row that extends at a ``-`` boundary (``o3-pro`` → ``o3``,
+    ``gpt-4o-search-preview`` → ``gpt-4o``)."""
+    key = base_model_name(name).removeprefix("chat")  # chatgpt-4o-latest: ChatGPT's gpt-4o
+    if key in OPENAI_MODELS:
+        return key
+    bases = [m for m in OPENAI_MODELS if key.startswith(m + "-")]
+    return max(bases, key=len) if bases else None
+
 
 def get_provider(name: str) -> Provider:
-    """``anthropic``, ``gemini`` or ``openai:MODEL`` (see :data:`OPENAI_MODELS`)."""
-    key = name.strip().lower()
-    if key in ("anthropic", "claude"):
+    """A hosted API's rule by the names users write: ``anthropic`` or any ``claude-*`` model,
+    ``gemini`` or any ``gemini-*`` model, ``openai:MODEL`` or a bare OpenAI model name
+    (``gpt-4o``, ``GPT-4o-2024-08-06``, ``openai/o3``); case and dated snapshots do not matter."""
+    vendor = _VENDOR.match(name.strip().lower())
+    key = base_model_name(name)
+    if key in ("anthropic", "claude") or key.startswith("claude-"):
         return Provider("anthropic", anthropic_image)
-    if key in ("gemini", "google"):
+    if key in ("gemini", "google") or key.startswith("gemini-"):
         return Provider("gemini", gemini_image, audio=gemini_audio, video=gemini_video)
-    if key.startswith("openai:"):
-        model_name = key.split(":", 1)[1]
-        model = OPENAI_MODELS.get(model_name)
-        if model is None:
-            raise unknown("OpenAI model", model_name, OPENAI_MODELS)
+    model_name = openai_model(key)
+    if model_name is None:
+        if (vendor and vendor.group(1) == "openai") or key.startswith(("gpt-", "o1", "o3", "o4", "chatgpt")):
+            raise unknown("OpenAI model", key, OPENAI_MODELS)
+        raise unknown("provider", name, [*PROVIDERS[:2], *OPENAI_MODELS])
+    model = OPENAI_MODELS[model_name]
 
-        def image(width: int, height: int, detail: str | None) -> Count:
-            return openai_image(model, width, height, detail)
+    def image(width: int, height: int, detail: str | None) -> Count:
+        return openai_image(model, width, height, detail)
 
-        return Provider(f"openai:{model_name}", image)
-    raise unknown("provider", name, [*PROVIDERS[:2], *(f"openai:{m}" for m in OPENAI_MODELS)])
+    return Provider(f"openai:{model_name}", image)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from mmgate.errors import RequestError
+from mmgate.errors import RequestError, did_you_mean
 
 # Beyond these the input is a mistake or an attack, not a picture: JPEG caps sides at 65,535 px and
 # no model processes a day-long clip in one request.
@@ -42,8 +42,10 @@ class UnknownNameError(ValueError):
     """A family, provider, model or parameter name that does not exist; the message lists valid ones."""
 
 
-def unknown(kind: str, name: str, valid: Iterable[str]) -> UnknownNameError:
-    return UnknownNameError(f"unknown {kind} {name!r}; valid choices: {', '.join(sorted(valid))}")
+def unknown(kind: str, name: str, choices: Iterable[str]) -> UnknownNameError:
+    valid = sorted(choices)
+    hint = did_you_mean(name, valid)
+    return UnknownNameError(f"unknown {kind} {name!r}{hint}; valid choices: {', '.join(valid)}")
 
 
 def check_size(width: object, height: object, *, param: str | None = None) -> tuple[int, int]:

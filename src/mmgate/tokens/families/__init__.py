@@ -1,4 +1,5 @@
-"""Registry of served model families by name (``mmgate tokens --list`` prints it)."""
+"""Registry of served model families by name (``mmgate tokens --list`` prints it), and the one
+mapping from a served model id to its family (:func:`family_for_model`)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ ALIASES = {
     "phi4_multimodal": "phi-4-multimodal",
     "qwen2_audio": "qwen2-audio",
     "mllama4": "llama4",
+    # as they appear in Hugging Face model ids (llava-hf/llava-v1.6-..., meta-llama/Llama-4-...)
+    "llava-v1.6": "llava-next",
+    "llama-4": "llama4",
+    "phi-3-vision": "phi-3.5-vision",
 }
 
 
@@ -63,3 +68,17 @@ def get_family(name: str) -> Family[Any]:
     if family is None:
         raise unknown("family", name, FAMILIES)
     return family
+
+
+def family_for_model(model: str) -> str | None:
+    """The family whose rules price a served model id, or None when no family matches.
+
+    The id's last path segment (``Qwen/Qwen2.5-VL-7B-Instruct`` → ``qwen2.5-vl-7b-instruct``) is
+    matched case-insensitively against every family name and alias as a prefix, and the longest
+    match wins, so ``qwen2.5-vl-...`` is Qwen2.5-VL, not Qwen2-VL, and ``llava-v1.6-...`` is
+    LLaVA-NeXT, not LLaVA-1.5. The simulator, the gateway and ``mmgate tokens --model`` all use this.
+    """
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    spellings = {**{f: f for f in FAMILIES}, **ALIASES}
+    matches = [s for s in spellings if name.startswith(s)]
+    return spellings[max(matches, key=len)] if matches else None
