@@ -26,7 +26,7 @@ async def serve(app: web.Application, host: str = "127.0.0.1") -> tuple[web.AppR
     await runner.setup()
     site = web.TCPSite(runner, host, 0)
     await site.start()
-    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port: int = runner.addresses[0][1]
     return runner, port
 
 

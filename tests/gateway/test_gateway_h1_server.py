@@ -274,9 +274,7 @@ async def test_a_client_that_does_not_read_pauses_the_writer_instead_of_growing_
         while written < 256 * 1024 * 1024:
             await writer.write(chunk)
             written += len(chunk)
-            transport = writer._channel.transport
-            assert transport is not None
-            buffered.append(transport.get_write_buffer_size())
+            buffered.append(writer.buffered_bytes)
         writer.end()
 
     _, port = await serve(firehose)

@@ -57,7 +57,7 @@ class Server:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.context)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self.runner.addresses[0][1]
         return self
 
     async def stop(self) -> None:
@@ -92,18 +92,21 @@ async def https_and_http_are_pooled_apart(tmp: Path) -> None:
     ca = trustme.CA()
     secure = await Server(server_context(ca, "127.0.0.1")).start()
     plain = await Server(None).start()
-    pool = UpstreamPool(connect_timeout_s=2, read_timeout_s=5)
+    http_only = UpstreamPool(connect_timeout_s=2, read_timeout_s=5)
+    context = client_context(ca_file(ca, tmp))
+    pool = UpstreamPool(connect_timeout_s=2, read_timeout_s=5, ssl_context=context)
     try:
-        assert [await post(pool, plain.port, tls=False) for _ in range(3)] == [200] * 3
-        assert pool._ssl_context is None  # http never builds or touches an SSL context
+        assert [await post(http_only, plain.port, tls=False) for _ in range(3)] == [200] * 3
+        assert http_only.ssl_context is None  # http never builds or touches an SSL context
         assert len(set(plain.peers)) == 1  # kept alive
-        pool._ssl_context = client_context(ca_file(ca, tmp))
         assert [await post(pool, secure.port, tls=True) for _ in range(3)] == [200] * 3
         assert len(secure.peers) == 3 and len(set(secure.peers)) == 1  # TLS connection reused
-        assert await post(pool, plain.port, tls=False) == 200
-        assert len(set(plain.peers)) == 1
-        assert set(pool._origins) == {("127.0.0.1", plain.port, False), ("127.0.0.1", secure.port, True)}
+        assert [await post(pool, plain.port, tls=False) for _ in range(2)] == [200] * 2
+        assert len(set(plain.peers)) == 2  # one connection per pool
+        assert pool.origins == {("127.0.0.1", plain.port, False), ("127.0.0.1", secure.port, True)}
+        assert pool.ssl_context is context
     finally:
+        await http_only.close()
         await pool.close()
         await secure.stop()
         await plain.stop()

@@ -141,5 +141,4 @@ def test_filter_shortcut_agrees_with_the_per_endpoint_check() -> None:
             clock.t += rng.choice((0.2, 1.5, 5.0))
         slow = [e for e in eps if b.usable(e.name)] or list(eps)
         assert b.filter(eps) == slow
-        tripped = sum(1 for e in eps if e.name in b._eps and b._eps[e.name].state is not State.CLOSED)
-        assert b._tripped == tripped
+        assert b.tripped == sum(1 for e in eps if b.state(e.name) is not State.CLOSED)

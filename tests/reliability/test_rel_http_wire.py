@@ -431,7 +431,7 @@ async def test_a_pipelining_client_that_never_reads_gets_bounded_buffers(h1: lis
             for conn in server.connections:
                 if conn.transport is not None:
                     peak_buffer = max(peak_buffer, conn.transport.get_write_buffer_size())
-                peak_queue = max(peak_queue, len(conn._queue))
+                peak_queue = max(peak_queue, conn.queued)
             await asyncio.sleep(0.005)
 
     sampler = asyncio.create_task(sample())

@@ -6,13 +6,14 @@ import random
 from collections import Counter
 
 from mmgate.scheduling import PluginHandle
-from mmgate.scheduling.plugins._picking import PickerParams
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.random_picker import RandomPicker
 from mmgate.scheduling.plugins.round_robin_picker import RoundRobinPicker
 from mmgate.scheduling.plugins.weighted_random_picker import WeightedRandomPicker
 
 from .helpers import endpoints
+
+PickerParams = MaxScorePicker.Params  # llm-d's maxNumOfEndpoints, shared by every picker
 
 EPS = endpoints(4)
 

@@ -70,7 +70,7 @@ async def test_encoder_only_pod_returns_ec_transfer_params_per_item(http: aiohtt
         # a repeat is an encoder-cache hit; the LM side never ran
         status, again = await _post(http, pod.url, _image_request(1))
         assert status == 200 and set(again["ec_transfer_params"]) == {mm_hash}
-        stats = pod._stats()
+        stats = pod.stats()
         assert (stats.encoder_cache_queries, stats.encoder_cache_hits) == (2, 1)
         assert stats.prompt_tokens == 0
 

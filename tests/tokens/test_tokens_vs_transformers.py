@@ -3,6 +3,12 @@
 Every family whose processor runs here without torch is checked on ≥200 sizes from 1 px to 8K
 (exact equality, and: where the processor refuses a size, mmgate refuses it too). A few small
 images also go through full pixel preprocessing to show the counting methods agree with it.
+
+The reference counts come from Hugging Face's own processors, and for several families only an
+underscored method computes them (``_get_num_multimodal_tokens``, ``_compute_audio_num_tokens``,
+``_process_audio``): the public ``__call__`` needs pixels, audio samples and a tokenizer, which is
+what vLLM itself calls for the count. These are transformers' internals used as the reference, not
+mmgate's private state; a transformers release that renames one fails here loudly.
 """
 
 from __future__ import annotations

@@ -73,6 +73,12 @@ class Breaker:
     def enabled(self) -> bool:
         return self.settings.consecutive_failures > 0
 
+    @property
+    def tripped(self) -> int:
+        """How many endpoints are ejected or on probation (not CLOSED); while none is,
+        :meth:`filter` passes every candidate without looking at each."""
+        return self._tripped
+
     def state(self, name: str) -> State:
         ep = self._eps.get(name)
         if ep is None:

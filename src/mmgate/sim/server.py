@@ -102,10 +102,8 @@ class SimPod:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.spec.host, self.spec.port, reuse_address=True)
         await site.start()
-        server = site._server
-        if self.spec.port == 0 and server is not None:
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1]
+        if self.spec.port == 0:
+            self.port = self._runner.addresses[0][1]
         kv = self.spec.kv_events
         if kv is not None and kv.active:
             kv = msgspec.structs.replace(kv, topic=self.kv_topic(kv.topic))
@@ -165,13 +163,14 @@ class SimPod:
         return web.json_response(doc, headers={POD_HEADER: self.name})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = self.metrics.render(self._stats)
+        body = self.metrics.render(self.stats)
         return web.Response(
             body=body,
             headers={POD_HEADER: self.name, "Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
-    def _stats(self) -> EngineStats:
+    def stats(self) -> EngineStats:
+        """The pod's counters as ``/metrics`` shows them (engine, plus the encoder's cache)."""
         stats = self.engine.stats()
         if self.encoder is not None:
             stats = self.encoder.merge_stats(stats)

@@ -84,7 +84,7 @@ class HeldUpstream:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=4096)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self.runner.addresses[0][1]
 
     async def stop(self) -> None:
         if self.runner is not None:

@@ -460,6 +460,18 @@ class UpstreamPool:
         self._tick_s = min(max(min(read_timeout_s / 8, idle_timeout_s / 4), 0.005), 1.0)
         self._closed = False
 
+    @property
+    def origins(self) -> frozenset[tuple[str, int, bool]]:
+        """``(host, port, tls)`` of every origin the pool has connections (or had) for: http and
+        https to the same host and port are different origins, pooled apart."""
+        return frozenset(self._origins)
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of https origins: the one given, else the default one made at the
+        first https connection; ``None`` while only plain http was used (http never builds one)."""
+        return self._ssl_context
+
     async def request(
         self,
         host: str,

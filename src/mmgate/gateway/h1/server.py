@@ -127,6 +127,11 @@ class HttpConnection(asyncio.Protocol):
         self._deadline_kind = _NONE
         self._timer: asyncio.TimerHandle | None = None
 
+    @property
+    def queued(self) -> int:
+        """Pipelined requests parsed and waiting for their turn (reading pauses at the limit)."""
+        return len(self._queue)
+
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

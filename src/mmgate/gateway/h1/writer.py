@@ -120,6 +120,13 @@ class ResponseWriter:
         self._remaining = content_length
         self._head = self._head_bytes(status, headers, content_length)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes written but not yet taken by the kernel (the transport's buffer; 0 once the
+        connection is gone): what a client that stops reading costs the gateway."""
+        transport = self._channel.transport
+        return transport.get_write_buffer_size() if transport is not None else 0
+
     def _transport(self) -> asyncio.Transport:
         transport = self._channel.transport
         if transport is None or transport.is_closing():
