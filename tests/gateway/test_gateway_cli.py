@@ -10,9 +10,9 @@ from pathlib import Path
 
 import aiohttp
 import orjson
-from gw_support import Upstream
 
 from conftest import mmgate_command, subprocess_env
+from support.upstreams import Upstream
 
 IMAGE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
 

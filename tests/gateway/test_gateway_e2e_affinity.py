@@ -7,7 +7,8 @@ import asyncio
 from collections import Counter, defaultdict
 
 import pytest
-from e2e_support import ENCODER_AFFINITY, ROUND_ROBIN, Stack, chat_body, png, stack
+
+from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, Stack, chat_body, png, stack
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ import asyncio
 from collections import Counter
 
 import pytest
-from e2e_support import ROUND_ROBIN, Reply, Stack, chat_body, png, stack
+
+from support.stack import ROUND_ROBIN, Reply, Stack, chat_body, png, stack
 
 pytestmark = pytest.mark.slow
 

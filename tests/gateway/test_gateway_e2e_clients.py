@@ -11,7 +11,8 @@ from pathlib import Path
 import openai
 import orjson
 import pytest
-from e2e_support import ENCODER_AFFINITY, chat_body, png, stack
+
+from support.stack import ENCODER_AFFINITY, chat_body, png, stack
 
 pytestmark = pytest.mark.slow
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from e2e_support import ENCODER_AFFINITY, chat_body, stack
-from gw_support import free_port
 
 from conftest import mmgate_command, subprocess_env
 from mmgate.gateway.scheduler_router import SchedulerRouter
+from support.stack import ENCODER_AFFINITY, chat_body, stack
+from support.upstreams import free_port
 
 pytestmark = pytest.mark.slow
 

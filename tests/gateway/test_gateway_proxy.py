@@ -10,11 +10,11 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from gw_support import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
 from multidict import CIMultiDict
 
 from mmgate.gateway.app import Running
 from mmgate.gateway.server import Gateway
+from support.upstreams import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
 
 BODY = b'{"model": "m",   "messages": [{"role": "user", "content": "hi \\u00e9"}]}'
 

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from gw_support import Upstream, free_port, sse_behaviour, start_gateway
 
 from mmgate.config import load_config_text
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
@@ -15,6 +14,7 @@ from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.scheduler_router import SchedulerRouter
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate.scheduling import build_scheduler
+from support.upstreams import Upstream, free_port, sse_behaviour, start_gateway
 
 ROUND_ROBIN = """
 apiVersion: llm-d.ai/v1alpha1

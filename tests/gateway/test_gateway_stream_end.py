@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Sequence
 import aiohttp
 import pytest
 from aiohttp import web
-from e2e_support import ROUND_ROBIN, chat_body, png, stack
-from gw_support import OrderRouter, Upstream, sse_behaviour, start_gateway
 
 from mmgate.gateway.app import Running
+from support.stack import ROUND_ROBIN, chat_body, png, stack
+from support.upstreams import OrderRouter, Upstream, sse_behaviour, start_gateway
 
 BODY = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
 EVENTS = [b'data: {"i": 0}\n\n', b'data: {"i": 1}\n\n', b"data: [DONE]\n\n"]

@@ -15,7 +15,6 @@ import pytest
 import trustme
 import uvloop
 from aiohttp import web
-from gw_support import OrderRouter, tiny_parse
 
 from mmgate.config import MmgateSection
 from mmgate.config.schema import UpstreamTLSSpec
@@ -24,6 +23,7 @@ from mmgate.gateway.app import settings_of, start
 from mmgate.gateway.h1.client import UpstreamPool, UpstreamTLSError
 from mmgate.gateway.server import Gateway
 from mmgate.tls import client_context
+from support.upstreams import OrderRouter, tiny_parse
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
 

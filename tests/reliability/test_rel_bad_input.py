@@ -11,7 +11,8 @@ import zlib
 from urllib.parse import urlsplit
 
 import orjson
-from rel_support import (
+
+from support.reliability import (
     Stack,
     assert_openai_error,
     chat_body,

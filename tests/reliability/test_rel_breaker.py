@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from rel_support import Stack, chat_body, config, stack
-
 from mmgate.gateway.breaker import Breaker, BreakerSettings, State
+from support.reliability import Stack, chat_body, config, stack
 
 
 @dataclass(frozen=True)

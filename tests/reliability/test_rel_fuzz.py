@@ -18,7 +18,8 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rel_support import config, png, stack
+
+from support.reliability import config, png, stack
 
 MODEL = "test"
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")

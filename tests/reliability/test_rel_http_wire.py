@@ -20,7 +20,6 @@ import httptools
 import orjson
 import pytest
 import uvloop
-from rel_support import OrderRouter, start_gateway
 
 from mmgate.config import load_config_text
 from mmgate.gateway.app import Running, settings_of
@@ -29,6 +28,7 @@ from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import HttpServer, ServerLimits
 from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.responses import json_response
+from support.reliability import OrderRouter, start_gateway
 
 BODY = b'{"model":"m","messages":[]}'
 OK = (

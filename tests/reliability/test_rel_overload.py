@@ -7,11 +7,11 @@ import asyncio
 import time
 
 import pytest
-from rel_support import assert_openai_error, chat_body, config, stack
 
 from conftest import mmgate_command, subprocess_env
 from mmgate.bench.soak.idle_streams import measure
 from mmgate.gateway.admission import Admission, AdmissionSettings, Overloaded, client_key
+from support.reliability import assert_openai_error, chat_body, config, stack
 
 
 async def test_admission_slots_queue_fifo_timeout_and_per_client() -> None:

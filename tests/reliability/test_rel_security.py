@@ -13,11 +13,11 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from rel_support import OrderRouter, Upstream, png, serve, start_gateway, status_behaviour
 
 from mmgate.gateway.app import make_parser
 from mmgate.gateway.telemetry import JsonFormatter
 from mmgate.request.limits import Limits
+from support.reliability import OrderRouter, Upstream, png, serve, start_gateway, status_behaviour
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 ROUTING = {

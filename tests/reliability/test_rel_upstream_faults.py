@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from rel_support import Stack, assert_openai_error, chat_body, config, pod_metric, stack
+
+from support.reliability import Stack, assert_openai_error, chat_body, config, pod_metric, stack
 
 
 async def set_faults(s: Stack, pod_url: str, **faults: Any) -> None:

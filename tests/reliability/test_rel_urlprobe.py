@@ -7,9 +7,9 @@ import asyncio
 import time
 
 from aiohttp import web
-from rel_support import serve
 
 from mmgate.request.urlprobe import UrlProber, UrlProbeSettings, address_allowed, host_allowed
+from support.reliability import serve
 
 
 def test_allow_list_patterns() -> None:

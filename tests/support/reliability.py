@@ -1,4 +1,4 @@
-"""Helpers for the reliability suite: the gateway's end-to-end stack (reused from tests/gateway),
+"""Helpers for the reliability suite: the gateway's end-to-end stack (:mod:`support.stack`),
 OpenAI error-shape checks, raw-socket clients for what aiohttp's client will not send, and the
 counters that prove whether a request reached a pod."""
 
@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateway"))
-
-from e2e_support import ROUND_ROBIN, Stack, chat_body, data_url, png, stack
-from gw_support import OrderRouter, Upstream, free_port, serve, start_gateway, status_behaviour
+from support.stack import ROUND_ROBIN, Stack, chat_body, data_url, png, stack
+from support.upstreams import OrderRouter, Upstream, free_port, serve, start_gateway, status_behaviour
 
 __all__ = [
     "ROUND_ROBIN",

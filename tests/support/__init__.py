@@ -1,0 +1,7 @@
+"""Helpers shared by more than one test folder, as a package: a test imports ``support.x``.
+
+``tests/`` is on ``sys.path`` because pytest puts a rootdir ``conftest.py``'s folder there, so no
+helper edits ``sys.path``. ``upstreams``: scriptable upstreams, a recording router, a started
+gateway; ``stack``: the simulated fleet plus a gateway built as ``mmgate serve`` builds it;
+``reliability``: error-shape checks, raw-socket clients and pod counters for the reliability suite.
+"""
