@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import median, percentiles
 from mmgate.config import load_config
 from mmgate.request import RequestView, parse_request
@@ -205,14 +206,12 @@ def run(args: argparse.Namespace) -> int:
             else f"{row['mean_prefix_match_on_target']:.2f}",
         )
     Console(width=120).print(table)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         k: getattr(args, k) for k in ("endpoints", "groups", "per_group", "rounds", "inflight")
     }
     meta["python"] = platform.python_version()
     meta["cpus"] = os.cpu_count()
     meta["loadavg_1m"] = os.getloadavg()[0]  # the machine is shared: say how busy it was
-    out.write_text(json.dumps({"params": meta, "results": rows}, indent=2))
+    out = write_json(args.out, {"params": meta, "results": rows})
     print(f"wrote {out}")
     return 0

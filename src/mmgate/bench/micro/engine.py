@@ -18,8 +18,8 @@ import json
 import random
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from mmgate.bench.results import write_json
 from mmgate.sim.engine import Engine, EngineConfig, MediaSpan, SimRequest
 
 SYSTEM = list(range(10, 74))  # 64 shared system-prompt tokens
@@ -159,8 +159,7 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(
         args.pods, args.requests, args.rate, args.profile, args.hash_algo, output_tokens=args.output_tokens
     )
-    text = json.dumps(asdict(result), indent=2)
-    print(text)
+    print(json.dumps(asdict(result), indent=2))
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_json(args.out, asdict(result))
     return 0

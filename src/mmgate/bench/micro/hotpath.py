@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import json
 import platform
 import pstats
 import sys
@@ -35,6 +34,7 @@ import msgspec
 
 from mmgate.bench.cli import command_line
 from mmgate.bench.overhead.bodies import BODIES, body
+from mmgate.bench.results import write_json
 from mmgate.bench.routing.systems import UnknownSystem, resolve
 from mmgate.bench.stats import median
 from mmgate.config import load_config
@@ -297,8 +297,7 @@ def run(args: argparse.Namespace) -> int:
     print("µs per request, cumulative by stage (median of repeats)")
     print(table(cases))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(to_json(cases, args), indent=2) + "\n")
+        write_json(args.json, to_json(cases, args))
         print(f"wrote {args.json}")
     for config in configs:
         for name in bodies if args.profile else ():

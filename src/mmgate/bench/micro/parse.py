@@ -11,7 +11,6 @@ import argparse
 import base64
 import gc
 import io
-import json
 import platform
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ import orjson
 import xxhash
 from PIL import Image
 
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import percentiles
 from mmgate.request.bodies import CHAT
 from mmgate.request.decode import decode_chat
@@ -222,7 +222,6 @@ def run(args: argparse.Namespace) -> int:
             f"/{row['pillow_decoded_bytes']} B)"
         )
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(args.out, results)
         print(f"wrote {args.out}")
     return 0

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import random
 import time
-from pathlib import Path
 from typing import Any
 
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import median
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate.tokens.estimator import EstimateConfig
@@ -151,9 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     report = run_benchmark(args.images, args.repeats, args.inner)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    out = write_json(args.out, report)
     cols = [
         "repeated sizes: price",
         "repeated sizes: price+sequence",

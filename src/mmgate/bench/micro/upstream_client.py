@@ -25,6 +25,7 @@ import aiohttp
 import uvloop
 
 from mmgate.bench.procstat import own_cpu_seconds
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import median
 from mmgate.gateway.h1.client import UpstreamPool
 
@@ -263,10 +264,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print("\n".join(_table(results)))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps({"args": vars(args) | {"out": str(args.out)}, "rounds": results}, indent=1)
-        )
+        write_json(args.out, {"args": vars(args) | {"out": str(args.out)}, "rounds": results})
         print(f"wrote {args.out}")
     return 0
 

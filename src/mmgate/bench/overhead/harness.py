@@ -37,6 +37,7 @@ from mmgate.bench.overhead.bodies import BODIES, body, write_bodies
 from mmgate.bench.overhead.peers import PEERS, find_peers_python, installed_versions
 from mmgate.bench.processes import Managed, free_port, wait_until_serving
 from mmgate.bench.procstat import cpu_seconds, peak_rss_mb
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import percentile
 
 SRC = Path(mmgate.__file__).resolve().parent.parent
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         raw = bench.run()
     finally:
         bench.stop()
-    (out / "overhead.json").write_text(json.dumps(raw, indent=1))
+    write_json(out / "overhead.json", raw)
     summary = overhead_report.summarize(raw)
     (out / "overhead.md").write_text(overhead_report.markdown(summary))
     overhead_report.plot(summary, out / "overhead.png")

@@ -6,10 +6,10 @@ re-rendered from a saved run (``summarize(json.load(...))``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mmgate.bench.results import markdown_table
 from mmgate.bench.stats import median, percentile
 
 # The issue's goals: body -> (min req/s ratio over the best peer, max added p50 in ms).
@@ -190,12 +190,6 @@ def table_rows(summary: dict[str, Any], body: str) -> list[list[str]]:
     ]
 
 
-def _md_table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
 def markdown(summary: dict[str, Any]) -> str:
     """The report's tables as markdown (docs/benchmarks/overhead.md quotes them)."""
     meta, settings = summary["meta"], summary["settings"]
@@ -220,7 +214,7 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append("")
     for body, info in summary["bodies"].items():
         lines += [f"### {body}: {info['description']} ({info['bytes'] / 1e6:.3f} MB)", ""]
-        lines += _md_table(TABLE_HEADER, table_rows(summary, body))
+        lines += markdown_table(TABLE_HEADER, table_rows(summary, body))
         lines.append("")
     if summary["ratios"]:
         lines += ["### mmgate / best peer", ""]
@@ -245,7 +239,7 @@ def markdown(summary: dict[str, Any]) -> str:
             "added p50",
             "peer added p50",
         )
-        lines += _md_table(header, rows)
+        lines += markdown_table(header, rows)
         lines.append("")
     if summary["goals"]:
         lines += ["### Goals", ""]
@@ -265,7 +259,7 @@ def markdown(summary: dict[str, Any]) -> str:
             ]
             for g in summary["goals"]
         ]
-        lines += _md_table(
+        lines += markdown_table(
             (
                 "body",
                 "mmgate",
@@ -286,7 +280,7 @@ def markdown(summary: dict[str, Any]) -> str:
         bodies = list(summary["sustained"])
         names = list(dict.fromkeys(n for per in summary["sustained"].values() for n in per))
         rows = [[n, *(_fmt(summary["sustained"][b].get(n), 0) for b in bodies)] for n in names]
-        lines += _md_table(("system", *(f"{b} req/s" for b in bodies)), rows)
+        lines += markdown_table(("system", *(f"{b} req/s" for b in bodies)), rows)
         lines.append("")
     return "\n".join(lines)
 

@@ -12,7 +12,6 @@ many simulated requests it handled per minute of wall time, the DES throughput f
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import sys
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from mmgate.bench.results import markdown_table, write_json
 from mmgate.bench.routing import report
 from mmgate.bench.routing.des import DesOptions, run_des
 from mmgate.bench.routing.records import Ladder, parse_rates
@@ -115,7 +115,7 @@ def run_headline(
     wall = time.perf_counter() - started
     text, facts = summary(out, metas, wall)
     (out / "summary.md").write_text(text)
-    (out / "summary.json").write_text(json.dumps(facts, indent=1) + "\n")
+    write_json(out / "summary.json", facts)
     print(text)
     console.print(f"wrote {out}/summary.md, {out}/<workload>/report.{{json,md}} and PNGs in {wall:.0f}s")
     return 0
@@ -166,11 +166,11 @@ def summary(out: Path, metas: list[dict[str, Any]], wall: float) -> tuple[str, d
             )
         lines += ["", "TTFT p90 (s) by rate:", ""]
         rates = sorted({r["rate"] for r in records})
-        lines.append("| system | " + " | ".join(f"{r:g}" for r in rates) + " |")
-        lines.append("|---|" + "---|" * len(rates))
+        table = []
         for s in systems:
             row = {r["rate"]: r["ttft_p90_s"] for r in _by(records, s)}
-            lines.append(f"| {s} | " + " | ".join(_num(row.get(r)) for r in rates) + " |")
+            table.append([s, *(_num(row.get(r)) for r in rates)])
+        lines += markdown_table(["system", *(f"{r:g}" for r in rates)], table)
         speed = (
             f"DES speed (one process): {meta['simulated_requests']:,} simulated requests in "
             f"{meta['cpu_s']:.0f} s of CPU = {meta['simulated_requests_per_cpu_minute']:,} per CPU-minute "

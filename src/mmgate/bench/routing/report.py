@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmgate.bench import results
 from mmgate.bench.routing.records import RequestRecord, RungResult
 from mmgate.bench.stats import percentile, percentiles, weighted_percentile
 
@@ -98,8 +99,7 @@ def by_system(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any
 
 
 def write_json(records: Sequence[dict[str, Any]], path: Path, meta: dict[str, Any] | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": meta or {}, "records": list(records)}, indent=1) + "\n")
+    results.write_json(path, {"meta": meta or {}, "records": list(records)})
 
 
 def read_json(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -140,12 +140,9 @@ def markdown(records: Sequence[dict[str, Any]], title: str = "", ttft_slo_s: flo
         ("encoder_cache_hit_ratio", "enc hit"),
     ]
     lines = [f"### {title}", ""] if title else []
-    lines.append("| " + " | ".join(h for _, h in cols) + " |")
-    lines.append("|" + "---|" * len(cols))
     groups = by_system(records)
-    for recs in groups.values():
-        for rec in recs:
-            lines.append("| " + " | ".join(_fmt(rec.get(k)) for k, _ in cols) + " |")
+    rows = ([_fmt(rec.get(k)) for k, _ in cols] for recs in groups.values() for rec in recs)
+    lines += results.markdown_table([h for _, h in cols], rows)
     lines.append("")
     lines.append(f"Sustained rate (every rung up to it kept TTFT p90 ≤ {ttft_slo_s:g} s with no failures):")
     lines.append("")
@@ -162,8 +159,7 @@ def compare(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], a_name: st
     index = {(r["system"], r["rate"]): r for r in b}
     pairs = ("out tok/s", "Δ", "TTFT p50", "TTFT p90", "prefix hit")
     cols = [c if c == "Δ" else f"{c} {n}" for c in pairs for n in ((a_name, b_name) if c != "Δ" else ("",))]
-    head = "| system | rate | " + " | ".join(cols) + " |"
-    lines = [head, "|" + "---|" * 11]
+    rows = []
     for ra in sorted(a, key=lambda r: (r["system"], r["rate"])):
         rb = index.get((ra["system"], ra["rate"]))
         if rb is None:
@@ -180,8 +176,8 @@ def compare(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], a_name: st
         ]
         for key in ("ttft_p50_s", "ttft_p90_s", "prefix_cache_hit_ratio"):
             cells += [_fmt(ra.get(key)), _fmt(rb.get(key))]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return "\n".join(results.markdown_table(["system", "rate", *cols], rows)) + "\n"
 
 
 def plot(records: Sequence[dict[str, Any]], out_dir: Path, title: str = "") -> list[Path]:

@@ -40,6 +40,7 @@ from rich.table import Table
 
 import mmgate
 from mmgate.bench.procstat import cpu_seconds, own_cpu_seconds
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import median, percentile
 
 TOKEN_MARK = b'"delta":{"content":'
@@ -269,7 +270,7 @@ def calibrate(args: argparse.Namespace) -> int:
             f"{r['tpot_error']:+.1%}",
         )
     console.print(table)
-    _write(args.out, {"benchmark": "calibrate", "profile": args.profile, "rows": rows})
+    write_json(args.out, {"benchmark": "calibrate", "profile": args.profile, "rows": rows})
     worst = max(max(abs(r["ttft_error"]), abs(r["tpot_error"])) for r in rows)
     console.print(f"worst error {worst:.1%} (goal: within 10%); wrote {args.out}")
     return 0 if worst <= 0.10 else 1
@@ -440,7 +441,7 @@ def capacity(args: argparse.Namespace) -> int:
     console.print(table)
     best = max((s.rate for s in steps if s.sustained), default=None)
     console.print(f"highest rate sustained in real time: {best if best is not None else 'none'} req/s")
-    _write(
+    write_json(
         args.out,
         {
             "benchmark": "capacity",
@@ -535,18 +536,14 @@ def metrics_cost(args: argparse.Namespace) -> int:
     }
     for k, v in rows.items():
         print(f"{k:40s} {v:9.2f}")
-    _write(args.out, {"benchmark": "metrics", "repeats": n, **rows, "bytes": len(ours.render(engine.stats))})
+    write_json(
+        args.out, {"benchmark": "metrics", "repeats": n, **rows, "bytes": len(ours.render(engine.stats))}
+    )
     return 0
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
-
-
-def _write(path: str, doc: dict[str, Any]) -> None:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

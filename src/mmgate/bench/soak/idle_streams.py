@@ -27,6 +27,7 @@ from aiohttp import web
 
 from mmgate.bench.processes import free_port
 from mmgate.bench.procstat import rss_mb
+from mmgate.bench.results import write_json
 
 MODEL = "idle"
 FIRST = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
@@ -197,9 +198,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = asyncio.run(measure(args.streams, [sys.executable, "-m", "mmgate"]))
-    text = orjson.dumps(asdict(result), option=orjson.OPT_INDENT_2)
-    print(text.decode())
+    print(orjson.dumps(asdict(result), option=orjson.OPT_INDENT_2).decode())
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_bytes(text)
+        write_json(args.out, asdict(result))
     return 0 if result.completed == result.opened == result.streams else 1

@@ -30,6 +30,7 @@ import orjson
 
 from mmgate.bench.processes import free_port
 from mmgate.bench.procstat import rss_mb
+from mmgate.bench.results import write_json
 from mmgate.bench.stats import percentiles
 
 MODEL = "test"
@@ -340,9 +341,7 @@ def run(args: argparse.Namespace) -> int:
     result = asyncio.run(Soak(args).run())
     summary = summarize(result)
     result["summary"] = summary
-    (out / "soak.json").write_bytes(
-        orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
-    )
+    write_json(out / "soak.json", result)
     plot(result, summary, out / "soak.png")
     print(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
     print(f"wrote {out / 'soak.json'}, {out / 'soak.png'}")
