@@ -233,3 +233,21 @@ def test_limits_section_maps_to_request_limits() -> None:
     with pytest.raises(ConfigError) as err:
         load_config_text("mmgate:\n  limits: {maxPixels: 0}\n")
     assert err.value.path == "mmgate.limits.maxPixels"
+
+
+def test_values_naming_something_outside_the_file_are_checked_with_the_file(tmp_path: Path) -> None:
+    text = f"""mmgate:
+  pricing: {{family: qwen9}}
+  endpoints: ["ftp://pod:1", {{url: "pod:1/v1"}}, "pod-b:8000"]
+  upstreamTLS: {{caFile: {tmp_path / "no-ca.pem"}}}
+"""
+    with pytest.raises(ConfigErrors) as err:
+        load_config_text(text)
+    assert [(e.line, e.path) for e in err.value.errors] == [
+        (2, "mmgate.pricing.family"),
+        (3, "mmgate.endpoints[0]"),
+        (3, "mmgate.endpoints[1].url"),
+        (4, "mmgate.upstreamTLS.caFile"),
+    ]
+    assert "scheme must be http or https" in str(err.value)
+    assert "unknown family 'qwen9'" in str(err.value)

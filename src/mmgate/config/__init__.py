@@ -97,7 +97,12 @@ def read_config_text(
     if config is not None:
         config.lines = key_lines(text)
     draft = config or GatewayConfig(EndpointPickerConfig(), MmgateSection(), source, key_lines(text))
-    return config, [draft.locate(e) for e in errors]
+    return config, in_file_order([draft.locate(e) for e in errors])
+
+
+def in_file_order(errors: list[ConfigError]) -> list[ConfigError]:
+    """Sorted by line (stable; errors without a line last), as a reader goes through the file."""
+    return sorted(errors, key=lambda e: (e.line is None, e.line or 0))
 
 
 def parse_config(data: Any, *, source: str = "<config>") -> GatewayConfig:
@@ -175,4 +180,34 @@ def _check_mmgate(m: MmgateSection) -> list[ConfigError]:
         errors.append(
             ConfigError(f"must be >= 0, got {lim.maxMediaItems}", path="mmgate.limits.maxMediaItems")
         )
+    return errors + _check_references(m)
+
+
+def _check_references(m: MmgateSection) -> list[ConfigError]:
+    """Values that name something outside the file: endpoint addresses, the pricing family and the
+    CA file. Each is checked by the code that uses it (the endpoint parser, the family table, the
+    TLS setup); this only gives the mistake its path, so ``mmgate check`` finds what ``mmgate
+    serve`` would refuse."""
+    from mmgate.datalayer.endpoints import parse_endpoint
+    from mmgate.tls import client_context
+    from mmgate.tokens import get_family
+
+    errors: list[ConfigError] = []
+    for i, item in enumerate(m.endpoints):
+        spec = item if isinstance(item, EndpointSpec) else EndpointSpec(url=item)
+        try:
+            parse_endpoint(spec.url, role=spec.role, labels=spec.labels)
+        except ValueError as exc:
+            where = f"mmgate.endpoints[{i}]" + (".url" if isinstance(item, EndpointSpec) else "")
+            errors.append(ConfigError(str(exc), path=where))
+    if m.pricing.family is not None:
+        try:
+            get_family(m.pricing.family)
+        except ValueError as exc:
+            errors.append(ConfigError(str(exc), path="mmgate.pricing.family"))
+    if m.upstreamTLS.caFile is not None:
+        try:
+            client_context(m.upstreamTLS.caFile)
+        except ConfigError as exc:
+            errors.append(exc)
     return errors

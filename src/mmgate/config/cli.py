@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.config import ConfigError, GatewayConfig, read_config
+from mmgate.config import ConfigError, GatewayConfig, in_file_order, read_config
 from mmgate.scheduling import Plugin, Scheduler, build_scheduler
 
 
@@ -69,7 +69,7 @@ def check_file(path: str) -> tuple[GatewayConfig | None, Scheduler | None, list[
     except ConfigError as exc:
         errors += config.locate(exc).errors
     if errors:
-        return config, None, sorted(errors, key=lambda e: (e.line is None, e.line or 0))
+        return config, None, in_file_order(errors)
     return config, scheduler, []
 
 

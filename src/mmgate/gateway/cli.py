@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
         gateway = build_gateway(config)
     except ConfigError as exc:
         return _config_errors(config.locate(exc))
-    except ValueError as exc:
-        print(f"mmgate serve: {config.source}: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a flag's value (the file's were checked when it was loaded)
+        print(f"mmgate serve: {exc}", file=sys.stderr)
         return 2
     if not config.mmgate.endpoints and not config.mmgate.endpointsFile and config.mmgate.kubernetes is None:
         print(
