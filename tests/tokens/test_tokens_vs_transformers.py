@@ -46,7 +46,7 @@ from transformers.video_utils import VideoMetadata
 from mmgate.errors import RequestError
 from mmgate.tokens import get_family
 from mmgate.tokens.families.llama4 import supported_canvases
-from mmgate.tokens.families.phi import Phi4MMParams, _closest_grid
+from mmgate.tokens.families.phi import Phi4MMParams, closest_grid
 
 SIZES = random_sizes(260, seed=20261130)
 assert len(SIZES) >= 200
@@ -326,7 +326,7 @@ def test_phi4_multimodal_crop_grid_choice_matches_the_processor() -> None:
     )
     params = Phi4MMParams()
     for w, h in random_sizes(400, seed=3):
-        assert _closest_grid(w, h, params) == cls.find_closest_aspect_ratio(proc, w / h, targets, w, h, 448)
+        assert closest_grid(w, h, params) == cls.find_closest_aspect_ratio(proc, w / h, targets, w, h, 448)
 
 
 def test_llama4_canvases_match_find_supported_resolutions() -> None:

@@ -80,7 +80,7 @@ def _grids_by_ratio(max_num: int) -> tuple[list[float], dict[float, list[tuple[i
     return sorted(by_ratio), by_ratio
 
 
-def _closest_grid(width: int, height: int, p: Phi4MMParams) -> tuple[int, int]:
+def closest_grid(width: int, height: int, p: Phi4MMParams) -> tuple[int, int]:
     """The processor's ``find_closest_aspect_ratio`` without scanning every grid.
 
     Only grids at the smallest distance can end up chosen (the first of them, then any later one at
@@ -104,7 +104,7 @@ def phi4mm_image(p: Phi4MMParams, width: int, height: int) -> Count:
     s = p.image_size
     cols, rows = math.ceil(width / s), math.ceil(height / s)
     if cols * rows > p.dynamic_hd:
-        cols, rows = _closest_grid(width, height, p)
+        cols, rows = closest_grid(width, height, p)
     tw, th = s * cols, s * rows
     if tw / width < th / height:
         pad_w, pad_h = 0, th - int(height * tw / width)
