@@ -64,6 +64,10 @@ def test_a_good_file_prints_the_scheduler_it_becomes(tmp_path: Path) -> None:
     out = check(str(EXAMPLES / "aggregated.yaml"))
     assert out.returncode == 0 and out.stderr == ""
     assert "aggregated.yaml (llm-d.ai/v1alpha1)" in out.stdout
+    out = check(str(EXAMPLES / "aggregated.yaml"), "--format", "tsv")
+    lines = out.stdout.splitlines()
+    assert lines[0] == "stage\tplugin\tparameters (non-default)"
+    assert "default: picker\tmax-score-picker (injected default)\t" in lines
 
 
 def test_python_dash_m_mmgate_config_is_the_same_command(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import msgspec
 
 from mmgate.config import ConfigError, GatewayConfig, in_file_order, read_config
 from mmgate.scheduling import Plugin, Scheduler, build_scheduler
+from mmgate.tables import Column, Table, add_format_argument, emit
 
 
 def _params(p: Plugin[Any]) -> str:
@@ -79,15 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(exit 2), or the scheduler each file becomes."
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML config files")
+    add_format_argument(parser)
+
+
+COLUMNS = (Column("stage"), Column("plugin"), Column("parameters (non-default)", wrap=48))
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
     bad_files = 0
     mistakes = 0
+    tables: list[Table] = []
     for path in args.files:
         config, scheduler, errors = check_file(path)
         if errors or config is None or scheduler is None:
@@ -96,12 +98,12 @@ def run(args: argparse.Namespace) -> int:
             for error in errors:
                 print(error, file=sys.stderr)
             continue
-        table = Table(title=f"{path} ({config.picker.apiVersion})")
-        for col in ("stage", "plugin", "parameters (non-default)"):
-            table.add_column(col)
+        table = Table(COLUMNS, title=f"{path} ({config.picker.apiVersion})")
         for r in describe(scheduler, {p.instance_name for p in config.picker.plugins}):
-            table.add_row(*r)
-        console.print(table)
+            table.add(*r)
+        tables.append(table)
+    if tables:
+        emit(tables, args.format)
     if bad_files:
         noun = "mistake" if mistakes == 1 else "mistakes"
         print(f"{mistakes} {noun} in {bad_files} of {len(args.files)} file(s)", file=sys.stderr)
