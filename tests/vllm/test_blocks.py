@@ -67,6 +67,8 @@ def test_xxhash_variants_use_xxh3_128() -> None:
 def test_unknown_algorithm_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="sha256"):
         hash_function("md5")
+    with pytest.raises(ValueError, match="tagged, identifier, offset"):
+        BlockHasher("sha256", 16, key_format="v2")
 
 
 def test_none_hash_seeding_follows_vllm() -> None:
@@ -127,6 +129,6 @@ def test_whole_sequence_walk_agrees_with_per_block_keys(
         pos += gap + length
     n = pos + 7
     bs = block_size
-    by_block = extra_keys_by_block(bs, items, salt)
+    by_block, default = extra_keys_by_block(bs, items, salt)
     expected = [block_extra_keys(b * bs, (b + 1) * bs, items, salt)[0] for b in range(n // bs)]
-    assert [by_block.get(b) for b in range(n // bs)] == expected
+    assert [by_block.get(b, default) for b in range(n // bs)] == expected

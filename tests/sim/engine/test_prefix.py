@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mmgate.sim.engine import (
     AllBlocksCleared,
     BlockRemoved,
@@ -58,6 +60,25 @@ def test_kv_events_carry_the_prefix_cache_keys() -> None:
     assert {hs[0] for hs in removed} <= set(keys)
     assert engine.reset_prefix_cache()
     assert isinstance(engine.step(run2.now).events[-1], AllBlocksCleared)
+
+
+@pytest.mark.parametrize(
+    ("key_format", "extra"),
+    [
+        ("identifier", [None, ["cat"], ["cat"], ["cat"]]),
+        ("offset", [None, [("cat", 4)], [("cat", -12)], [("cat", -28)]]),
+    ],
+)
+def test_kv_events_speak_the_configured_vllm_generation(key_format: str, extra: list[object]) -> None:
+    engine = Engine("fast", EngineConfig(kv_events=True, num_gpu_blocks=9, block_key_format=key_format))
+    req = mm_request("a", 20, "cat", tokens=30, tail=14)
+    run = serve(engine, req)
+    stored = [e for s in run.steps for e in s.events if isinstance(e, BlockStored)]
+    assert stored[0].extra_keys == extra
+    assert stored[0].block_hashes == engine.hasher.block_hashes(req.token_ids, req.mm_items)
+    tagged = Engine("fast", EngineConfig(num_gpu_blocks=9)).hasher.block_hashes(req.token_ids, req.mm_items)
+    assert stored[0].block_hashes[0] == tagged[0]  # the text-only block is the same in every generation
+    assert stored[0].block_hashes[1] != tagged[1]
 
 
 def test_decode_blocks_are_cached_as_they_fill() -> None:

@@ -50,7 +50,9 @@ class Engine:
             )
         self.config = cfg
         self.enable_prefix_caching = cfg.enable_prefix_caching
-        hasher = BlockHasher(cfg.prefix_caching_hash_algo, self.block_size, cfg.hash_seed)
+        hasher = BlockHasher(
+            cfg.prefix_caching_hash_algo, self.block_size, cfg.hash_seed, cfg.block_key_format
+        )
         pool = BlockPool(self.num_gpu_blocks, cfg.kv_events)
         self._prefix = PrefixCache(pool, hasher, cfg.enable_prefix_caching, cfg.output_token_id)
         self._encoder = EncoderStage(

@@ -16,12 +16,22 @@ from mmgate.vllm.blocks import BlockHasher, ExtraKeys, block_extra_keys, event_e
 class PrefixCache:
     """Block keys, lookups and the query/hit counters (in tokens, as vLLM counts them)."""
 
-    __slots__ = ("block_size", "enabled", "hasher", "hits", "output_token_id", "pool", "queries")
+    __slots__ = (
+        "block_size",
+        "enabled",
+        "hasher",
+        "hits",
+        "key_format",
+        "output_token_id",
+        "pool",
+        "queries",
+    )
 
     def __init__(self, pool: BlockPool, hasher: BlockHasher, enabled: bool, output_token_id: int) -> None:
         self.pool = pool
         self.hasher = hasher
         self.block_size = hasher.block_size
+        self.key_format = hasher.key_format
         self.enabled = enabled
         self.output_token_id = output_token_id
         self.queries = 0
@@ -81,7 +91,7 @@ class PrefixCache:
         bs = self.block_size
         if (i > 0 or not r.salt) and (not r.items or i * bs >= r.items_end):
             return None
-        return block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt)[0]
+        return block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt, fmt=self.key_format)[0]
 
     def _cache_full_blocks(self, r: RequestState, n_full: int) -> None:
         first = r.n_cached_blocks
@@ -96,6 +106,6 @@ class PrefixCache:
         extras: list[list[object] | None] = []
         for i in range(first, n_full):
             token_ids.extend(self._block_tokens(r, i))
-            extras.append(event_extra_keys(self._extra_keys(r, i)))
+            extras.append(event_extra_keys(self._extra_keys(r, i), self.key_format))
         parent = r.hashes[first - 1] if first > 0 else None
         pool.record(BlockStored(r.hashes[first:n_full], parent, token_ids, self.block_size, extras))

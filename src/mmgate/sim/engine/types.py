@@ -82,6 +82,8 @@ class EngineConfig:
     - ``mm_processor_cache_gb``: processor cache size; 0 disables it (vLLM default 4).
     - ``prefix_caching_hash_algo`` / ``hash_seed``: see :mod:`mmgate.vllm.blocks`; seed None follows
       vLLM (``$PYTHONHASHSEED``, else a fixed seed for sha256, a random one for xxhash).
+    - ``block_key_format``: which vLLM generation's extra keys to hash and publish
+      (:class:`mmgate.vllm.blocks.KeyFormat`: ``tagged``, ``identifier``, ``offset``).
     - ``kv_events``: produce KV events in step outputs (costs a little time per cached block).
     - ``noise``: relative sd of Gaussian noise on durations (None = the profile's), ``seed``
       seeds it.
@@ -97,6 +99,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: str = "sha256"
     hash_seed: str | None = None
+    block_key_format: str = "tagged"
     encoder_cache_tokens: int | None = None
     encoder_budget_tokens: int | None = None
     disable_chunked_mm_input: bool = False
