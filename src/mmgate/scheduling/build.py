@@ -54,7 +54,7 @@ def build_scheduler(
     section = mmgate if mmgate is not None else MmgateSection()
     if rng is None:
         rng = random.Random(seed if seed is not None else section.seed)
-    handle = PluginHandle(rng, settings={"pricing_family": section.pricing.family})
+    handle = PluginHandle(rng, pricing_family=section.pricing.family)
     errors: list[ConfigError] = []
 
     plugins: dict[str, Plugin[Any]] = {}

@@ -38,11 +38,12 @@ ParamsT = TypeVar("ParamsT", bound=msgspec.Struct)
 
 class PluginHandle:
     """What a plugin may use at construction: the shared RNG, other plugins by name, and the
-    gateway-wide defaults from the ``mmgate:`` section."""
+    gateway-wide defaults from the ``mmgate:`` section (``pricing_family``: ``mmgate.pricing.family``,
+    the family ``token-producer`` prices with when its own parameters name none)."""
 
-    def __init__(self, rng: random.Random, settings: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, rng: random.Random, *, pricing_family: str | None = None) -> None:
         self.rng = rng
-        self.settings: Mapping[str, Any] = settings or {}
+        self.pricing_family = pricing_family
         self.plugins: dict[str, Plugin[Any]] = {}
 
     def plugin(self, name: str) -> Plugin[Any] | None:

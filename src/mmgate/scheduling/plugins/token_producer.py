@@ -67,8 +67,7 @@ class TokenProducer(Producer[TokenProducerParams]):
 
     def __init__(self, name: str, params: TokenProducerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        default_family = handle.settings.get("pricing_family")
-        self.pricing = pricing_config(params, default_family if isinstance(default_family, str) else None)
+        self.pricing = pricing_config(params, handle.pricing_family)
         self._keys = self.own_keys(TOKENIZED_PROMPT)
 
     def produces(self) -> tuple[DataKey[Any], ...]:
