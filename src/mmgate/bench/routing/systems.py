@@ -75,7 +75,9 @@ def _config_system(name: str, path: Path) -> System:
         config = load_config(path)
         build_scheduler(config.picker, mmgate=config.mmgate)  # what `mmgate serve` does next
     except ConfigError as exc:
-        raise UnknownSystem(f"system {name!r}: {path} is not a gateway config: {exc}") from None
+        problems = str(exc).splitlines()
+        more = f" (and {len(problems) - 1} more: mmgate check {path})" if len(problems) > 1 else ""
+        raise UnknownSystem(f"system {name!r}: {path} is not a gateway config: {problems[0]}{more}") from None
     return System(name=path.stem, config=path)
 
 
