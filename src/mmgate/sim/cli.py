@@ -72,10 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fleet.add_argument("--family", help="model family for media token counts (default: the profile's)")
     fleet.add_argument(
         "--time-scale",
+        metavar="X",
         type=float,
         help="wall seconds per simulated second; 0.5 runs twice as fast (default 1)",
     )
-    fleet.add_argument("--seed", type=int, help="seed for timing noise and fault draws")
+    fleet.add_argument("--seed", metavar="N", type=int, help="seed for timing noise and fault draws")
     fleet.add_argument(
         "--natural-output-tokens",
         metavar="N",
@@ -95,13 +96,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None, help="KV prefix cache"
     )
     engine.add_argument(
-        "--encoder-cache-tokens", type=int, help="encoder-cache capacity in embeddings; 0 = off"
+        "--encoder-cache-tokens", metavar="N", type=int, help="encoder-cache capacity in embeddings; 0 = off"
     )
-    engine.add_argument("--mm-processor-cache-gb", type=float, help="processor cache size in GiB; 0 = off")
-    engine.add_argument("--block-size", type=int, help="KV block size in tokens")
-    engine.add_argument("--num-gpu-blocks", type=int, help="override the profile's KV capacity in blocks")
-    engine.add_argument("--max-num-seqs", type=int, help="max running sequences")
-    engine.add_argument("--max-num-batched-tokens", type=int, help="per-step token budget")
+    engine.add_argument(
+        "--mm-processor-cache-gb", metavar="X", type=float, help="processor cache size in GiB; 0 = off"
+    )
+    engine.add_argument("--block-size", metavar="N", type=int, help="KV block size in tokens")
+    engine.add_argument(
+        "--num-gpu-blocks", metavar="N", type=int, help="override the profile's KV capacity in blocks"
+    )
+    engine.add_argument("--max-num-seqs", metavar="N", type=int, help="max running sequences")
+    engine.add_argument("--max-num-batched-tokens", metavar="N", type=int, help="per-step token budget")
     engine.add_argument(
         "--disable-chunked-mm-input",
         action=argparse.BooleanOptionalAction,
@@ -122,7 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kv-transfer-config", metavar="JSON", help="vLLM's JSON; only its kv_role is read (it sets --role)"
     )
     roles.add_argument(
-        "--kv-transfer-time-per-token", type=float, help="seconds to pull one token's KV (default 2e-5)"
+        "--kv-transfer-time-per-token",
+        metavar="X",
+        type=float,
+        help="seconds to pull one token's KV (default 2e-5)",
     )
 
     events = parser.add_argument_group("KV events")
@@ -139,17 +147,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     faults = parser.add_argument_group("fault injection (also at run time: POST /admin/faults)")
-    faults.add_argument("--fail-rate-429", type=float, help="fraction of requests answered 429")
-    faults.add_argument("--fail-rate-500", type=float, help="fraction of requests answered 500")
-    faults.add_argument("--fail-rate-503", type=float, help="fraction of requests answered 503")
-    faults.add_argument("--fail-rate-reset", type=float, help="fraction reset after the first streamed token")
-    faults.add_argument("--slowdown", type=float, help="stretch every engine step by this factor")
+    faults.add_argument("--fail-rate-429", metavar="X", type=float, help="fraction of requests answered 429")
+    faults.add_argument("--fail-rate-500", metavar="X", type=float, help="fraction of requests answered 500")
+    faults.add_argument("--fail-rate-503", metavar="X", type=float, help="fraction of requests answered 503")
+    faults.add_argument(
+        "--fail-rate-reset", metavar="X", type=float, help="fraction reset after the first streamed token"
+    )
+    faults.add_argument(
+        "--slowdown", metavar="X", type=float, help="stretch every engine step by this factor"
+    )
     faults.add_argument(
         "--stall", action="store_true", help="start stalled: accept requests, produce nothing"
     )
-    for action in parser._actions:  # short metavars keep the usage line readable
-        if action.metavar is None and action.option_strings and action.type in (int, float):
-            action.metavar = "N" if action.type is int else "X"
 
 
 ENGINE_FLAGS = (
