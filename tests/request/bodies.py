@@ -34,3 +34,22 @@ def chat(*content: Any, model: str = "qwen", **fields: Any) -> bytes:
     """A one-turn chat body; each positional item is a content part (str → text part)."""
     parts = [{"type": "text", "text": c} if isinstance(c, str) else c for c in content]
     return orjson.dumps({"model": model, "messages": [{"role": "user", "content": parts}], **fields})
+
+
+def form(*fields: tuple[str, str | tuple[str, bytes, str]], boundary: str = "mmgate-test-7MA4YWxk") -> bytes:
+    """A multipart/form-data body (RFC 7578): ``(name, text)`` or ``(name, (filename, bytes, type))``."""
+    out = bytearray()
+    for name, value in fields:
+        out += f"--{boundary}\r\n".encode()
+        if isinstance(value, str):
+            out += f'Content-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        else:
+            filename, data, kind = value
+            out += f'Content-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'.encode()
+            out += f"Content-Type: {kind}\r\n\r\n".encode() + data + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return bytes(out)
+
+
+def form_headers(boundary: str = "mmgate-test-7MA4YWxk") -> dict[str, str]:
+    return {"content-type": f"multipart/form-data; boundary={boundary}"}

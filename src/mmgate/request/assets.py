@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from mmgate.errors import RequestError
 from mmgate.request.limits import Limits
 from mmgate.request.payload import Buffer, check_base64, identity_of, parse_data_uri, unescape
-from mmgate.request.probe import AUDIO_FORMATS, IMAGE_FORMATS, VIDEO_FORMATS, Base64Reader, probe
+from mmgate.request.probe import (
+    AUDIO_FORMATS,
+    IMAGE_FORMATS,
+    VIDEO_FORMATS,
+    Base64Reader,
+    BytesReader,
+    probe,
+)
 from mmgate.request.probe.result import ProbeResult
 from mmgate.request.view import MediaAsset, Modality, Source
 
@@ -135,8 +142,10 @@ class PromptBuilder:
         uuid: str | int | None = None,
         detail: str | None = None,
         base64_checked: bool = False,
+        raw: memoryview | None = None,
     ) -> None:
-        """Add one media part. ``uri`` is a data: URI or URL; ``base64`` a bare base64 payload.
+        """Add one media part. ``uri`` is a data: URI or URL; ``base64`` a bare base64 payload;
+        ``raw`` the file's own bytes (a multipart upload), probed as they are.
 
         ``base64_checked`` says the payload is already known to be standard base64 (the data-URI
         cut of large chat bodies validates it), so it is not validated twice."""
@@ -145,7 +154,7 @@ class PromptBuilder:
             raise RequestError(
                 f"Too many media items: at most {self._limits.max_assets} per request.", param=param
             )
-        payload, url, mime = self._resolve(param, uri, base64, mime)
+        payload, url, mime = self._resolve(param, uri, raw if raw is not None else base64, mime)
         if payload is None and url is None and uuid is None:
             raise RequestError(f"Missing media payload at '{param}'.", param=param)
         probe_me = payload is not None and modality is not Modality.EMBEDS
@@ -163,6 +172,7 @@ class PromptBuilder:
             and payload is not None
             and self._limits.validate_base64
             and not base64_checked
+            and raw is None
         ):
             view = memoryview(payload)
             clean = check_base64(view, param)
@@ -185,7 +195,7 @@ class PromptBuilder:
             detail=detail,
         )
         if probe_me and payload is not None:
-            self._probe(asset, payload, param)
+            self._probe(asset, Base64Reader(payload) if raw is None else BytesReader(payload), param)
         if modality in (Modality.VIDEO, Modality.AUDIO):
             self._apply_hints(asset)
         asset.probed = _complete(asset)
@@ -224,10 +234,10 @@ class PromptBuilder:
             param=param,
         )
 
-    def _probe(self, asset: MediaAsset, payload: Buffer, param: str) -> None:
-        reader = Base64Reader(payload)
+    def _probe(self, asset: MediaAsset, reader: Base64Reader | BytesReader, param: str) -> None:
         fmt, result = probe(reader)
-        self.decoded_bytes += reader.decoded
+        if isinstance(reader, Base64Reader):
+            self.decoded_bytes += reader.decoded
         asset.detected_format = fmt
         if result is None or fmt not in _FORMATS_FOR[asset.modality]:
             return

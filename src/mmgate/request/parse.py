@@ -1,4 +1,5 @@
-"""``parse_request``: one decode of a chat, completions or Anthropic messages body.
+"""``parse_request``: one decode of a chat, completions or Anthropic messages body (the other
+APIs' parsers, in :mod:`mmgate.request.apis`, are reached from here too).
 
 The prompt is rendered in order into :attr:`RequestView.parts`. Chat turns start with a role
 header (``<|user|>\\n``) and end with ``\\n``, the same for OpenAI and Anthropic bodies, so equal
@@ -58,10 +59,14 @@ def parse_request(
         completions = decode_body(bodies.COMPLETIONS, body)
         require_utf8(body)  # decode_chat applies the same JSON rules to chat bodies
         view = _completions(completions, builder)
-    else:
+    elif api is Api.MESSAGES:
         messages = decode_body(bodies.MESSAGES, body)
         require_utf8(body)
         view = _messages(messages, builder)
+    else:
+        from mmgate.request.apis import parser_for  # the other APIs build on this module
+
+        view = parser_for(api)(body, headers, api, builder)
     view.body = body
     view.unprobed_assets = builder.unprobed
     if builder.decoded_bytes:
@@ -76,8 +81,23 @@ _ROLE_HEADERS = {role: role_header(role) for role in ("system", "developer", "us
 
 
 def _chat(req: bodies.ChatBody, b: PromptBuilder) -> RequestView:
+    render_messages(req.messages, b)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    return RequestView(
+        api=Api.CHAT,
+        model=req.model,
+        parts=b.finish(),
+        stream=bool(req.stream),
+        max_tokens=max_tokens,
+        cache_salt=req.cache_salt,
+    )
+
+
+def render_messages(messages: list[bodies.ChatMessage], b: PromptBuilder) -> None:
+    """Chat turns into ``b`` in order (also the ``messages`` form of vLLM's pooling and tokenizer
+    APIs, which take chat messages as chat does)."""
     text = b.text
-    for i, msg in enumerate(req.messages):
+    for i, msg in enumerate(messages):
         header = _ROLE_HEADERS.get(msg.role) or role_header(msg.role)
         content = msg.content
         if isinstance(content, str) and not msg.tool_calls:  # the common turn: one piece
@@ -88,20 +108,11 @@ def _chat(req: bodies.ChatBody, b: PromptBuilder) -> RequestView:
             text(content)
         elif content is not None:
             for j, part in enumerate(content):
-                _chat_part(part, f"messages[{i}].content[{j}]", b)
+                chat_part(part, f"messages[{i}].content[{j}]", b)
         for call in msg.tool_calls or ():
             if call.function is not None:
                 text(f"{call.function.name}({call.function.arguments})")
         text("\n")
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    return RequestView(
-        api=Api.CHAT,
-        model=req.model,
-        parts=b.finish(),
-        stream=bool(req.stream),
-        max_tokens=max_tokens,
-        cache_salt=req.cache_salt,
-    )
 
 
 def _part_type(part: bodies.ChatPart, param: str) -> str:
@@ -115,7 +126,8 @@ def _part_type(part: bodies.ChatPart, param: str) -> str:
     raise RequestError(f"Content part at '{param}' has no 'type'.", param=f"{param}.type")
 
 
-def _chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
+def chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
+    """One chat content part (text, media by URL or inline, embeddings) into ``b``."""
     kind = _part_type(part, param)
     if kind in _TEXT_TYPES:
         text = part.refusal if kind == "refusal" else part.text
@@ -160,9 +172,28 @@ def _chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
 
 
 def _completions(req: bodies.CompletionBody, b: PromptBuilder) -> RequestView:
-    if not len(req.prompt):
-        raise RequestError("Missing required field 'prompt'.", param="prompt")
-    prompt = decode_body(bodies.PROMPT, bytes(req.prompt), prefix="prompt")
+    token_ids, count = render_prompt(req.prompt, "prompt", b)
+    view = RequestView(
+        api=Api.COMPLETIONS,
+        model=req.model,
+        parts=b.finish(),
+        stream=bool(req.stream),
+        max_tokens=req.max_tokens,
+        cache_salt=req.cache_salt,
+        prompt_token_ids=token_ids,
+    )
+    if count != 1:
+        view.extra["prompt_count"] = count
+    return view
+
+
+def render_prompt(raw: msgspec.Raw, name: str, b: PromptBuilder) -> tuple[list[int] | None, int]:
+    """A completions-style prompt (a string, strings, token ids or lists of them) into ``b``;
+    returns its token ids when given as ids, and how many prompts it holds. ``name`` is its field
+    (``prompt``; ``input`` in vLLM's pooling APIs)."""
+    if not len(raw):
+        raise RequestError(f"Missing required field '{name}'.", param=name)
+    prompt = decode_body(bodies.PROMPT, bytes(raw), prefix=name)
     token_ids: list[int] | None = None
     count = 1
     if isinstance(prompt, str):
@@ -179,21 +210,10 @@ def _completions(req: bodies.CompletionBody, b: PromptBuilder) -> RequestView:
         count = len(prompt)
     else:
         raise RequestError(
-            "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists.",
-            param="prompt",
+            f"'{name}' must be a string, a list of strings, a list of token ids or a list of such lists.",
+            param=name,
         )
-    view = RequestView(
-        api=Api.COMPLETIONS,
-        model=req.model,
-        parts=b.finish(),
-        stream=bool(req.stream),
-        max_tokens=req.max_tokens,
-        cache_salt=req.cache_salt,
-        prompt_token_ids=token_ids,
-    )
-    if count != 1:
-        view.extra["prompt_count"] = count
-    return view
+    return token_ids, count
 
 
 # --- Anthropic messages ------------------------------------------------------------------------

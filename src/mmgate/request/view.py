@@ -25,9 +25,51 @@ class Source(StrEnum):
 
 
 class Api(StrEnum):
+    """The request shapes the gateway reads (each served at the path vLLM serves it at)."""
+
     CHAT = "chat"  # /v1/chat/completions
     COMPLETIONS = "completions"  # /v1/completions
     MESSAGES = "messages"  # /v1/messages (Anthropic)
+    RESPONSES = "responses"  # /v1/responses (OpenAI Responses API)
+    EMBEDDINGS = "embeddings"  # /v1/embeddings
+    POOLING = "pooling"  # /pooling
+    CLASSIFY = "classify"  # /classify
+    SCORE = "score"  # /score, /v1/score
+    RERANK = "rerank"  # /rerank, /v1/rerank, /v2/rerank
+    TOKENIZE = "tokenize"  # /tokenize
+    DETOKENIZE = "detokenize"  # /detokenize
+    TRANSCRIPTIONS = "transcriptions"  # /v1/audio/transcriptions (multipart/form-data)
+    TRANSLATIONS = "translations"  # /v1/audio/translations (multipart/form-data)
+
+    @property
+    def generates(self) -> bool:
+        """Whether the model server decodes an answer (pooling and tokenizer APIs do not)."""
+        return self in _GENERATING
+
+
+_GENERATING = frozenset(
+    {Api.CHAT, Api.COMPLETIONS, Api.MESSAGES, Api.RESPONSES, Api.TRANSCRIPTIONS, Api.TRANSLATIONS}
+)
+
+API_PATHS: dict[str, Api] = {
+    "/v1/chat/completions": Api.CHAT,
+    "/v1/completions": Api.COMPLETIONS,
+    "/v1/messages": Api.MESSAGES,
+    "/v1/responses": Api.RESPONSES,
+    "/v1/embeddings": Api.EMBEDDINGS,
+    "/pooling": Api.POOLING,
+    "/classify": Api.CLASSIFY,
+    "/score": Api.SCORE,
+    "/v1/score": Api.SCORE,
+    "/rerank": Api.RERANK,
+    "/v1/rerank": Api.RERANK,
+    "/v2/rerank": Api.RERANK,
+    "/tokenize": Api.TOKENIZE,
+    "/detokenize": Api.DETOKENIZE,
+    "/v1/audio/transcriptions": Api.TRANSCRIPTIONS,
+    "/v1/audio/translations": Api.TRANSLATIONS,
+}
+"""The POST paths vLLM serves each API at (rerank at three, score at two, as vLLM's server does)."""
 
 
 @dataclass(slots=True)
