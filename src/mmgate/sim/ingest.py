@@ -7,6 +7,7 @@ vLLM with that model would, and its prefix-cache block keys match what the sched
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ import msgspec
 
 from mmgate.errors import RequestError
 from mmgate.request import parse_request
-from mmgate.request.view import Api, RequestView
+from mmgate.request.view import Api, Modality, RequestView
 from mmgate.sim.roles import Transfer, read_transfer
 from mmgate.tokens import Pricing, PricingConfig, TokenSequence, build_sequence, price
 
@@ -32,6 +33,10 @@ class Knobs(msgspec.Struct):
     ignore_eos: bool = False
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
+    max_output_tokens: int | None = None  # the Responses API's name
+    dimensions: int | None = None  # embeddings
+    encoding_format: str = "float"  # embeddings: "float" or "base64"
+    top_n: int = 0  # rerank
     kv_transfer_params: Any = None
     ec_transfer_params: Any = None
 
@@ -41,10 +46,22 @@ class Knobs(msgspec.Struct):
 
     @property
     def limit(self) -> int | None:
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        for value in (self.max_completion_tokens, self.max_output_tokens):
+            if value is not None:
+                return value
+        return self.max_tokens
+
+    @property
+    def limit_name(self) -> str:
+        if self.max_completion_tokens is not None:
+            return "max_completion_tokens"
+        return "max_output_tokens" if self.max_output_tokens is not None else "max_tokens"
 
 
 _KNOBS = msgspec.json.Decoder(Knobs)
+_FORM_APIS = frozenset({Api.TRANSCRIPTIONS, Api.TRANSLATIONS})
+SPOKEN_TOKENS_PER_S = 3.0
+"""Speech runs at about 150 words a minute, some 3 tokens a second."""
 
 
 @dataclass(slots=True)
@@ -66,19 +83,27 @@ def ingest(
     *,
     natural_output_tokens: int,
 ) -> Ingested:
-    """Parse, price and lay out one request; raises :class:`RequestError` for client mistakes."""
-    try:
-        knobs = _KNOBS.decode(body)
-    except msgspec.ValidationError as exc:
-        raise RequestError(str(exc), param=_field_of(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise RequestError(f"request body is not valid JSON: {exc}") from None
-    limit = knobs.limit
+    """Parse, price and lay out one request; raises :class:`RequestError` for client mistakes.
+
+    A request of an API that does not generate (embeddings, scoring, ...) runs as a prefill with
+    one output token; an audio upload (a form, not JSON) takes its knobs from the parsed form."""
+    if api in _FORM_APIS:
+        view = parse_request(body, headers, api=api)
+        knobs = Knobs(stream=view.stream)
+    else:
+        try:
+            knobs = _KNOBS.decode(body)
+        except msgspec.ValidationError as exc:
+            raise RequestError(str(exc), param=_field_of(exc)) from None
+        except msgspec.DecodeError as exc:
+            raise RequestError(f"request body is not valid JSON: {exc}") from None
+        view = None
+    limit = knobs.limit if api.generates else 1
     if limit is not None and limit < 1:
-        param = "max_completion_tokens" if knobs.max_completion_tokens is not None else "max_tokens"
-        raise RequestError(f"{param} must be at least 1, got {limit}", param=param)
+        raise RequestError(f"{knobs.limit_name} must be at least 1, got {limit}", param=knobs.limit_name)
     transfer = read_transfer(knobs.kv_transfer_params, knobs.ec_transfer_params)
-    view = parse_request(body, headers, api=api)
+    if view is None:
+        view = parse_request(body, headers, api=api)
     try:
         priced = price(view, pricing)
     except ValueError as exc:
@@ -86,6 +111,11 @@ def ingest(
             raise
         raise RequestError(str(exc)) from None
     sequence = build_sequence(view, priced)
+    if not api.generates:
+        return Ingested(view, knobs, transfer, priced, sequence, 1, "stop")
+    if api in _FORM_APIS:  # a transcript is as long as the speech, not the pod's usual answer
+        seconds = sum(a.duration_s or 0.0 for a in priced.assets if a.modality is Modality.AUDIO)
+        natural_output_tokens = min(natural_output_tokens, max(1, math.ceil(seconds * SPOKEN_TOKENS_PER_S)))
     if knobs.ignore_eos:
         out = limit if limit is not None else natural_output_tokens
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -48,17 +48,54 @@ class Usage:
         }
 
 
+class Writer(Protocol):
+    """The bytes of one generated answer in its API's shape: the events that open a stream, one
+    event per token, the events that close it (``[DONE]`` where the API has it), or one body."""
+
+    content_type: str
+
+    def role_chunk(self) -> bytes: ...
+
+    def tokens(self, start: int, count: int) -> bytes: ...
+
+    def finish(self, reason: str, usage: Usage, extra: dict[str, Any] | None = None) -> bytes: ...
+
+    def body(
+        self, n_tokens: int, reason: str, usage: Usage, extra: dict[str, Any] | None = None
+    ) -> bytes: ...
+
+
+def vocab_json(index: int) -> bytes:
+    """The JSON string (quoted, escaped) of the token at vocabulary position ``index``."""
+    return _VOCAB_JSON[index % len(_VOCAB_JSON)]
+
+
+def token_events(prefix: bytes, suffix: bytes, start: int, count: int) -> bytes:
+    """One event per token ``start .. start+count-1``: ``prefix``, the token's JSON string, ``suffix``
+    (``start`` includes the request's vocabulary offset)."""
+    n = len(_VOCAB_JSON)
+    if count == 1:
+        return prefix + _VOCAB_JSON[start % n] + suffix
+    return b"".join(prefix + _VOCAB_JSON[(start + i) % n] + suffix for i in range(count))
+
+
 class ResponseWriter:
-    """Builds the bytes of one response: SSE chunks while streaming, or the final JSON body."""
+    """Builds the bytes of one OpenAI chat or completions response: SSE chunks while streaming
+    (the usage chunk when the client asked for it), or the final JSON body."""
 
-    __slots__ = ("_created", "_id", "_model", "_offset", "_prefix", "_suffix", "api")
+    __slots__ = ("_created", "_id", "_include_usage", "_model", "_offset", "_prefix", "_suffix", "api")
 
-    def __init__(self, api: Api, request_id: str, model: str, offset: int = 0) -> None:
+    content_type = "application/json"
+
+    def __init__(
+        self, api: Api, request_id: str, model: str, offset: int = 0, *, include_usage: bool = False
+    ) -> None:
         self.api = api
         self._id = request_id
         self._model = model
         self._created = int(time.time())
         self._offset = offset
+        self._include_usage = include_usage
         head = {"id": request_id, "object": self._chunk_object, "created": self._created, "model": model}
         start = orjson.dumps(head)[:-1]  # drop the closing brace, choices follow
         if api is Api.CHAT:
@@ -89,21 +126,16 @@ class ResponseWriter:
 
     def tokens(self, start: int, count: int) -> bytes:
         """SSE events for tokens ``start .. start+count-1`` (one event per token, like vLLM)."""
-        n = len(_VOCAB_JSON)
-        base = start + self._offset
-        pre, suf = self._prefix, self._suffix
-        if count == 1:
-            return pre + _VOCAB_JSON[base % n] + suf
-        return b"".join(pre + _VOCAB_JSON[(base + i) % n] + suf for i in range(count))
+        return token_events(self._prefix, self._suffix, start + self._offset, count)
 
-    def finish(self, reason: str, usage: Usage | None, extra: dict[str, Any] | None = None) -> bytes:
+    def finish(self, reason: str, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
         """The closing chunk (finish reason), the usage chunk when asked for, and ``[DONE]``."""
         if self.api is Api.CHAT:
             choice: dict[str, Any] = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason, "stop_reason": None}
         out = self._event([choice], extra)
-        if usage is not None:
+        if self._include_usage:
             out += self._event([], {"usage": usage.to_dict()})
         return out + b"data: [DONE]\n\n"
 

@@ -15,13 +15,15 @@ import socket
 import struct
 import uuid
 import zlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from mmgate.errors import RequestError
-from mmgate.request.view import Api
+from mmgate.request.view import API_PATHS, Api, Modality
+from mmgate.sim.answers import writer_for
 from mmgate.sim.driver import Driver, Flight
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.engine import Engine
@@ -30,13 +32,15 @@ from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
 from mmgate.sim.kv_publisher import KVEventPublisher
 from mmgate.sim.metrics import PodMetrics
-from mmgate.sim.output import ResponseWriter, Usage
+from mmgate.sim.output import Usage, Writer
+from mmgate.sim.pooling_output import pooling_body, tokenizer_body
 from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params
 from mmgate.sim.spec import PodSpec, engine_config
 from mmgate.tokens import PricingConfig
 
 POD_HEADER = "x-mmgate-sim-pod"
+_ID_PREFIX = {Api.CHAT: "chatcmpl", Api.COMPLETIONS: "cmpl"}  # the others' writers add their own
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -90,8 +94,8 @@ class SimPod:
         )
         self.driver.start()
         app = web.Application(client_max_size=256 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/completions", self._completions)
+        for path, api in API_PATHS.items():
+            app.router.add_post(path, self._handler(api))
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -199,13 +203,13 @@ class SimPod:
             self.driver.nudge()
         return web.json_response(self.faults.snapshot(), headers={POD_HEADER: self.name})
 
-    # --- completions -------------------------------------------------------------------------
+    # --- the APIs ----------------------------------------------------------------------------
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, Api.CHAT)
+    def _handler(self, api: Api) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await self._serve(request, api)
 
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, Api.COMPLETIONS)
+        return handler
 
     async def _serve(self, request: web.Request, api: Api) -> web.StreamResponse:
         body = await request.read()
@@ -236,8 +240,13 @@ class SimPod:
         # The client's x-request-id names the response; the engine gets a pod-unique id so two
         # requests with the same header (retries, fan-out) never collide.
         n = next(self._ids)
-        prefix = "chatcmpl" if api is Api.CHAT else "cmpl"
-        request_id = request.headers.get("x-request-id") or f"{prefix}-{self.name}-{n}"
+        request_id = (
+            request.headers.get("x-request-id") or f"{_ID_PREFIX.get(api, api.value)}-{self.name}-{n}"
+        )
+        if api in (Api.TOKENIZE, Api.DETOKENIZE):  # vLLM's frontend answers these; the engine never sees them
+            tokens = list(job.view.prompt_token_ids or job.sequence.token_ids)
+            body = tokenizer_body(api, tokens, self.profile.engine.max_model_len)
+            return web.Response(body=body, headers={POD_HEADER: self.name}, content_type="application/json")
         if self.spec.role is Role.ENCODE:
             return await self._encode_only(request, job, request_id)
         return await self._generate(
@@ -275,7 +284,16 @@ class SimPod:
             return error_response(RequestError(str(exc), param="messages"), self.name)
         except RuntimeError as exc:
             return error_response(RequestError(str(exc), status=503, type="service_unavailable"), self.name)
-        writer = ResponseWriter(api, request_id, self.model, offset=zlib.crc32(request_id.encode()) & 0xFF)
+        audio = [a.duration_s or 0.0 for a in job.pricing.assets if a.modality is Modality.AUDIO]
+        writer = writer_for(
+            api,
+            request_id,
+            self.model,
+            offset=zlib.crc32(request_id.encode()) & 0xFF,
+            include_usage=job.knobs.include_usage,
+            prompt_tokens=prompt_tokens,
+            duration_s=sum(audio),
+        )
         extra: dict[str, Any] | None = None
         if transfer.remote_decode:
             extra = {
@@ -298,11 +316,21 @@ class SimPod:
             usage = self._usage(flight, prompt_tokens)
             if reset:
                 _reset(request)
-            return web.Response(
-                body=writer.body(flight.emitted, reason, usage, extra),
-                headers={POD_HEADER: self.name},
-                content_type="application/json",
-            )
+            if not api.generates:
+                knobs = job.knobs
+                body = pooling_body(
+                    api,
+                    request_id,
+                    self.model,
+                    items=int(str(job.view.extra.get("prompt_count", 1))),
+                    prompt_tokens=prompt_tokens,
+                    dimensions=knobs.dimensions,
+                    encoding_format=knobs.encoding_format,
+                    top_n=knobs.top_n,
+                )
+            else:
+                body = writer.body(flight.emitted, reason, usage, extra)
+            return web.Response(body=body, headers={POD_HEADER: self.name}, content_type="application/json")
         except RequestError as err:
             return error_response(err, self.name)
         finally:
@@ -312,7 +340,7 @@ class SimPod:
         self,
         request: web.Request,
         flight: Flight,
-        writer: ResponseWriter,
+        writer: Writer,
         job: Ingested,
         reason: str,
         extra: dict[str, Any] | None,
@@ -345,7 +373,7 @@ class SimPod:
                 _reset(request)
                 return resp
             tail = sink.take(flight)
-            usage = self._usage(flight, len(job.sequence)) if job.knobs.include_usage else None
+            usage = self._usage(flight, len(job.sequence))
             # The last events and the end of the body in one write, as a client reads them.
             await resp.write_eof(tail + writer.finish(reason, usage, extra))
         except ConnectionResetError:
@@ -364,7 +392,7 @@ class SimPod:
         self.metrics.touch()
         triples = [(a.identity, a.modality.value, a.tokens) for a in job.pricing.assets]
         params = encoder_response_params(triples, host=self.spec.host, port=self.port)
-        writer = ResponseWriter(job.view.api, request_id, self.model)
+        writer = writer_for(job.view.api, request_id, self.model)
         usage = Usage(len(job.sequence), 0, 0)
         return web.Response(
             body=writer.body(0, "length", usage, {"ec_transfer_params": params}),
@@ -384,7 +412,7 @@ class _TokenSink:
 
     __slots__ = ("broken", "sent", "transport", "writer")
 
-    def __init__(self, writer: ResponseWriter, transport: asyncio.Transport | None) -> None:
+    def __init__(self, writer: Writer, transport: asyncio.Transport | None) -> None:
         self.writer = writer
         self.transport = transport
         self.sent = 0
