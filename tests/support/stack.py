@@ -150,10 +150,9 @@ async def stack(
         await fleet.start()
     config = parse_config(yaml.safe_load(config_yaml), source="<test>")
     section = msgspec.structs.replace(
-        config.mmgate, endpoints=[*fleet.urls, *extra_endpoints], port=0, seed=7
+        config.mmgate, endpoints=[*fleet.urls, *extra_endpoints], port=0, seed=7, accessLog=False
     )
     gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
-    gateway.settings.access_log = False
     running = await start(gateway, port=0)
     session = aiohttp.ClientSession()
     try:

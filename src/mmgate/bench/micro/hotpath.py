@@ -82,9 +82,8 @@ class Case:
 def build(config_name: str) -> Gateway:
     """A gateway for ``config_name`` (an example name or a YAML path) with two idle endpoints."""
     config = load_config(resolve(config_name).config)  # type: ignore[arg-type]
-    section = msgspec.structs.replace(config.mmgate, endpoints=[], endpointsFile=None)
+    section = msgspec.structs.replace(config.mmgate, endpoints=[], endpointsFile=None, accessLog=False)
     gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
-    gateway.settings.access_log = False
     for text in ENDPOINTS:
         gateway.data.registry.add(parse_endpoint(text))
     return gateway
