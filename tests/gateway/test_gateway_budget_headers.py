@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgate.gateway.budget import RetryBudget
+from mmgate.control.retry_budget import RetryBudget
 from mmgate.gateway.headers import relay_headers, request_id_from, upstream_headers
 
 

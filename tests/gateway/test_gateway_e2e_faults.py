@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from conftest import mmgate_command, subprocess_env
-from mmgate.gateway.scheduler_router import SchedulerRouter
+from mmgate.control.scheduler_picker import SchedulerPicker
 from support.stack import ENCODER_AFFINITY, chat_body, stack
 from support.upstreams import free_port
 
@@ -79,12 +79,12 @@ async def test_d_killing_a_pod_loses_no_request_that_had_not_started_streaming()
                 for k in range(10):
                     await one(worker * 100 + k)
 
-            router = s.running.gateway.router
-            assert isinstance(router, SchedulerRouter)
+            router = s.running.gateway.picker
+            assert isinstance(router, SchedulerPicker)
 
             def waiting_at_victim() -> int:
                 """Attempts sent to the victim that have not streamed a byte to their client."""
-                state = router._states.get(victim)
+                state = router.states.get(victim)
                 started = state.inflight.requests if state is not None else 0
                 streaming = sum(r.endpoint == victim and not r.completed and not r.error for r in results)
                 return started - streaming

@@ -342,7 +342,7 @@ async def test_a_client_that_leaves_before_the_first_byte_cancels_the_upstream_r
 async def test_beyond_the_inflight_limit_requests_get_429_with_retry_after(
     env: Env, upstreams: list[Upstream]
 ) -> None:
-    env.gateway.settings.max_inflight = 2
+    env.gateway.settings.control.max_inflight = 2
     release = asyncio.Event()
 
     async def held(_request: web.Request, _body: bytes) -> web.StreamResponse:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from mmgate.control.decision import Decision
 from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.loopmetrics import LoopCounter, LoopHistogram
-from mmgate.gateway.routing import Decision
 from mmgate.gateway.telemetry import Telemetry
 
 

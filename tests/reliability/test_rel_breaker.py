@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from mmgate.gateway.breaker import Breaker, BreakerSettings, State
+from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
 from support.reliability import Stack, chat_body, config, stack
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import mmgate_command, subprocess_env
 from mmgate.bench.soak.idle_streams import measure
-from mmgate.gateway.admission import Admission, AdmissionSettings, Overloaded, client_key
+from mmgate.control.admission import Admission, AdmissionSettings, Overloaded, client_key
 from support.reliability import assert_openai_error, chat_body, config, stack
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mmgate.config import ConfigError, load_config
+from mmgate.config import ConfigError, load_config, parse_config
 from mmgate.request.view import MediaAsset
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
@@ -129,3 +129,60 @@ def test_decider_references_are_checked() -> None:
                 {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "queue-scorer"}}},
             ]
         )
+
+
+def _headers_of(s: Scheduler, eps: list[EndpointState], *parts: str | MediaAsset) -> dict[str, str]:
+    req = SchedulingRequest(view(*parts), "h")
+    result = s.schedule(req, eps, 0.0)
+    s.pre_request_before_send(req, result, 0.0)
+    return dict(req.upstream_headers or {})
+
+
+def test_routing_headers_name_each_stage_pod_before_the_request_is_sent() -> None:
+    s = load("e-p-d.yaml")
+    eps = fleet("encode", "prefill", "decode")
+    assert _headers_of(s, eps, "what is this?", image("e" * 32)) == {
+        "x-encoder-hosts-ports": eps[0].name,
+        "x-prefiller-host-port": eps[1].name,
+    }
+    assert _headers_of(s, eps, "hello there") == {"x-prefiller-host-port": eps[1].name}  # no encode stage
+
+
+E_P_D_WITHOUT_HEADER_PLUGINS = [
+    {"type": "always-disagg-multimodal-decider"},
+    {"type": "always-disagg-pd-decider"},
+    {
+        "type": "disagg-profile-handler",
+        "parameters": {
+            "profiles": {"encode": "enc", "prefill": "pre"},
+            "deciders": {"encode": "always-disagg-multimodal-decider", "prefill": "always-disagg-pd-decider"},
+        },
+    },
+    {"type": "encode-filter"},
+    {"type": "prefill-filter"},
+    {"type": "decode-filter"},
+]
+
+
+def test_a_disaggregated_config_without_header_plugins_gets_them_by_default() -> None:
+    profiles = [
+        {"name": "enc", "plugins": [{"pluginRef": "encode-filter"}]},
+        {"name": "pre", "plugins": [{"pluginRef": "prefill-filter"}]},
+        {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}]},
+    ]
+    s = build_scheduler(
+        parse_config({"plugins": E_P_D_WITHOUT_HEADER_PLUGINS, "schedulingProfiles": profiles}).picker
+    )
+    made = {p.type_name: p for p in s.plugins.values() if p.type_name.endswith("-header-handler")}
+    assert set(made) == {"encoder-header-handler", "prefill-header-handler"}
+    eps = fleet("encode", "prefill", "decode")
+    assert _headers_of(s, eps, "look", image("f" * 32)) == {
+        "x-encoder-hosts-ports": eps[0].name,
+        "x-prefiller-host-port": eps[1].name,
+    }
+
+
+def test_a_configured_header_plugin_is_not_doubled() -> None:
+    s = load("e-pd.yaml")  # lists encoder-header-handler itself
+    kinds = [p.type_name for p in s.plugins.values() if p.type_name.endswith("-header-handler")]
+    assert kinds == ["encoder-header-handler"]

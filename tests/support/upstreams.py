@@ -1,5 +1,5 @@
 """Real HTTP pieces on loopback for the gateway's own tests: a scriptable upstream, a recording
-router and a started gateway. (End-to-end tests use the real simulator instead.)"""
+endpoint picker and a started gateway. (End-to-end tests use the real simulator instead.)"""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from mmgate.control.decision import Decision, NoEndpoint
 from mmgate.datalayer.endpoints import EndpointRecord, parse_endpoint
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
 from mmgate.gateway.app import Running, start
 from mmgate.gateway.proxy import ProxySettings
-from mmgate.gateway.routing import Decision, NoEndpoint
 from mmgate.gateway.server import Gateway, GatewaySettings
 from mmgate.request.view import Api, RequestView
 
@@ -128,6 +128,9 @@ class OrderRouter:
 
     def _hook(self) -> None:
         self.hooks += 1
+
+    def fallbacks(self, decision: Decision) -> list[str]:
+        return [n for n in self.order if n != decision.endpoint]
 
     def started(self, decision: Decision) -> None:
         self.calls.append(("started", decision.endpoint))

@@ -137,7 +137,7 @@ class PricingSpec(_Strict):
 
 
 class OutlierDetectionSpec(_Strict):
-    """Per-endpoint circuit breaker (``mmgate.gateway.breaker``): eject an endpoint after
+    """Per-endpoint circuit breaker (``mmgate.control.circuit_breaker``): eject an endpoint after
     ``consecutiveFailures`` failed attempts in a row (0 disables), for ``baseEjectionS`` doubling
     per repeated ejection up to ``maxEjectionS``; then one half-open probe request decides."""
 
@@ -147,7 +147,7 @@ class OutlierDetectionSpec(_Strict):
 
 
 class AdmissionSpec(_Strict):
-    """Overload shedding (``mmgate.gateway.admission``): at most ``maxInflight`` requests proxied
+    """Overload shedding (``mmgate.control.admission``): at most ``maxInflight`` requests proxied
     at once (0: no limit; ``--max-inflight`` overrides), up to ``maxQueue`` more waiting for at
     most ``queueTimeoutS``, ``perClientInflight`` per API key or address (0: no limit). Beyond
     that: 429 with ``Retry-After``."""

@@ -118,6 +118,18 @@ class EndpointRegistry:
     def records(self) -> list[EndpointRecord]:
         return list(self._records.values())
 
+    def models(self) -> list[str]:
+        """The union of the models the endpoints serve, in first-seen order."""
+        return [card["id"] for card in self.model_cards()]
+
+    def model_cards(self) -> list[dict[str, Any]]:
+        """One ``/v1/models`` object per model id served (the first endpoint's)."""
+        seen: dict[str, dict[str, Any]] = {}
+        for record in self._records.values():
+            for card in record.model_cards:
+                seen.setdefault(card["id"], card)
+        return list(seen.values())
+
     def add(self, endpoint: Endpoint) -> EndpointRecord:
         record = self._records.get(endpoint.name)
         if record is not None:

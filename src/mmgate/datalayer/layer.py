@@ -77,12 +77,8 @@ class DataLayer:
 
     def models(self) -> list[str]:
         """The union of the models the fleet serves, in first-seen order."""
-        return [card["id"] for card in self.model_cards()]
+        return self.registry.models()
 
     def model_cards(self) -> list[dict[str, Any]]:
         """One ``/v1/models`` object per model id the fleet serves (the first endpoint's)."""
-        seen: dict[str, dict[str, Any]] = {}
-        for record in self.registry.records():
-            for card in record.model_cards:
-                seen.setdefault(card["id"], card)
-        return list(seen.values())
+        return self.registry.model_cards()

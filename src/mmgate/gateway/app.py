@@ -1,7 +1,7 @@
 """Assembling a gateway from a config file, and running it on uvloop until told to stop.
 
 :func:`build_gateway` is shared by ``mmgate serve``, ``mmgate demo`` and the end-to-end tests, so
-all three run exactly the same wiring: config → scheduler → router → gateway.
+all three run exactly the same wiring: config → scheduler → picker → controller → gateway.
 """
 
 from __future__ import annotations
@@ -17,20 +17,22 @@ from pathlib import Path
 from mmgate.config import GatewayConfig, MmgateSection
 from mmgate.config.schema import EndpointSpec
 from mmgate.config.strict import ConfigError
+from mmgate.control.admission import AdmissionSettings
+from mmgate.control.circuit_breaker import BreakerSettings
+from mmgate.control.controller import ControlSettings, Parser
+from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
-from mmgate.gateway.admission import AdmissionSettings
-from mmgate.gateway.breaker import BreakerSettings
 from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.proxy import ProxySettings
-from mmgate.gateway.scheduler_router import SchedulerRouter
 from mmgate.gateway.server import Gateway, GatewaySettings
 from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits
 from mmgate.request.parse import parse_request
 from mmgate.scheduling import build_scheduler
+from mmgate.scheduling.registry import PluginRegistry
 from mmgate.tls import client_context
 from mmgate.tokens import PricingConfig
 
@@ -86,17 +88,25 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
             ssl_context=ssl_context,
         ),
         proxy=ProxySettings(
-            max_attempts=section.maxRetries + 1,
             request_timeout_s=section.requestTimeoutS,
             read_timeout_s=section.readTimeoutS,
             pool_limit=section.upstreamPoolLimit,
             ssl_context=ssl_context,
+            debug_scores=section.debugHeaders,
+        ),
+        control=ControlSettings(
+            max_attempts=section.maxRetries + 1,
             breaker=BreakerSettings(
                 consecutive_failures=section.outlierDetection.consecutiveFailures,
                 base_ejection_s=section.outlierDetection.baseEjectionS,
                 max_ejection_s=section.outlierDetection.maxEjectionS,
             ),
-            debug_scores=section.debugHeaders,
+            max_inflight=section.admission.maxInflight,
+            admission=AdmissionSettings(
+                max_queue=section.admission.maxQueue,
+                queue_timeout_s=section.admission.queueTimeoutS,
+                per_client_inflight=section.admission.perClientInflight,
+            ),
         ),
         max_body_bytes=section.limits.maxBodyBytes,
         body_timeout_s=section.bodyTimeoutS,
@@ -104,16 +114,10 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         send_timeout_s=section.sendTimeoutS,
         access_log=section.accessLog,
         admin_port=section.adminPort,
-        max_inflight=section.admission.maxInflight,
-        admission=AdmissionSettings(
-            max_queue=section.admission.maxQueue,
-            queue_timeout_s=section.admission.queueTimeoutS,
-            per_client_inflight=section.admission.perClientInflight,
-        ),
     )
 
 
-def make_parser(limits: Limits) -> Callable[[bytes, Mapping[str, str], Api], RequestView]:
+def make_parser(limits: Limits) -> Parser:
     def parse(body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
         try:
             return parse_request(body, headers, api=api, limits=limits)
@@ -123,14 +127,15 @@ def make_parser(limits: Limits) -> Callable[[bytes, Mapping[str, str], Api], Req
     return parse
 
 
-def build_gateway(config: GatewayConfig) -> Gateway:
-    """A gateway for ``config`` (not started). Raises ``ConfigError``/``ValueError`` on bad config."""
+def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = None) -> Gateway:
+    """A gateway for ``config`` (not started); ``registry``: the plugin types its scheduler may
+    use (default: the built-in ones). Raises ``ConfigError``/``ValueError`` on bad config."""
     section = config.mmgate
-    scheduler = build_scheduler(config.picker, mmgate=section)
+    scheduler = build_scheduler(config.picker, mmgate=section, registry=registry)
     pricing = PricingConfig(family=section.pricing.family) if section.pricing.family else PricingConfig()
-    router = SchedulerRouter(scheduler, pricing=pricing)
+    picker = SchedulerPicker(scheduler, pricing=pricing)
     limits = section.limits.to_limits()
-    return Gateway(settings_of(section), router, make_parser(limits))
+    return Gateway(settings_of(section), picker, make_parser(limits))
 
 
 @dataclass(slots=True)

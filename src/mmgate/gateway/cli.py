@@ -12,7 +12,7 @@ import msgspec
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
 from mmgate.config.schema import KubernetesSpec
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
-from mmgate.gateway.memory import keep_large_buffers
+from mmgate.gateway.malloc_tuning import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
 from mmgate.gateway.workers import serve_workers
 

@@ -1,9 +1,11 @@
 """The gateway's routes: OpenAI-compatible APIs, health, readiness and metrics.
 
 A request arrives whole from :mod:`mmgate.gateway.h1.server` (which already enforced the head and
-body limits and timeouts), is parsed once (:func:`mmgate.request.parse_request`), and handed with
-its original bytes to :class:`~mmgate.gateway.proxy.Proxy`. Client mistakes become OpenAI-shaped
-4xx errors that name the field; a 5xx from the gateway itself means a gateway or fleet problem.
+body limits and timeouts). The :class:`~mmgate.control.RequestController` parses it once, finds
+its candidates and admits it; :class:`~mmgate.gateway.proxy.Proxy` forwards its original bytes to
+the endpoints the controller picks. This module turns the controller's refusals into answers:
+client mistakes become OpenAI-shaped 4xx errors that name the field; a 5xx from the gateway itself
+means a gateway or fleet problem.
 """
 
 from __future__ import annotations
@@ -11,30 +13,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
+from mmgate.control.admission import Overloaded, client_key
+from mmgate.control.controller import ControlSettings, Flight, NoCandidates, Parser, RequestController
+from mmgate.control.decision import EndpointPicker
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.errors import RequestError
-from mmgate.gateway.admission import Admission, AdmissionSettings, Overloaded, client_key
 from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import ServerLimits
 from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.headers import REQUEST_ID, request_id_from
-from mmgate.gateway.proxy import Outcome, Proxy, ProxySettings
+from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
 from mmgate.gateway.responses import Response, error_response, json_response, request_error_response
-from mmgate.gateway.routing import Router
 from mmgate.gateway.telemetry import Telemetry
 from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.gateway")
 access_log = logging.getLogger("mmgate.access")
 
-Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
 RouteHandler = Callable[[Request, ResponseWriter], Awaitable[None]]
 Routes = dict[str, tuple[str, RouteHandler]]  # path -> (method, handler)
 
@@ -51,6 +52,7 @@ class GatewaySettings:
     port: int = 8080
     data: DataLayerConfig = field(default_factory=DataLayerConfig)
     proxy: ProxySettings = field(default_factory=ProxySettings)
+    control: ControlSettings = field(default_factory=ControlSettings)  # retries, breaker, admission
     max_body_bytes: int = 64 * 1024 * 1024
     body_timeout_s: float = 30.0  # the whole body must arrive within this (slow-loris bodies: 408)
     header_timeout_s: float = 10.0  # the request head must arrive within this (slow-loris heads: 408)
@@ -59,8 +61,6 @@ class GatewaySettings:
     send_timeout_s: float = 60.0  # a client that accepts no response bytes for this long is cut off
     access_log: bool = True
     admin_port: int | None = None  # serve /metrics and /ready there instead (0 picks a free port)
-    max_inflight: int = 0  # proxied requests at once; beyond it a 429 (0 = no limit)
-    admission: AdmissionSettings = field(default_factory=AdmissionSettings)  # queue, per-client
 
     def server_limits(self) -> ServerLimits:
         return ServerLimits(
@@ -74,35 +74,32 @@ class GatewaySettings:
 
 
 class Gateway:
-    """Owns the data layer, the proxy and the telemetry; :meth:`routes` is what it serves."""
+    """Owns the data layer, the request controller, the proxy and the telemetry; :meth:`routes`
+    is what it serves."""
 
     def __init__(
         self,
         settings: GatewaySettings,
-        router: Router,
+        picker: EndpointPicker,
         parse: Parser,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
-        self.router = router
-        self.parse = parse
+        self.picker = picker
         self.clock = clock
         self.data = DataLayer(settings.data, clock=clock)
         self.telemetry = Telemetry(self.data.registry, clock)
-        self.proxy = Proxy(self.data, router, self.telemetry, settings.proxy, clock=clock)
-        self.data.registry.on_remove(self._forget)
-        self.admission = Admission(settings.admission)
-        self.telemetry.inflight_from(lambda: self.admission.inflight)  # read at scrape time
+        self.controller = RequestController(
+            picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry
+        )
+        self.proxy = Proxy(self.controller, settings.proxy, clock=clock)
+        self.telemetry.inflight_from(lambda: self.controller.inflight)  # read at scrape time
 
     @property
     def inflight(self) -> int:
         """Requests holding an admission slot now."""
-        return self.admission.inflight
-
-    def _forget(self, endpoint: Endpoint) -> None:
-        self.router.forget(endpoint.name)
-        self.proxy.breaker.forget(endpoint.name)
+        return self.controller.inflight
 
     async def start(self) -> None:
         await self.proxy.start()
@@ -173,51 +170,36 @@ class Gateway:
 
         return handler
 
-    def candidates(self, model: str) -> list[EndpointRecord]:
-        """Healthy endpoints that serve ``model`` (or whose models are not known yet).
-
-        Raises a 404 :class:`RequestError` when every endpoint lists its models and none lists
-        this one: that is a client mistake, not a fleet problem.
-        """
-        records = self.data.registry.records()
-        if records and all(r.models for r in records) and not any(model in r.models for r in records):
-            served = ", ".join(self.data.models()[:20])
-            raise RequestError(
-                f"The model '{model}' is not served here; available: {served}",
-                param="model",
-                status=404,
-                code="model_not_found",
-            )
-        return [r for r in records if r.health.healthy and (not r.models or model in r.models)]
-
     async def handle(self, request: Request, writer: ResponseWriter, api: Api) -> None:
         received = self.clock()
         headers = request.headers
         request_id = request_id_from(headers)
-        out = Outcome()
+        controller = self.controller
+        flight: Flight | None = None
         view: RequestView | None = None
+        forwarded: Forwarded | None = None
+        status = 500
+        label = ""
         try:
-            view = self.parse(request.body, headers, api)
-            candidates = self.candidates(view.model)
-            if not candidates:
-                out.status = 503
-                reason = (
-                    "no endpoints are configured" if not len(self.data.registry) else "no healthy endpoint"
-                )
-                writer.send(
-                    error_response(
-                        503,
-                        f"{reason} for model '{view.model}'; try again shortly",
-                        code="no_endpoint",
-                        headers={"Retry-After": "1", REQUEST_ID: request_id},
-                    )
-                )
-                return
-            client = client_key(headers, request.remote)
+            view = controller.parse(request.body, headers, api)
             try:
-                await self.admission.enter(self.settings.max_inflight, client)
+                flight = controller.open(
+                    view,
+                    request_id,
+                    headers,
+                    client=client_key(headers, request.remote),
+                    debug=self.proxy.wants_scores(request),
+                    received=received,
+                )
+            except NoCandidates as exc:
+                status = 503
+                refusal = {"Retry-After": "1", REQUEST_ID: request_id}
+                writer.send(error_response(503, str(exc), code="no_endpoint", headers=refusal))
+                return
+            try:
+                await controller.admit(flight)
             except Overloaded as exc:
-                out.status = 429
+                status = 429
                 writer.send(
                     error_response(
                         429,
@@ -228,25 +210,29 @@ class Gateway:
                 )
                 return
             try:
-                await self.proxy.forward(request, writer, view, candidates, request_id, received, out)
+                forwarded = await self.proxy.forward(request, writer, flight)
             finally:
-                self.admission.leave(client)
+                controller.leave(flight)
         except RequestError as exc:
-            out.status = exc.status
+            status = exc.status
             writer.send(request_error_response(exc, headers={REQUEST_ID: request_id}))
         except asyncio.CancelledError:  # the client went away; the upstream request was closed
-            out.label = "client_closed"
+            label = "client_closed"
             raise
         finally:
-            self._record(api, view, out, received, request_id)
+            if forwarded is not None:
+                status, label = forwarded.status, forwarded.label
+            self._record(api, view, flight, label or str(status), received, request_id)
 
     def _record(
-        self, api: Api, view: RequestView | None, out: Outcome, received: float, request_id: str
-    ) -> None:
+        self, api: Api, view: RequestView | None, flight: Flight | None, status: str, received: float,
+        request_id: str,
+    ) -> None:  # fmt: skip
         model = view.model if view is not None else "-"
-        status = out.label or str(out.status or 500)
+        endpoint = flight.endpoint if flight is not None else ""
+        first_byte_s = flight.first_byte_s if flight is not None else None
         duration = self.clock() - received
-        self.telemetry.request_done(model, status, out.endpoint, duration, out.first_byte_s)
+        self.telemetry.request_done(model, status, endpoint, duration, first_byte_s)
         if not self.settings.access_log:
             return
         fields: dict[str, Any] = {
@@ -254,8 +240,8 @@ class Gateway:
             "api": api.value,
             "model": model,
             "status": status,
-            "endpoint": out.endpoint or None,
-            "attempts": out.attempts,
+            "endpoint": endpoint or None,
+            "attempts": flight.attempts if flight is not None else 0,
             "duration_ms": round(duration * 1000, 3),
         }
         if view is not None:
@@ -264,13 +250,13 @@ class Gateway:
             for asset in view.assets:
                 media[asset.modality.value] = media.get(asset.modality.value, 0) + 1
             fields["media"] = media
-        if out.decision is not None:
-            fields["request_tokens"] = out.decision.request_tokens
-            fields["decision_us"] = round(out.decision_s * 1e6, 1)
-        if out.first_byte_s is not None:
-            fields["ttfb_ms"] = round(out.first_byte_s * 1000, 3)
-        if out.errors:
-            fields["errors"] = out.errors[-5:]
+        if flight is not None and flight.decision is not None:
+            fields["request_tokens"] = flight.decision.request_tokens
+            fields["decision_us"] = round(flight.decision_s * 1e6, 1)
+        if first_byte_s is not None:
+            fields["ttfb_ms"] = round(first_byte_s * 1000, 3)
+        if flight is not None and flight.errors:
+            fields["errors"] = flight.errors[-5:]
         access_log.info("request", extra={"fields": fields})
 
     def models(self) -> Response:

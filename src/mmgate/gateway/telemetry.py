@@ -18,13 +18,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mmgate.control.circuit_breaker import State
+from mmgate.control.decision import Decision
 from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.loopmetrics import LoopCounter, LoopHistogram
-from mmgate.gateway.routing import Decision
+
+log = logging.getLogger("mmgate.gateway")
 
 # The *_created series double the page for no use to a scraper of a long-running process.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -66,6 +69,9 @@ class _EndpointCollector(Collector):
 
 
 class Telemetry:
+    """The gateway's metrics; also the request controller's observer (decisions, failed attempts,
+    retries, circuit breaker changes)."""
+
     def __init__(self, endpoints: EndpointRegistry, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -119,7 +125,31 @@ class Telemetry:
             "mmgate_upstream_errors", "Failed attempts, by endpoint and reason",
             ["endpoint", "reason"], registry=r,
         )  # fmt: skip
+        self.ejections = Counter(
+            "mmgate_endpoint_ejections_total",
+            "Times an endpoint was ejected by the circuit breaker (outlier detection)",
+            ["endpoint"], registry=r,
+        )  # fmt: skip
+        self.circuit_open = Gauge(
+            "mmgate_endpoint_circuit_open",
+            "1 while the endpoint's circuit breaker keeps it out of rotation (open or half-open)",
+            ["endpoint"], registry=r,
+        )  # fmt: skip
         r.register(_EndpointCollector(endpoints, clock))
+
+    def attempt_failed(self, endpoint: str, reason: str) -> None:
+        self.upstream_errors.labels(endpoint, reason).inc()
+
+    def retried(self, reason: str) -> None:
+        self.retries.labels(reason).inc()
+
+    def circuit_changed(self, endpoint: str, state: State) -> None:
+        self.circuit_open.labels(endpoint).set(0 if state is State.CLOSED else 1)
+        if state is State.OPEN:
+            self.ejections.labels(endpoint).inc()
+            log.warning("endpoint %s ejected by the circuit breaker", endpoint)
+        elif state is State.CLOSED:
+            log.info("endpoint %s back in rotation (half-open probe succeeded)", endpoint)
 
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
         self.decision_latency.observe(seconds)

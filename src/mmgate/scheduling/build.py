@@ -5,6 +5,11 @@ configured (holding every configured filter, scorer and picker), ``single-profil
 there is exactly one profile, ``max-score-picker`` in a profile without a picker, weight 1.0 for a
 scorer without one, and a default producer for every datum a plugin consumes but no configured
 producer produces. Producers then run in dependency order.
+
+mmgate adds one default of the same kind: a profile handler that runs a profile for another stage
+(``encode``, ``prefill``) gets that stage's routing-header handler (``encoder-header-handler``,
+``prefill-header-handler``) when the config lists none for that header, so the pod chosen for the
+stage is named to the primary pod's sidecar whether or not the config says so.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from mmgate.scheduling.framework import (
     Picker,
     Plugin,
     PluginHandle,
+    PreRequest,
     Producer,
     Profile,
     ProfileHandler,
@@ -31,6 +37,11 @@ from mmgate.scheduling.keys import DEFAULT_PRODUCERS
 from mmgate.scheduling.registry import PluginRegistry, builtin_registry
 
 DEFAULT_PROFILE = "default"
+DEFAULT_HEADER_HANDLERS: dict[str, tuple[str, str]] = {
+    "encode": ("encoder-header-handler", "encodeProfile"),
+    "prefill": ("prefill-header-handler", "prefillProfile"),
+}
+"""Per stage: the header handler created when none is configured, and its profile parameter."""
 
 
 def build_scheduler(
@@ -108,6 +119,7 @@ def build_scheduler(
     # only guess around the broken pieces: stop here.
     raise_if_any(errors)
     assert handler is not None
+    _add_header_handlers(registry, handler, profiles, plugins, handle)
     producers = _resolve_producers(plugins, injected)
     return Scheduler(
         producers=producers,
@@ -144,6 +156,26 @@ def _handler(
         )
     )
     return None
+
+
+def _add_header_handlers(
+    registry: PluginRegistry,
+    handler: ProfileHandler[Any],
+    profiles: dict[str, Profile],
+    plugins: dict[str, Plugin[Any]],
+    handle: PluginHandle,
+) -> None:
+    """The default routing-header handler for each stage profile whose header nobody sets."""
+    for stage, profile in handler.stage_profiles().items():
+        default = DEFAULT_HEADER_HANDLERS.get(stage)
+        if default is None or profile not in profiles:
+            continue
+        type_name, parameter = default
+        header = getattr(registry.lookup(type_name), "routing_header", "")
+        if any(isinstance(p, PreRequest) and p.routing_header == header for p in plugins.values()):
+            continue
+        name = type_name if type_name not in plugins else f"{type_name}@{profile}"
+        plugins[name] = handle.plugins[name] = registry.create(type_name, name, {parameter: profile}, handle)
 
 
 def _default_profile(plugins: dict[str, Plugin[Any]]) -> SchedulingProfile:

@@ -6,8 +6,10 @@ profile results into a :class:`SchedulingResult`. Scores are clamped to [0, 1], 
 scorer's weight and summed; ties are broken at random with the scheduler's seeded RNG.
 
 Everything here is synchronous and clock-free (``now`` is an argument) so the discrete-event
-benchmark can run the same scheduler in virtual time. PreRequest hooks (index updates) run when
-the caller invokes :meth:`Scheduler.pre_request` — the gateway does that off the request path.
+benchmark can run the same scheduler in virtual time. PreRequest hooks come in two kinds: those
+whose effect the request needs (routing headers) run before it is sent
+(:meth:`Scheduler.pre_request_before_send`); the rest (index updates) may run after it was sent,
+off the request path (:meth:`Scheduler.pre_request_deferred`).
 """
 
 from __future__ import annotations
@@ -125,6 +127,11 @@ class Picker(Plugin[ParamsT]):
 
 
 class ProfileHandler(Plugin[ParamsT]):
+    def stage_profiles(self) -> Mapping[str, str]:
+        """Profiles that pick a pod for a stage other than the primary one, by stage name
+        (``encode``, ``prefill``): the build gives each a default routing-header handler."""
+        return {}
+
     def runs_one_profile(self) -> bool:
         """True when the handler runs the only profile once and makes it the primary one: the
         scheduler then skips the pick/process protocol, which would give the same result."""
@@ -146,8 +153,19 @@ class ProfileHandler(Plugin[ParamsT]):
 
 
 class PreRequest:
-    """Mixed into a plugin that runs after the decision (llm-d PreRequest), typically to record
-    where content went. The hooks below are capabilities, not kinds: one plugin may have several."""
+    """Mixed into a plugin that runs after the decision (llm-d PreRequest): to record where
+    content went, or to set the routing headers the request must carry. The hooks are
+    capabilities, not kinds: one plugin may have several.
+
+    ``before_send`` says which: True for hooks whose effect the upstream request needs (they set
+    headers with :meth:`SchedulingRequest.set_upstream_header` and must run before it is sent);
+    False for hooks that only update indexes, which callers may run after sending.
+    """
+
+    before_send: ClassVar[bool] = False
+    routing_header: ClassVar[str] = ""
+    """The header a ``before_send`` hook sets, if any (the build adds a default handler for a
+    disaggregated stage only when no plugin sets its header)."""
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
         raise NotImplementedError
@@ -228,12 +246,14 @@ class Scheduler:
     Call order for one request::
 
         result = scheduler.schedule(req, endpoints, now)       # pure decision
-        scheduler.on_started(req, result.target, now)          # right away: in-flight load
-        scheduler.pre_request(req, result, now)                # may be deferred off the hot path
+        scheduler.pre_request_before_send(req, result, now)    # routing headers for the request
+        scheduler.start(req, result, now)                      # when sent: load on every stage's pod
+        scheduler.pre_request_deferred(req, result, now)       # index updates, may run off the hot path
         ... scheduler.on_first_token(req.request_id, t1) ... scheduler.on_finished(req.request_id, t2)
 
-    On a retry before the first byte call :meth:`on_failed` then :meth:`on_started` with the next
-    endpoint (``result.primary.ranked()`` gives the order).
+    (:meth:`pre_request` runs both kinds of hooks at once.) On a retry before the first byte call
+    :meth:`on_failed` then :meth:`on_started` with the next endpoint (``result.primary.ranked()``
+    gives the order), or schedule again.
     """
 
     def __init__(
@@ -253,7 +273,9 @@ class Scheduler:
         self.rng = rng
         self.metrics_staleness_s = metrics_staleness_s
         every = list(plugins.values())
-        self._pre_request = [p for p in every if isinstance(p, PreRequest)]
+        hooks = [p for p in every if isinstance(p, PreRequest)]
+        self._before_send = [p for p in hooks if p.before_send]
+        self._deferred = [p for p in hooks if not p.before_send]
         self._lifecycle = [p for p in every if isinstance(p, RequestLifecycle)]
         self._endpoint_aware = [p for p in every if isinstance(p, EndpointAware)]
         self._active: dict[str, tuple[SchedulingRequest, list[EndpointState], float]] = {}
@@ -263,9 +285,9 @@ class Scheduler:
         )
 
     @property
-    def has_pre_request(self) -> bool:
-        """Whether :meth:`pre_request` has any hook to run (callers may skip scheduling it)."""
-        return bool(self._pre_request)
+    def has_deferred_pre_request(self) -> bool:
+        """Whether :meth:`pre_request_deferred` has any hook to run (callers may skip scheduling it)."""
+        return bool(self._deferred)
 
     # -- the decision -------------------------------------------------------------------------
 
@@ -299,8 +321,20 @@ class Scheduler:
         return handler.process_results(request, results)
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
-        """Run the PreRequest hooks (affinity index updates). Safe to defer off the request path."""
-        for plugin in self._pre_request:
+        """Run every PreRequest hook: the routing-header ones, then the index updates."""
+        self.pre_request_before_send(request, result, now)
+        self.pre_request_deferred(request, result, now)
+
+    def pre_request_before_send(
+        self, request: SchedulingRequest, result: SchedulingResult, now: float
+    ) -> None:
+        """The hooks the upstream request depends on (routing headers): run before sending it."""
+        for plugin in self._before_send:
+            plugin.pre_request(request, result, now)
+
+    def pre_request_deferred(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        """The hooks that only update indexes: safe to run after the request was sent."""
+        for plugin in self._deferred:
             plugin.pre_request(request, result, now)
 
     # -- lifecycle: in-flight accounting --------------------------------------------------------
@@ -318,6 +352,23 @@ class Scheduler:
         prof = profile or self._primary
         for plugin in self._lifecycle:
             plugin.on_started(request, endpoint, prof, now)
+
+    def start(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        """The request is being sent: every profile's targets carry its load until it ends.
+
+        In E/PD and E/P/D the encode and prefill pods work for the request too, so they are
+        charged with it (for their profile) besides the primary target; a pod chosen by two
+        profiles is charged once. llm-d charges only the primary target.
+        """
+        target = result.target
+        self.on_started(request, target, now)
+        primary = result.primary_profile
+        for name, profile in result.profiles.items():
+            if name == primary or profile is None:
+                continue
+            for endpoint in profile.targets:
+                if endpoint is not target:
+                    self.on_started(request, endpoint, now, profile=name)
 
     def on_first_token(self, request_id: str, now: float) -> None:
         """The first response chunk arrived: prefill is done."""

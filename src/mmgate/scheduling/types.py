@@ -115,10 +115,12 @@ class SchedulingRequest:
     """One request being scheduled: the parsed view, its id and headers, and the data bag.
 
     The same object is passed to :meth:`Scheduler.schedule`, the PreRequest hooks and the
-    lifecycle callbacks, so producers can leave data for their own later hooks.
+    lifecycle callbacks, so producers can leave data for their own later hooks. PreRequest hooks
+    that run before the request is sent (llm-d's ``prefill-header-handler``) leave the routing
+    headers the upstream request must carry with :meth:`set_upstream_header`.
     """
 
-    __slots__ = ("data", "debug", "headers", "now", "request_id", "staleness_s", "view")
+    __slots__ = ("data", "debug", "headers", "now", "request_id", "staleness_s", "upstream_headers", "view")
 
     def __init__(
         self,
@@ -135,6 +137,13 @@ class SchedulingRequest:
         self.debug = debug
         self.now = 0.0
         self.staleness_s = math.inf
+        self.upstream_headers: dict[str, str] | None = None  # made on the first header set
+
+    def set_upstream_header(self, name: str, value: str) -> None:
+        """Have the upstream request carry ``name: value`` (lower-case routing header names)."""
+        if self.upstream_headers is None:
+            self.upstream_headers = {}
+        self.upstream_headers[name] = value
 
     def get(self, key: DataKey[T]) -> T | None:
         return self.data.get(key.name)  # type: ignore[return-value]  # put() keeps key and value in step

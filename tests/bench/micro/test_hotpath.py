@@ -37,7 +37,7 @@ def test_the_scheduler_really_routes_in_the_loop() -> None:
     served = gateway.telemetry.requests.collect()[0].samples
     endpoints = {s.labels["endpoint"] for s in served if s.name.endswith("_total")}
     assert endpoints == set(hotpath.ENDPOINTS)  # round robin over both endpoints
-    assert gateway.admission.inflight == 0  # every slot taken was given back
+    assert gateway.inflight == 0  # every slot taken was given back
 
 
 def test_unknown_names_are_refused_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:

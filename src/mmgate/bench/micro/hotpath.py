@@ -2,18 +2,22 @@
 
 No sockets and no event loop: a gateway is built from a config exactly as ``mmgate serve`` builds
 it, given two endpoints that are never contacted, and the calls the gateway makes for one request
-outside its HTTP layer are timed in a loop. Stages are cumulative, so each one's cost is the
-difference to the previous one and the last column is the whole per-request bill:
+outside its HTTP layer (the request controller's steps) are timed in a loop. Stages are
+cumulative, so each one's cost is the difference to the previous one and the last column is the
+whole per-request bill:
 
   parse        request id + one parse of the body (skeleton decode, media probing, hashing)
   candidates   + the endpoints that serve the model
-  decide       + the scheduler's decision (producers, filters, scorers, picker)
-  lifecycle    + upstream headers, decision telemetry, started/first-token/finished, request metrics
-  bookkeeping  + admission, retry budget, circuit breaker, in-flight gauge, PreRequest hooks
+  decide       + circuit-breaker narrowing, the scheduler's decision (producers, filters, scorers,
+                 picker, routing-header hooks), decision telemetry
+  lifecycle    + upstream headers, started (load on every stage's pod, PreRequest index updates,
+                 breaker probe) / first byte / finished, request metrics
+  bookkeeping  + admission and retry budget, in-flight gauge
 
 Each stage runs ``--repeats`` times ``--iterations`` requests; the median per request is reported.
-The module only uses the gateway's public objects, so the same file measures an older checkout
-(``PYTHONPATH=/other/checkout/src python hotpath.py``) for before/after figures.
+The module only uses the gateway's public objects. An older checkout is measured with its own
+copy of this module (``PYTHONPATH=/other/checkout/src python -m mmgate.bench.hotpath``); where
+stage boundaries moved between versions, compare the last column (docs/benchmarks/hotpath.md).
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ from mmgate.bench.results import write_json
 from mmgate.bench.routing.systems import UnknownSystem, resolve
 from mmgate.bench.stats import median
 from mmgate.config import load_config
+from mmgate.control.admission import client_key
 from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
-from mmgate.gateway.admission import client_key
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.headers import request_id_from, upstream_headers
 from mmgate.gateway.server import Gateway
@@ -49,9 +53,9 @@ from mmgate.request.view import Api
 STAGE_HELP = {
     "parse": "request id + one parse of the body (skeleton decode, media probing, hashing)",
     "candidates": "+ the endpoints that serve the model",
-    "decide": "+ the scheduler's decision (producers, filters, scorers, picker)",
-    "lifecycle": "+ upstream headers, decision telemetry, started/first-token/finished, request metrics",
-    "bookkeeping": "+ admission, retry budget, circuit breaker, in-flight gauge, PreRequest hooks",
+    "decide": "+ breaker narrowing, the scheduler's decision and its header hooks, decision telemetry",
+    "lifecycle": "+ upstream headers, started (load, index hooks, breaker)/first byte/finished, metrics",
+    "bookkeeping": "+ admission and retry budget, in-flight gauge",
 }
 STAGES = tuple(STAGE_HELP)
 DEFAULT_CONFIGS = ("round-robin", "aggregated")
@@ -107,54 +111,31 @@ def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], N
         "Content-Length": str(len(data)),
         "Authorization": "Bearer sk-benchmark",
     }
-    parse, clock = gateway.parse, gateway.clock
-    router, telemetry, admission = gateway.router, gateway.telemetry, gateway.admission
-    breaker, budget = gateway.proxy.breaker, gateway.proxy.budget
-    done = getattr(telemetry, "request_done", None)  # one call per request where it exists
-
-    def request_metrics(model: str, endpoint: str) -> None:
-        if done is not None:
-            done(model, "200", endpoint, 0.001, 0.001)
-            return
-        telemetry.requests.labels(model, "200", endpoint).inc()
-        telemetry.request_latency.labels(model).observe(0.001)
-        telemetry.ttfb.labels(model).observe(0.001)
+    controller, telemetry = gateway.controller, gateway.telemetry
 
     def run(n: int) -> None:
         for _ in range(n):
             request_id = request_id_from(headers)
-            view = parse(data, headers, Api.CHAT)
+            view = controller.parse(data, headers, Api.CHAT)
             if stage < 1:
                 continue
-            candidates = gateway.candidates(view.model)
+            flight = controller.open(view, request_id, headers, client=client_key(headers, "127.0.0.1"))
             if stage < 2:
                 continue
-            started = time.perf_counter()
-            decision = router.decide(
-                view, candidates, clock(), request_id=request_id, headers=headers, debug=False
-            )
-            if stage < 3:
-                continue
-            upstream_headers(headers.items(), request_id)
-            telemetry.record_decision(decision, time.perf_counter() - started, first_attempt=True)
-            router.started(decision)
-            router.first_token(decision)
-            router.finished(decision, ok=True)
-            request_metrics(view.model, decision.endpoint)
-            if stage < 4:
-                continue
-            client = client_key(headers, "127.0.0.1")
-            _run_now(admission.enter(gateway.settings.max_inflight, client))
-            telemetry.inflight.inc()
-            budget.on_request()
-            breaker.filter(candidates)
-            breaker.begin(decision.endpoint)
-            if decision.pre_request is not None:
-                decision.pre_request()
-            breaker.success(decision.endpoint)
-            breaker.release(decision.endpoint)
-            admission.leave(client)
-            telemetry.inflight.dec()
+            if stage >= 4:
+                _run_now(controller.admit(flight))
+                telemetry.inflight.inc()
+            attempt = controller.decide(flight)
+            assert attempt is not None
+            if stage >= 3:
+                upstream_headers(headers.items(), request_id)
+                controller.started(attempt)
+                controller.first_byte(attempt, 200)
+                controller.finished(attempt, ok=True)
+                telemetry.request_done(view.model, "200", attempt.endpoint, 0.001, 0.001)
+            if stage >= 4:
+                controller.leave(flight)
+                telemetry.inflight.dec()
 
     return run
 

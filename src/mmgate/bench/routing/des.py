@@ -1,13 +1,16 @@
 """Discrete-event mode: the real scheduler and the real simulated engines, in virtual time.
 
 Nothing is modelled twice. Each system's :class:`~mmgate.scheduling.Scheduler` is built from its
-YAML exactly as ``mmgate serve`` builds it; each pod is a :class:`mmgate.sim.engine.Engine` built
+YAML exactly as ``mmgate serve`` builds it and driven by the gateway's own
+:class:`~mmgate.control.RequestController`; each pod is a :class:`mmgate.sim.engine.Engine` built
 as ``mmgate sim`` builds it, and requests are priced and laid out by the same token code the
 simulated server runs. Only the clock and the transport differ:
 
 - arrivals follow the same schedule the HTTP load generator uses;
-- the gateway schedules at arrival, runs the PreRequest hooks and the in-flight accounting
-  callbacks (started / first token / finished) at the times a gateway would see them;
+- the controller decides at arrival and hears started / first token / usage / finished at the
+  times a gateway would see them, so in-flight load lands on every stage's pod (encode and
+  prefill targets too) exactly as behind HTTP; PreRequest index updates run at once (virtual time
+  has no "off the hot path");
 - every ``scrape_interval_s`` the gateway's view of each pod (waiting, running, KV usage) is
   refreshed from the engine's stats: between scrapes the scheduler sees stale numbers, as it
   does over HTTP, and numbers older than the config's staleness threshold are ignored;
@@ -32,15 +35,12 @@ from mmgate.bench.routing.records import CacheCounters, Ladder, RequestRecord, R
 from mmgate.bench.routing.systems import System
 from mmgate.bench.workloads.synthetic import RawItem, WorkItem, Workload
 from mmgate.config import load_config
+from mmgate.control import Attempt, NoCandidates, RequestController, SchedulerPicker, Usage
+from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
+from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.request.view import RequestView
-from mmgate.scheduling import (
-    EndpointState,
-    Metrics,
-    NoEndpointsError,
-    Scheduler,
-    SchedulingRequest,
-    build_scheduler,
-)
+from mmgate.scheduling import Scheduler, build_scheduler
+from mmgate.scheduling.registry import PluginRegistry
 from mmgate.sim.engine import Engine, SimRequest, StepOutput
 from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.spec import PodSpec, engine_config
@@ -53,10 +53,14 @@ _FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE = range(7)
 @dataclass(frozen=True, slots=True)
 class DesOptions:
     """``profile``: sim timing profile; ``pods``: engines; delays in seconds. ``scrape_interval_s``
-    None uses the config's ``mmgate.scrapeIntervalMs``."""
+    None uses the config's ``mmgate.scrapeIntervalMs``. ``roles``: each pod's llm-d role in
+    order (``encode``, ``prefill``, ``decode``, ``prefill-decode``...); pods beyond the list have
+    none. Requests run on the primary (decode) target's engine only: the other stages' pods carry
+    the load the controller charges them with, but no sidecar orchestrates E→P→D here yet."""
 
     profile: str = "qwen3-vl-32b-h200-tp2"
     pods: int = 8
+    roles: tuple[str, ...] = ()
     network_delay_s: float = 0.0005
     scrape_interval_s: float | None = None
     engine: dict[str, Any] = field(default_factory=dict)
@@ -67,7 +71,7 @@ class DesOptions:
 class _Pod:
     index: int
     engine: Engine
-    endpoint: EndpointState
+    endpoint: EndpointRecord
     busy: bool = False
     pending: StepOutput | None = None
 
@@ -75,7 +79,7 @@ class _Pod:
 @dataclass(slots=True, eq=False)
 class _Flight:
     record: RequestRecord
-    request: SchedulingRequest
+    attempt: Attempt
     arrival: float
     pod: _Pod
     rung: int
@@ -123,7 +127,7 @@ class _Prepared:
         return hit
 
 
-def _build_pods(opts: DesOptions) -> tuple[list[_Pod], PricingConfig, str]:
+def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod], PricingConfig, str]:
     """Engines configured exactly as ``mmgate sim`` configures its pods, named like endpoints."""
     profile = load_profile(opts.profile)
     pods = []
@@ -131,8 +135,9 @@ def _build_pods(opts: DesOptions) -> tuple[list[_Pod], PricingConfig, str]:
         spec = PodSpec(name=f"pod-{i}", profile=opts.profile, seed=opts.seed, engine=dict(opts.engine))
         # Block keys never leave the process here, so the fast process-local hash is enough.
         config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
-        endpoint = EndpointState.from_url(f"http://10.0.0.{i + 1}:8000")
-        pods.append(_Pod(i, Engine(profile, config), endpoint))
+        role = opts.roles[i] if i < len(opts.roles) else None
+        record = registry.add(parse_endpoint(f"http://10.0.0.{i + 1}:8000", role=role))
+        pods.append(_Pod(i, Engine(profile, config), record))
     return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
 
 
@@ -149,22 +154,36 @@ def _cache_totals(pods: Sequence[_Pod]) -> CacheCounters:
 class Simulation:
     """One system over one ladder in virtual time."""
 
-    def __init__(self, system: System, opts: DesOptions, prepared: _Prepared | None = None) -> None:
+    def __init__(
+        self,
+        system: System,
+        opts: DesOptions,
+        prepared: _Prepared | None = None,
+        *,
+        registry: PluginRegistry | None = None,
+    ) -> None:
         if system.config is None:
             raise ValueError(f"{system.name} is not an mmgate config; the DES runs mmgate configs only")
         cfg = load_config(system.config)
         self.system = system
-        self.scheduler: Scheduler = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=opts.seed)
+        self.scheduler: Scheduler = build_scheduler(
+            cfg.picker, mmgate=cfg.mmgate, seed=opts.seed, registry=registry
+        )
         self.scrape_s = opts.scrape_interval_s or cfg.mmgate.scrapeIntervalMs / 1000.0
         self.delay = opts.network_delay_s
-        self.pods, pricing, model = _build_pods(opts)
+        self.now = 0.0
+        registry = EndpointRegistry()
+        self.pods, pricing, model = _build_pods(opts, registry)
         self.endpoints = [p.endpoint for p in self.pods]
+        clock = self.clock
+        # Nothing reads a decision's reporting fields here, so the picker does not fill them.
+        self.picker = SchedulerPicker(self.scheduler, clock=clock, describe=False)
+        self.controller = RequestController(self.picker, registry, clock=clock, defer=_at_once)
         self._pod_of = {p.endpoint.name: p for p in self.pods}
         self.prepared = prepared or _Prepared(pricing, model)
         for pod in self.pods:
             engine: Any = pod.engine
             engine.hasher = _MemoHasher(engine.hasher, self.prepared.hashes)
-        self.now = 0.0
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
         self._flights: dict[str, _Flight] = {}
@@ -181,6 +200,10 @@ class Simulation:
         self._scrape_all()
         self._push(self.scrape_s, _SCRAPE, None)
 
+    def clock(self) -> float:
+        """Virtual time: the controller's and the picker's clock."""
+        return self.now
+
     # -- events -----------------------------------------------------------------------------------
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -190,7 +213,8 @@ class Simulation:
         now = self.now
         for pod in self.pods:
             s = pod.engine.stats()
-            pod.endpoint.metrics = Metrics(
+            pod.endpoint.metrics = MetricsSnapshot(
+                engine="vllm",
                 waiting=s.num_waiting,
                 running=s.num_running,
                 kv_usage=s.kv_cache_usage,
@@ -206,19 +230,19 @@ class Simulation:
         view, seq, out_tokens = self.prepared.get(item)
         record = RequestRecord(item_id=item.id, sent_s=now - rung_start)
         self.requests += 1
-        request = SchedulingRequest(view, rid)
+        controller = self.controller
         try:
-            result = self.scheduler.schedule(request, self.endpoints, now)
-        except NoEndpointsError:
+            attempt = controller.decide(controller.open(view, rid, _NO_HEADERS, received=now))
+        except NoCandidates:
+            attempt = None
+        if attempt is None:
             record.error = "http_503"
             self._done(rung, record)
             return
-        target = result.target
-        pod = self._pod_of[target.name]
-        self.scheduler.on_started(request, target, now)
-        self.scheduler.pre_request(request, result, now)
-        record.endpoint = target.name
-        self._flights[rid] = _Flight(record, request, now, pod, rung)
+        controller.started(attempt)
+        pod = self._pod_of[attempt.endpoint]
+        record.endpoint = attempt.endpoint
+        self._flights[rid] = _Flight(record, attempt, now, pod, rung)
         sim = SimRequest.from_sequence(rid, seq, out_tokens, view.cache_salt)
         self._push(now + self.delay, _RECEIVE, (pod, sim))
 
@@ -235,7 +259,7 @@ class Simulation:
             flight = self._flights.pop(sim.request_id, None)
             if flight is not None:
                 flight.record.error = "http_400"
-                self.scheduler.on_failed(sim.request_id, self.now)
+                self.controller.finished(flight.attempt, ok=False)
                 self._done(flight.rung, flight.record)
             return
         if not pod.busy:
@@ -279,7 +303,7 @@ class Simulation:
         if flight is None:
             return
         flight.record.ttft_s = self.now - flight.arrival
-        self.scheduler.on_first_token(rid, self.now)
+        self.controller.first_byte(flight.attempt, 200)
 
     def _finish(self, fin: Any) -> None:
         flight = self._flights.pop(fin.request_id, None)
@@ -292,7 +316,9 @@ class Simulation:
         rec.cached_tokens = fin.cached_tokens
         if rec.ttft_s is None:
             rec.ttft_s = rec.e2e_s
-        self.scheduler.on_finished(fin.request_id, self.now)
+        controller = self.controller
+        controller.usage(flight.attempt, Usage(fin.prompt_tokens, fin.output_tokens, fin.cached_tokens))
+        controller.finished(flight.attempt, ok=True)
         self._done(flight.rung, rec)
 
     # -- rungs ------------------------------------------------------------------------------------
@@ -367,7 +393,7 @@ class Simulation:
                 continue
             flight.pod.engine.abort(rid)
             del self._flights[rid]
-            self.scheduler.on_finished(rid, self.now)
+            self.controller.finished(flight.attempt, ok=False)
             flight.record.error = "timeout"
             self._done(rung, flight.record)
         # Arrivals of this rung not yet sent: count them as timeouts too.
@@ -379,6 +405,15 @@ class Simulation:
                 kept.append(ev)
         heapq.heapify(kept)
         self._events = kept
+
+
+_NO_HEADERS: dict[str, str] = {}
+
+
+def _at_once(hook: Callable[[], None]) -> None:
+    """The DES's deferral of PreRequest index updates: now (virtual time has no later moment
+    that would be cheaper)."""
+    hook()
 
 
 def run_des(

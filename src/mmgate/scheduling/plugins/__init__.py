@@ -14,6 +14,7 @@ from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixC
 from mmgate.scheduling.plugins.decode_filter import DecodeFilter
 from mmgate.scheduling.plugins.disagg_profile_handler import DisaggProfileHandler
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.plugins.encoder_header_handler import EncoderHeaderHandler
 from mmgate.scheduling.plugins.inflight_load_producer import InflightLoadProducer
 from mmgate.scheduling.plugins.kv_cache_utilization_scorer import KVCacheUtilizationScorer
 from mmgate.scheduling.plugins.load_aware_scorer import LoadAwareScorer
@@ -23,6 +24,7 @@ from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsC
 from mmgate.scheduling.plugins.mm_embeddings_cache_scorer import MMEmbeddingsCacheScorer
 from mmgate.scheduling.plugins.no_hit_lru_scorer import NoHitLRUScorer
 from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
+from mmgate.scheduling.plugins.prefill_header_handler import PrefillHeaderHandler
 from mmgate.scheduling.plugins.prefix_based_pd_decider import PrefixBasedPDDecider
 from mmgate.scheduling.plugins.prefix_cache_affinity_filter import PrefixCacheAffinityFilter
 from mmgate.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
@@ -47,6 +49,9 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     AlwaysDisaggMultimodalDecider,
     AlwaysDisaggPDDecider,
     PrefixBasedPDDecider,
+    # routing headers for the other stages' pods (PreRequest, before the request is sent)
+    PrefillHeaderHandler,
+    EncoderHeaderHandler,
     # filters
     DecodeFilter,
     EncodeFilter,

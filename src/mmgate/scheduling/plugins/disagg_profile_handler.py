@@ -2,9 +2,11 @@
 
 Decode-first, as llm-d: the ``decode`` profile runs; then, asked about that decode target, the
 encode decider chooses whether the ``encode`` profile runs and the prefill decider whether the
-``prefill`` profile runs. The decode profile is the primary one. The gateway passes the chosen
-encoders and prefiller on in llm-d's headers (``x-encoder-hosts-ports``,
-``x-prefiller-host-port``). ``stageOrder: prefill-first`` is not offered.
+``prefill`` profile runs. The decode profile is the primary one. The chosen encoders and
+prefiller travel in llm-d's headers (``x-encoder-hosts-ports``, ``x-prefiller-host-port``), set by
+the ``encoder-header-handler`` and ``prefill-header-handler`` plugins (created by default for the
+encode and prefill profiles when the config lists none). ``stageOrder: prefill-first`` is not
+offered.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
         names = self.params.deciders
         self._encode = _decider(plugins, names.encode, "deciders.encode")
         self._prefill = _decider(plugins, names.prefill, "deciders.prefill")
+
+    def stage_profiles(self) -> Mapping[str, str]:
+        names: ProfileNames = self.params.profiles
+        return {"encode": names.encode, "prefill": names.prefill}
 
     def pick_profiles(
         self,

@@ -1,10 +1,10 @@
-"""The seam between the data plane and the endpoint picker.
+"""The seam between the request controller and whatever picks endpoints.
 
-The proxy needs four things from whatever picks endpoints: a decision for a request over the
-current candidates, the lifecycle calls that keep in-flight load right, PreRequest hooks to run
-after forwarding has begun, and a way to forget a removed endpoint. :class:`Router` names them;
-:mod:`mmgate.gateway.scheduler_router` implements it over :class:`mmgate.scheduling.Scheduler`,
-tests may implement it with a few lines.
+The controller needs five things from an endpoint picker: a decision for a request over the
+current candidates, the lifecycle calls that keep in-flight load right, the ordered fallbacks of a
+decision, and a way to forget a removed endpoint. :class:`EndpointPicker` names them;
+:class:`mmgate.control.scheduler_picker.SchedulerPicker` implements it over
+:class:`mmgate.scheduling.Scheduler`, tests may implement it with a few lines.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from mmgate.request.view import RequestView
 class Decision:
     """Where one attempt of a request goes, and what the gateway reports about it.
 
-    ``handle`` is opaque to the proxy and handed back in the lifecycle calls. ``headers`` are
-    routing headers the picker wants set upstream (e.g. ``x-prefiller-host-port``).
-    ``encoder_items``/``encoder_hits`` are per modality, for the chosen endpoint: the media items
-    queried and those the picker believed that endpoint had encoded. ``prefix_match`` is the
-    fraction of the prompt's blocks believed cached there (``None`` when not computed).
+    ``handle`` is opaque to the controller and handed back in the lifecycle calls. ``headers``
+    are the routing headers the picker's PreRequest hooks want set upstream (e.g.
+    ``x-prefiller-host-port``). ``pre_request`` is the hook work that may run after the request
+    was sent (index updates). ``encoder_items``/``encoder_hits`` are per modality, for the chosen
+    endpoint: the media items queried and those the picker believed that endpoint had encoded.
+    ``prefix_match`` is the fraction of the prompt's blocks believed cached there (``None`` when
+    not computed).
     """
 
     endpoint: str
@@ -44,7 +46,7 @@ class NoEndpoint(Exception):
     """No candidate survived the filters (distinct from 'no endpoints at all')."""
 
 
-class Router(Protocol):
+class EndpointPicker(Protocol):
     def decide(
         self,
         view: RequestView,
@@ -62,8 +64,12 @@ class Router(Protocol):
         """
         ...
 
+    def fallbacks(self, decision: Decision) -> list[str]:
+        """The other candidates in the order the picker would try them (best first)."""
+        ...
+
     def started(self, decision: Decision) -> None:
-        """The request was sent to ``decision.endpoint`` (in-flight load goes up)."""
+        """The request was sent (in-flight load goes up on every pod that works for it)."""
         ...
 
     def first_token(self, decision: Decision) -> None:

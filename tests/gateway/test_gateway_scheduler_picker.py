@@ -9,9 +9,9 @@ import aiohttp
 import pytest
 
 from mmgate.config import load_config_text
+from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
 from mmgate.gateway.proxy import ProxySettings
-from mmgate.gateway.scheduler_router import SchedulerRouter
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate.scheduling import build_scheduler
 from support.upstreams import Upstream, free_port, sse_behaviour, start_gateway
@@ -42,9 +42,9 @@ async def upstreams() -> AsyncIterator[list[Upstream]]:
         await u.stop()
 
 
-def make_router() -> SchedulerRouter:
+def make_router() -> SchedulerPicker:
     config = load_config_text(ROUND_ROBIN)
-    return SchedulerRouter(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
+    return SchedulerPicker(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
 
 
 async def test_round_robin_spreads_and_inflight_returns_to_zero(upstreams: list[Upstream]) -> None:
@@ -64,7 +64,7 @@ async def test_round_robin_spreads_and_inflight_returns_to_zero(upstreams: list[
         assert sorted(n for n, _ in results) == sorted([u.address for u in upstreams] * 3)
         assert all(int(t) > 0 for _, t in results)  # priced even without a token-producer
         assert router.scheduler.active_requests == 0
-        assert all(s.inflight.requests == 0 for s in router._states.values())
+        assert all(s.inflight.requests == 0 for s in router.states.values())
     finally:
         await running.stop()
 
@@ -85,9 +85,9 @@ async def test_retry_releases_the_failed_attempt_and_scores_are_reported(upstrea
                     assert r.headers["x-mmgate-endpoint"] == upstreams[0].address
                     assert "queue-scorer=" in r.headers["x-mmgate-scores"]
         assert router.scheduler.active_requests == 0
-        assert all(s.inflight.requests == 0 for s in router._states.values())
+        assert all(s.inflight.requests == 0 for s in router.states.values())
         gateway.data.registry.remove(dead)
-        assert dead not in router._states
+        assert dead not in router.states
     finally:
         await running.stop()
 
@@ -104,17 +104,17 @@ def test_clients_reusing_a_request_id_do_not_corrupt_inflight_accounting() -> No
     router.started(second)
     router.finished(first, ok=True)
     # The second request is still running and must still count.
-    assert sum(s.inflight.requests for s in router._states.values()) == 1
+    assert sum(s.inflight.requests for s in router.states.values()) == 1
     router.finished(second, ok=True)
-    assert sum(s.inflight.requests for s in router._states.values()) == 0
+    assert sum(s.inflight.requests for s in router.states.values()) == 0
 
 
-def _epd_router() -> tuple[SchedulerRouter, list[EndpointRecord]]:
+def _epd_router() -> tuple[SchedulerPicker, list[EndpointRecord]]:
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "examples" / "e-pd.yaml").read_text()
     config = load_config_text(text)
-    router = SchedulerRouter(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
+    router = SchedulerPicker(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
     registry = EndpointRegistry()
     records = [
         registry.add(parse_endpoint("127.0.0.1:1", role="encode")),
@@ -137,18 +137,18 @@ def test_encode_pods_carry_the_load_of_the_requests_they_encode_for() -> None:
     assert decision.endpoint == "127.0.0.1:2"
     assert decision.headers["x-encoder-hosts-ports"] == "127.0.0.1:1"
     router.started(decision)
-    assert {name: s.inflight.requests for name, s in router._states.items()} == {
+    assert {name: s.inflight.requests for name, s in router.states.items()} == {
         "127.0.0.1:1": 1,
         "127.0.0.1:2": 1,
     }
     router.finished(decision, ok=True)
-    assert all(s.inflight.requests == 0 for s in router._states.values())
+    assert all(s.inflight.requests == 0 for s in router.states.values())
 
 
 def test_requests_whose_end_is_never_reported_stop_counting_as_load() -> None:
     clock = [0.0]
     config = load_config_text(ROUND_ROBIN)
-    router = SchedulerRouter(
+    router = SchedulerPicker(
         build_scheduler(config.picker, mmgate=config.mmgate, seed=1),
         clock=lambda: clock[0],
         lost_after_s=100.0,

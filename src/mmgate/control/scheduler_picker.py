@@ -1,8 +1,10 @@
-"""The :class:`~mmgate.gateway.routing.Router` over mmgate's llm-d-compatible :class:`Scheduler`.
+"""The :class:`~mmgate.control.decision.EndpointPicker` over mmgate's llm-d-compatible :class:`Scheduler`.
 
 The scheduler keeps in-flight counters on :class:`EndpointState` objects, so this adapter keeps
-one state per endpoint for the endpoint's whole life, refreshes its metrics snapshot from the data
-layer before each decision (a reference, not a copy), and drops it when the endpoint leaves.
+one state per endpoint for the endpoint's whole life, refreshes its metrics snapshot from the
+endpoint record before each decision (a reference, not a copy), and drops it when the endpoint
+leaves. Routing headers come from the scheduler's PreRequest hooks that run before sending
+(``prefill-header-handler``, ``encoder-header-handler``): the topology is the config's business.
 """
 
 from __future__ import annotations
@@ -11,26 +13,15 @@ import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from types import MappingProxyType
 
+from mmgate.control.decision import Decision, NoEndpoint
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
-from mmgate.gateway.routing import Decision, NoEndpoint
 from mmgate.request.view import RequestView
 from mmgate.scheduling import ROLE_LABEL, EndpointState, NoEndpointsError, Scheduler, SchedulingRequest
-from mmgate.scheduling.keys import (
-    ENCODER_CACHE_MATCH,
-    PREFIX_MATCH,
-    TOKENIZED_PROMPT,
-    EncoderCacheMatch,
-    PrefixMatch,
-    TokenizedPrompt,
-)
+from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.types import SchedulingResult
 from mmgate.tokens import PricingConfig, price
-
-PREFILLER_HEADER = "x-prefiller-host-port"
-ENCODERS_HEADER = "x-encoder-hosts-ports"
-SECONDARY_PROFILES = ("encode", "prefill")
-"""Profiles whose targets do work for the request besides the primary (decode) target."""
 
 SWEEP_EVERY_S = 30.0
 LOST_AFTER_S = 900.0
@@ -38,15 +29,18 @@ LOST_AFTER_S = 900.0
 
 
 class _Handle:
-    __slots__ = ("request", "result", "state")
+    __slots__ = ("request", "result")
 
-    def __init__(self, request: SchedulingRequest, result: SchedulingResult, state: EndpointState) -> None:
+    def __init__(self, request: SchedulingRequest, result: SchedulingResult) -> None:
         self.request = request
         self.result = result
-        self.state = state
 
 
-class SchedulerRouter:
+class SchedulerPicker:
+    """``describe=False`` skips the reporting fields of a decision (tokens by modality, encoder
+    and prefix matches, scores): for callers that report nothing, such as the discrete-event
+    benchmark, they are work without a reader."""
+
     def __init__(
         self,
         scheduler: Scheduler,
@@ -54,9 +48,11 @@ class SchedulerRouter:
         pricing: PricingConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         lost_after_s: float = LOST_AFTER_S,
+        describe: bool = True,
     ) -> None:
         self.scheduler = scheduler
         self.lost_after_s = lost_after_s
+        self.describe = describe
         self._last_sweep = clock()
         # Used only for the x-mmgate-request-tokens header when no token-producer is configured.
         self.pricing = pricing or PricingConfig()
@@ -64,6 +60,8 @@ class SchedulerRouter:
         self._states: dict[str, EndpointState] = {}
         self._endpoint_of: dict[str, Endpoint] = {}  # the record's endpoint each state was built from
         self._seq = itertools.count()
+        self.states: Mapping[str, EndpointState] = MappingProxyType(self._states)
+        """Every endpoint's scheduler state by name (read-only; in-flight counters live there)."""
 
     def state_of(self, record: EndpointRecord) -> EndpointState:
         state = self._states.get(record.name)
@@ -93,35 +91,36 @@ class SchedulerRouter:
         headers: Mapping[str, str],
         debug: bool,
     ) -> Decision:
+        scheduler = self.scheduler
         if now - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = now
-            self.scheduler.sweep(now, self.lost_after_s)
+            scheduler.sweep(now, self.lost_after_s)
         state_of = self.state_of
         states = [state_of(r) for r in candidates]
         # The scheduler tracks in-flight requests by id; clients choose x-request-id, so two
         # concurrent requests may share one. A per-attempt suffix keeps their accounting apart.
         request = SchedulingRequest(view, f"{request_id}#{next(self._seq)}", headers, debug=debug)
         try:
-            result = self.scheduler.schedule(request, states, now)
+            result = scheduler.schedule(request, states, now)
             target = result.target
         except NoEndpointsError as exc:
             raise NoEndpoint(str(exc)) from None
-        decision = self._describe(target.name, request, result, view)
-        decision.handle = _Handle(request, result, target)
-        if self.scheduler.has_pre_request:  # else nothing to run, and nothing to schedule later
+        scheduler.pre_request_before_send(request, result, now)
+        decision = self._describe(target.name, request, result) if self.describe else Decision(target.name)
+        if request.upstream_headers:
+            decision.headers = request.upstream_headers
+        decision.handle = _Handle(request, result)
+        if scheduler.has_deferred_pre_request:  # else nothing to run, and nothing to schedule later
             decision.pre_request = partial(self._pre_request, request, result)
         return decision
 
     def _pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
-        self.scheduler.pre_request(request, result, self.clock())
+        self.scheduler.pre_request_deferred(request, result, self.clock())
 
-    def _describe(
-        self, name: str, request: SchedulingRequest, result: SchedulingResult, view: RequestView
-    ) -> Decision:
+    def _describe(self, name: str, request: SchedulingRequest, result: SchedulingResult) -> Decision:
         """The decision for ``name``, its reporting fields filled from what the producers left in
-        the request's data bag."""
-        data = request.data
-        tokenized: TokenizedPrompt | None = data.get(TOKENIZED_PROMPT.name)  # type: ignore[assignment]
+        the request's data bag (the request is priced here only when no token-producer did)."""
+        tokenized = request.get(TOKENIZED_PROMPT)
         by_modality: dict[str, int] = {}
         if tokenized is not None:
             total = tokenized.total_tokens
@@ -129,7 +128,7 @@ class SchedulerRouter:
                 by_modality[item.modality] = by_modality.get(item.modality, 0) + item.length
             text = total - tokenized.media_tokens
         else:
-            pricing = price(view, self.pricing)
+            pricing = price(request.view, self.pricing)
             total = pricing.total_tokens
             for kind, count in pricing.by_modality.items():
                 by_modality[kind] = count
@@ -140,7 +139,7 @@ class SchedulerRouter:
             request_tokens=total,
             tokens_by_modality={str(m): n for m, n in by_modality.items() if n},
         )
-        encoder: EncoderCacheMatch | None = data.get(ENCODER_CACHE_MATCH.name)  # type: ignore[assignment]
+        encoder = request.get(ENCODER_CACHE_MATCH)
         if encoder is not None and encoder.total_items:
             items: dict[str, int] = {}
             for modality in encoder.modalities:
@@ -154,36 +153,22 @@ class SchedulerRouter:
                 take = min(count, left)
                 decision.encoder_hits[modality] = take
                 left -= take
-        prefix: PrefixMatch | None = data.get(PREFIX_MATCH.name)  # type: ignore[assignment]
+        prefix = request.get(PREFIX_MATCH)
         if prefix is not None and prefix.total_blocks:
             decision.prefix_match = prefix.ratio(name)
-        profiles = result.profiles
-        if "prefill" in profiles:
-            prefill = result.targets_of("prefill")
-            if prefill:
-                decision.headers[PREFILLER_HEADER] = prefill[0].name
-        if "encode" in profiles:
-            encoders = result.targets_of("encode")
-            if encoders:
-                decision.headers[ENCODERS_HEADER] = ",".join(e.name for e in encoders)
         if request.debug:
             decision.scores = _scores(result)
         return decision
 
+    def fallbacks(self, decision: Decision) -> list[str]:
+        handle = decision.handle
+        assert isinstance(handle, _Handle)
+        return [s.name for s in handle.result.primary.ranked() if s.name != decision.endpoint]
+
     def started(self, decision: Decision) -> None:
         handle = decision.handle
         assert isinstance(handle, _Handle)
-        now = self.clock()
-        self.scheduler.on_started(handle.request, handle.state, now)
-        # E/PD and E/P/D: the encode and prefill pods work for this request too, so they carry
-        # its load until it ends (llm-d counts only the primary target).
-        profiles = handle.result.profiles
-        for profile in SECONDARY_PROFILES:
-            if profile not in profiles:
-                continue
-            for state in handle.result.targets_of(profile):
-                if state is not handle.state:
-                    self.scheduler.on_started(handle.request, state, now, profile=profile)
+        self.scheduler.start(handle.request, handle.result, self.clock())
 
     def first_token(self, decision: Decision) -> None:
         handle = decision.handle

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgate.gateway.memory import keep_large_buffers
+from mmgate.gateway.malloc_tuning import keep_large_buffers
 
 
 def test_malloc_tuning_applies_on_linux_glibc() -> None:

@@ -1,0 +1,394 @@
+"""The request controller: everything between a transport receiving a request and moving bytes.
+
+One object owns the order of the steps around a scheduling decision, so every transport (the
+HTTP gateway, the discrete-event benchmark, and next an Envoy ext_proc server and an E/PD
+sidecar) behaves the same and only moves bytes::
+
+    view    = controller.parse(body, headers, api)             # once; RequestError -> 4xx
+    flight  = controller.open(view, request_id, headers)       # candidates; NoCandidates -> 503
+    await controller.admit(flight)                             # admission; Overloaded -> 429
+    attempt = controller.decide(flight)                        # None: nothing left to try
+    while attempt is not None:
+        controller.started(attempt)                            # load on every stage's pod, hooks
+        ... send attempt.headers to attempt.endpoint ...
+        on a failure before the first byte:
+            controller.finished(attempt, ok=False)
+            attempt = controller.retry(attempt, reason, detail)  # next best, failed ones excluded
+            continue
+        controller.first_byte(attempt, status)
+        ... relay; controller.usage(attempt, ...) when the transport sees usage ...
+        controller.finished(attempt, ok=completed)
+    controller.leave(flight)
+
+Candidates are narrowed in one place (:meth:`_narrow`): healthy endpoints that serve the model,
+within the transport's subset hint (Envoy's ``x-gateway-destination-endpoint-subset``), without
+endpoints the circuit breaker ejected, without those already tried. The clock and the deferral
+of off-path hook work are given by the caller: wall time and the event loop behind HTTP, virtual
+time and an immediate call in the discrete-event benchmark. The scheduler behind the picker stays
+pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mmgate.control.admission import Admission, AdmissionSettings
+from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
+from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
+from mmgate.control.retry_budget import RetryBudget
+from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry
+from mmgate.errors import RequestError
+from mmgate.request.view import Api, RequestView
+
+log = logging.getLogger("mmgate.control")
+
+Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
+Deferral = Callable[[Callable[[], None]], None]
+
+
+@dataclass(slots=True)
+class ControlSettings:
+    """Per-request policy shared by every transport."""
+
+    max_attempts: int = 3  # the first try plus up to two retries
+    retry_ratio: float = 0.2
+    retry_min_per_s: float = 10.0
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    max_inflight: int = 0  # requests admitted at once; beyond it a 429 (0 = no limit)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)  # queue, per-client
+
+
+class ControlObserver(Protocol):
+    """What the controller reports as it goes (the gateway's Prometheus metrics implement it)."""
+
+    def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None: ...
+    def attempt_failed(self, endpoint: str, reason: str) -> None: ...
+    def retried(self, reason: str) -> None: ...
+    def circuit_changed(self, endpoint: str, state: State) -> None: ...
+
+
+class NoCandidates(Exception):
+    """No endpoint can take the request at all (none configured, none healthy): a 503."""
+
+
+@dataclass(slots=True, eq=False)
+class Usage:
+    """Tokens an attempt reported (OpenAI ``usage``), when the transport sees them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class Flight:
+    """One request as the controller follows it. Transports read it (request logs, metrics);
+    only the controller writes it."""
+
+    __slots__ = (
+        "_admitted",
+        "attempts",
+        "candidates",
+        "client",
+        "debug",
+        "decision",
+        "decision_s",
+        "errors",
+        "first_byte_s",
+        "headers",
+        "last_error",
+        "received",
+        "request_id",
+        "tried",
+        "view",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        view: RequestView,
+        request_id: str,
+        headers: Mapping[str, str],
+        candidates: list[EndpointRecord],
+        received: float,
+        client: str,
+        debug: bool,
+    ) -> None:
+        self.view = view
+        self.request_id = request_id
+        self.headers = headers
+        self.candidates = candidates
+        self.received = received
+        self.client = client
+        self.debug = debug
+        self.attempts = 0
+        self.decision: Decision | None = None  # the latest attempt's
+        self.decision_s = 0.0  # time spent deciding, over every attempt
+        self.first_byte_s: float | None = None  # from received to the first upstream byte
+        self.errors: list[str] = []
+        self.last_error = "no endpoint could be reached"
+        self.tried: set[str] | None = None  # endpoints decided on so far (made on the first retry)
+        self._admitted = False
+
+    @property
+    def endpoint(self) -> str:
+        """The latest attempt's endpoint ("" before any decision)."""
+        return self.decision.endpoint if self.decision is not None else ""
+
+
+class Attempt:
+    """One try of a flight on one endpoint: the decision and whether a retry may follow."""
+
+    __slots__ = ("decision", "flight", "is_last", "record")
+
+    def __init__(self, flight: Flight, decision: Decision, record: EndpointRecord, is_last: bool) -> None:
+        self.flight = flight
+        self.decision = decision
+        self.record = record
+        self.is_last = is_last  # no retry after this one: its error answer goes to the client
+
+    @property
+    def endpoint(self) -> str:
+        return self.decision.endpoint
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Routing headers the upstream request must carry."""
+        return self.decision.headers
+
+
+class RequestController:
+    def __init__(
+        self,
+        picker: EndpointPicker,
+        endpoints: EndpointRegistry,
+        settings: ControlSettings | None = None,
+        *,
+        parse: Parser | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        observer: ControlObserver | None = None,
+        defer: Deferral | None = None,
+    ) -> None:
+        self.picker = picker
+        self.endpoints = endpoints
+        self.settings = settings if settings is not None else ControlSettings()
+        self.clock = clock
+        self._parse = parse
+        self._observer = observer
+        self._defer = defer if defer is not None else defer_to_loop
+        s = self.settings
+        self._budget = RetryBudget(ratio=s.retry_ratio, min_per_s=s.retry_min_per_s, clock=clock)
+        on_change = observer.circuit_changed if observer is not None else None
+        self._breaker = Breaker(s.breaker, clock=clock, on_change=on_change)
+        self._admission = Admission(s.admission)
+        endpoints.on_remove(lambda endpoint: self.forget(endpoint.name))
+
+    # -- read-only views ---------------------------------------------------------------------
+
+    @property
+    def inflight(self) -> int:
+        """Requests holding an admission slot now."""
+        return self._admission.inflight
+
+    def circuit(self, endpoint: str) -> State:
+        """The circuit breaker's state for ``endpoint``."""
+        return self._breaker.state(endpoint)
+
+    # -- the request ---------------------------------------------------------------------------
+
+    def parse(self, body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
+        """The body decoded once (raises :class:`RequestError` for a client mistake)."""
+        if self._parse is None:
+            raise RuntimeError("this controller was built without a parser")
+        return self._parse(body, headers, api)
+
+    def open(
+        self,
+        view: RequestView,
+        request_id: str,
+        headers: Mapping[str, str],
+        *,
+        client: str = "",
+        debug: bool = False,
+        received: float | None = None,
+        subset: Collection[str] | None = None,
+    ) -> Flight:
+        """Start following a request: its candidates now. Raises :class:`RequestError` (404)
+        when the model is served nowhere, :class:`NoCandidates` when no endpoint can take it."""
+        now = self.clock() if received is None else received
+        candidates = self._serving(view.model, subset)
+        if not candidates:
+            reason = "no endpoints are configured" if not len(self.endpoints) else "no healthy endpoint"
+            raise NoCandidates(f"{reason} for model '{view.model}'; try again shortly")
+        return Flight(view, request_id, headers, candidates, now, client, debug)
+
+    async def admit(self, flight: Flight) -> None:
+        """Take an admission slot (may wait in the queue). Raises ``Overloaded`` (a 429)."""
+        await self._admission.enter(self.settings.max_inflight, flight.client)
+        flight._admitted = True
+        self._budget.on_request()
+
+    def leave(self, flight: Flight) -> None:
+        """The request is over: its admission slot goes to the next one."""
+        if flight._admitted:
+            flight._admitted = False
+            self._admission.leave(flight.client)
+
+    def decide(self, flight: Flight) -> Attempt | None:
+        """The next attempt over the candidates not tried yet; ``None`` when nothing is left
+        (``flight.last_error`` says why)."""
+        while True:
+            pending = self._narrow(flight)
+            if not pending:
+                return None
+            started = time.perf_counter()
+            try:
+                decision = self.picker.decide(
+                    flight.view,
+                    pending,
+                    self.clock(),
+                    request_id=flight.request_id,
+                    headers=flight.headers,
+                    debug=flight.debug,
+                )
+            except NoEndpoint as exc:
+                flight.last_error = str(exc) or "no endpoint passed the scheduler's filters"
+                return None
+            elapsed = time.perf_counter() - started
+            flight.decision_s += elapsed
+            if self._observer is not None:
+                self._observer.record_decision(decision, elapsed, first_attempt=flight.attempts == 0)
+            flight.decision = decision
+            flight.attempts += 1
+            if flight.tried is None:
+                flight.tried = {decision.endpoint}
+            else:
+                flight.tried.add(decision.endpoint)
+            record = self.endpoints.get(decision.endpoint)
+            if record is None:  # removed between the decision and now
+                continue
+            is_last = flight.attempts >= self.settings.max_attempts or len(pending) <= 1
+            return Attempt(flight, decision, record, is_last)
+
+    def fallbacks(self, attempt: Attempt) -> list[str]:
+        """The other candidates, best first: for a transport that hands the whole list on
+        (Envoy's destination header takes several endpoints)."""
+        return self.picker.fallbacks(attempt.decision)
+
+    def started(self, attempt: Attempt) -> None:
+        """The attempt is being sent: in-flight load on every pod that works for it, the
+        half-open probe taken, the PreRequest index updates handed to the deferral."""
+        decision = attempt.decision
+        self.picker.started(decision)
+        self._breaker.begin(decision.endpoint)
+        if decision.pre_request is not None:
+            self._defer(decision.pre_request)
+
+    def first_byte(self, attempt: Attempt, status: int) -> None:
+        """The endpoint answered and sent its first body bytes (the attempt is committed)."""
+        now = self.clock()
+        attempt.record.health.record_success(now)
+        if status >= 500:  # the last attempt's error, passed through
+            self._breaker.failure(attempt.endpoint)
+        else:
+            self._breaker.success(attempt.endpoint)
+        attempt.flight.first_byte_s = now - attempt.flight.received
+        self.picker.first_token(attempt.decision)
+
+    def usage(self, attempt: Attempt, usage: Usage) -> None:
+        """Tokens the endpoint reported for the attempt. No plugin reads them yet; the seam is
+        here so precise accounting needs no transport change."""
+
+    def broke(self, attempt: Attempt, detail: str) -> None:
+        """The stream broke after the first byte: counts against the endpoint."""
+        attempt.flight.errors.append(f"{attempt.endpoint}: stream broke: {detail}")
+        self._breaker.failure(attempt.endpoint)
+
+    def finished(self, attempt: Attempt, *, ok: bool) -> None:
+        """The attempt ended (``ok``: the response completed): its load is released."""
+        self._breaker.release(attempt.endpoint)
+        self.picker.finished(attempt.decision, ok=ok)
+
+    def retry(
+        self, attempt: Attempt, reason: str, detail: str, *, unreachable: bool = False
+    ) -> Attempt | None:
+        """The attempt failed before its first byte (``reason``: ``connect``, ``timeout``,
+        ``reset`` or the HTTP status). Returns the next attempt, excluding every endpoint tried,
+        or ``None`` when the request gets no more (last attempt, or the retry budget is spent).
+        ``unreachable``: the endpoint refused or reset the connection (its health says so)."""
+        flight = attempt.flight
+        endpoint = attempt.endpoint
+        flight.errors.append(f"{endpoint}: {detail}")
+        flight.last_error = detail
+        if unreachable:
+            attempt.record.health.record_failure(self.clock(), f"connect: {detail}")
+        if reason != "429":  # shedding load is not sickness
+            self._breaker.failure(endpoint)
+        if self._observer is not None:
+            self._observer.attempt_failed(endpoint, reason)
+        if attempt.is_last or not self._budget.try_retry():
+            return None
+        if self._observer is not None:
+            self._observer.retried(reason)
+        return self.decide(flight)
+
+    # -- endpoints ------------------------------------------------------------------------------
+
+    def forget(self, endpoint: str) -> None:
+        """``endpoint`` left the fleet: the picker's indexes and the breaker drop it."""
+        self.picker.forget(endpoint)
+        self._breaker.forget(endpoint)
+
+    # -- candidates: the one place they are narrowed ---------------------------------------------
+
+    def _serving(self, model: str, subset: Collection[str] | None) -> list[EndpointRecord]:
+        """Healthy endpoints that serve ``model`` (or whose models are not known yet), within
+        ``subset`` when given.
+
+        Raises a 404 :class:`RequestError` when every endpoint lists its models and none lists
+        this one: that is a client mistake, not a fleet problem.
+        """
+        records = self.endpoints.records()
+        if records and all(r.models for r in records) and not any(model in r.models for r in records):
+            served = ", ".join(self.endpoints.models()[:20])
+            raise RequestError(
+                f"The model '{model}' is not served here; available: {served}",
+                param="model",
+                status=404,
+                code="model_not_found",
+            )
+        out = [r for r in records if r.health.healthy and (not r.models or model in r.models)]
+        if subset is not None:
+            out = [r for r in out if r.name in subset]
+        return out
+
+    def _narrow(self, flight: Flight) -> list[EndpointRecord]:
+        """The flight's candidates without the endpoints already tried; before the first
+        attempt, without those the circuit breaker ejected (all of them if it ejected all)."""
+        tried = flight.tried
+        if tried is None:
+            flight.candidates = self._breaker.filter(flight.candidates)
+            return flight.candidates
+        return [r for r in flight.candidates if r.name not in tried]
+
+
+def defer_to_loop(hook: Callable[[], None]) -> None:
+    """Run ``hook`` on the next event-loop iteration, after the request was sent; inline when
+    no loop runs (a synchronous caller has no later moment to offer)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        run_hook(hook)
+        return
+    loop.call_soon(run_hook, hook)
+
+
+def run_hook(hook: Callable[[], None]) -> None:
+    """A PreRequest hook's failure is logged, never the request's failure."""
+    try:
+        hook()
+    except Exception:
+        log.exception("PreRequest hook failed")
