@@ -16,7 +16,8 @@ whole per-request bill:
 
 Each stage runs ``--repeats`` times ``--iterations`` requests; the median per request is reported.
 The module only uses the gateway's public objects. An older checkout is measured with its own
-copy of this module (``PYTHONPATH=/other/checkout/src python -m mmgate.bench.hotpath``); where
+copy of this module (``PYTHONPATH=/other/checkout/src python -m mmgate.bench.hotpath`` before
+the bench/ move); where
 stage boundaries moved between versions, compare the last column (docs/benchmarks/hotpath.md).
 """
 

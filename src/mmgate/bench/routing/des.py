@@ -172,13 +172,13 @@ class Simulation:
         self.scrape_s = opts.scrape_interval_s or cfg.mmgate.scrapeIntervalMs / 1000.0
         self.delay = opts.network_delay_s
         self.now = 0.0
-        registry = EndpointRegistry()
-        self.pods, pricing, model = _build_pods(opts, registry)
+        endpoints = EndpointRegistry()
+        self.pods, pricing, model = _build_pods(opts, endpoints)
         self.endpoints = [p.endpoint for p in self.pods]
         clock = self.clock
         # Nothing reads a decision's reporting fields here, so the picker does not fill them.
         self.picker = SchedulerPicker(self.scheduler, clock=clock, describe=False)
-        self.controller = RequestController(self.picker, registry, clock=clock, defer=_at_once)
+        self.controller = RequestController(self.picker, endpoints, clock=clock, defer=_at_once)
         self._pod_of = {p.endpoint.name: p for p in self.pods}
         self.prepared = prepared or _Prepared(pricing, model)
         for pod in self.pods:
