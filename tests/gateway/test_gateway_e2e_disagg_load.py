@@ -17,17 +17,17 @@ import aiohttp
 import msgspec
 import yaml
 from e2e_support import chat_body, png, wait_until_scraped
-from mmgate.bench.des import DesOptions, Simulation
-from mmgate.bench.records import Ladder
-from mmgate.bench.systems import System
 
-from mmgate.bench.workloads import RawItem
+from mmgate.bench.routing.des import DesOptions, Simulation
+from mmgate.bench.routing.records import Ladder
+from mmgate.bench.routing.systems import System
+from mmgate.bench.workloads.synthetic import RawItem
 from mmgate.config import parse_config
 from mmgate.config.schema import EndpointSpec
 from mmgate.control import SchedulerPicker
 from mmgate.gateway.app import build_gateway, start
 from mmgate.scheduling import EndpointState, RequestLifecycle, SchedulingRequest
-from mmgate.scheduling.framework import NoParams, PluginHandle
+from mmgate.scheduling.framework import NoParams, Plugin, PluginHandle
 from mmgate.scheduling.plugins._roles import role_of
 from mmgate.scheduling.registry import builtin_registry
 from mmgate.sim.fleet import SimFleet
@@ -37,7 +37,7 @@ ROLES = ("encode", "prefill-decode")
 Snapshot = list[tuple[str, str | None, int]]
 
 
-class LoadProbe(RequestLifecycle[NoParams]):
+class LoadProbe(Plugin[NoParams], RequestLifecycle):
     """Per request, at its first token: (profile, role, in-flight requests) of each pod it holds."""
 
     type_name = "test-load-probe"
