@@ -353,7 +353,7 @@ async def test_connect_options_star_and_long_urls_never_reach_the_upstream(wire:
     got, closed = await talk(wire.port, request(b"Connection: Upgrade", b"Upgrade: h2c"))
     assert first_status(got) == 400 and answers(got) == 1 and closed
     assert error_of(got)["param"] == "Upgrade"
-    # Without a body (curl --http2 on http://) it is served as HTTP/1.1, as aiohttp did.
+    # Without a body (curl --http2 on http://) the upgrade is ignored (RFC 9110 §7.8): HTTP/1.1.
     h2c = b"GET /health HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
     got, _ = await talk(wire.port, h2c + b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
     assert first_status(got) == 200

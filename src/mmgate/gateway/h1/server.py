@@ -168,7 +168,10 @@ class HttpConnection(asyncio.Protocol):
             self._refuse(_Refusal(400, f"malformed HTTP request: {reason}"))
 
     def eof_received(self) -> bool | None:
-        # A client that half-closes is treated as gone (as aiohttp did): its handler is cancelled.
+        # A client that half-closes is treated as gone and its handler cancelled: HTTP/1.1 frames
+        # requests by Content-Length or chunking (RFC 9112 §6), so no client needs a half-close to
+        # end one, and an EOF mid-request almost always means the client stopped (a killed
+        # process, a timed-out SDK); keeping its model work running would burn GPU for nobody.
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -255,7 +258,8 @@ class HttpConnection(asyncio.Protocol):
             return
         repeated = headers.repeated
         if repeated == "host" or ("host" not in headers and self._parser.get_http_version() != "1.0"):
-            # RFC 9112 §3.2 (as aiohttp refused them): exactly one Host in an HTTP/1.1 request.
+            # RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request with no Host header
+            # or with more than one.
             self._refuse(_Refusal(400, "an HTTP/1.1 request needs exactly one Host header", "Host"))
             return
         if repeated is not None:
@@ -316,7 +320,8 @@ class HttpConnection(asyncio.Protocol):
         """An ``Upgrade`` request or CONNECT: llhttp hands what follows its head to the new
         protocol, so a body would be lost (the route would see an empty one) and CONNECT would get
         two answers. Refuse those once, clearly; a bodiless GET with ``Upgrade`` (``curl --http2``
-        over http) is served as HTTP/1.1, as aiohttp did."""
+        over http) is served as HTTP/1.1: RFC 9110 §7.8 lets a server ignore an upgrade it does
+        not want, and curl then carries on in HTTP/1.1."""
         method = self._parser.get_method()
         if method != b"CONNECT" and (declared in (None, "0") and "transfer-encoding" not in headers):
             return False
