@@ -124,4 +124,5 @@ def test_flags_are_applied_to_the_config_before_the_gateway_is_built(tmp_path: P
     assert (section.admission.maxInflight, section.admission.maxQueue) == (0, 3)  # a negative N is no limit
     assert section.endpoints == ["127.0.0.1:9"]
     settings = build_gateway(load(parser.parse_args(flags))).settings  # what every worker builds
-    assert (settings.port, settings.admin_port, settings.max_inflight, settings.access_log) == (0, 0, 0, True)
+    limit = settings.control.max_inflight
+    assert (settings.port, settings.admin_port, limit, settings.access_log) == (0, 0, 0, True)
