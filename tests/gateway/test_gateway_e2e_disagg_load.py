@@ -16,7 +16,6 @@ from pathlib import Path
 import aiohttp
 import msgspec
 import yaml
-from e2e_support import chat_body, png, wait_until_scraped
 
 from mmgate.bench.routing.des import DesOptions, Simulation
 from mmgate.bench.routing.records import Ladder
@@ -31,6 +30,7 @@ from mmgate.scheduling.framework import NoParams, Plugin, PluginHandle
 from mmgate.scheduling.plugins._roles import role_of
 from mmgate.scheduling.registry import builtin_registry
 from mmgate.sim.fleet import SimFleet
+from support.stack import chat_body, png, wait_until_scraped
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "e-pd.yaml"
 ROLES = ("encode", "prefill-decode")
