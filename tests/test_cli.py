@@ -174,3 +174,42 @@ def test_sim_prints_its_fleet_as_json(tmp_path: Path) -> None:
     pods = json.loads(out.stdout)
     assert [p["name"] for p in pods] == ["pod-0", "pod-1"]
     assert all(p["url"].startswith("http://127.0.0.1:") for p in pods)
+
+
+def test_make_run_installs_the_runtime_dependencies_only(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    plan = subprocess.run(
+        ["make", "-n", "run", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert plan.returncode == 0, plan.stderr
+    installs = [line for line in plan.stdout.splitlines() if "pip install" in line]
+    assert installs and all("-e ." in line and "[dev]" not in line for line in installs)
+    tests = subprocess.run(
+        ["make", "-n", "test", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert "-e '.[dev]'" in tests.stdout  # dev tools are for make test
+
+
+BLOCK_PLOTTING = """
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("matplotlib", "numpy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+from mmgate.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_a_subcommand_whose_extra_is_not_installed_says_what_to_install() -> None:
+    # what `make run` leaves out: the bench extra (matplotlib, numpy)
+    out = subprocess.run(
+        [*mmgate_command()[:1], "-c", BLOCK_PLOTTING, "bench", "export", "--workload", "image-reuse", "x"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "pip install 'mmgate[bench]'" in out.stderr and "Traceback" not in out.stderr

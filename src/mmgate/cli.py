@@ -37,6 +37,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("mmgate.bench.cli", "benchmark routing policies on a simulated fleet and plot the results"),
 }
 
+# Subcommands whose dependencies are an optional extra (what `make run` leaves out).
+EXTRAS = {"bench": "bench"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -62,6 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.split(".")[0] == "mmgate":
+            raise
+        extra = EXTRAS.get(name)
+        how = f": pip install 'mmgate[{extra}]'" if extra else ""
+        print(f"mmgate {name}: needs {exc.name}, which is not installed here{how}", file=sys.stderr)
+        return 2
     except OSError as exc:
         if exc.filename is None:  # not a file the user named: a real failure, keep the traceback
             raise

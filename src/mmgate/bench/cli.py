@@ -11,11 +11,12 @@ benchmark's own flags.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from mmgate.errors import did_you_mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,15 +147,11 @@ def main(argv: Sequence[str]) -> int:
     name, rest = argv[0], list(argv[1:])
     bench = BENCHMARKS.get(name)
     if bench is None:
-        close = difflib.get_close_matches(name, list(BENCHMARKS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, BENCHMARKS)
         print(f"mmgate bench: unknown benchmark {name!r}{hint}\n{_listing()}", file=sys.stderr)
         return 2
-    try:
-        module = importlib.import_module(bench.module)
-    except ModuleNotFoundError as exc:
-        print(f"mmgate bench {name}: not available in this build ({exc.name} missing)", file=sys.stderr)
-        return 2
+    # A missing optional dependency (the bench extra) is reported by mmgate.cli with what to install.
+    module = importlib.import_module(bench.module)
     parser = argparse.ArgumentParser(prog=f"mmgate bench {name}", description=bench.summary)
     add: Callable[[argparse.ArgumentParser], None] = getattr(module, bench.add_arguments)
     add(parser)
