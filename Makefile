@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# About 40 s and 110 MB on a fresh machine (measured: docs/quickstart.md); nothing if the
+# About 70 s and 100 MB on a fresh machine (measured: docs/quickstart.md); nothing if the
 # environment already has the dev set.
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
