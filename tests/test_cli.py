@@ -72,6 +72,8 @@ def test_unknown_command_is_a_clear_error_with_a_hint() -> None:
         ),
         (["demo", "--profile", "fsat", "--port", "0"], "did you mean 'fast'?"),
         (["serve", "--config", "missing.yaml"], "missing.yaml"),
+        (["serve", "--endpoints", "127.0.0.1:1", "--port", "99999"], "port must be in 0..65535"),
+        (["demo", "--port", "99999"], "port must be in 0..65535"),
         (["bench", "plot", "missing-folder"], "missing-folder"),
     ],
 )

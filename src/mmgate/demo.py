@@ -20,6 +20,7 @@ import msgspec
 import orjson
 import yaml
 
+from mmgate.cli import port
 from mmgate.config import parse_config
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.telemetry import configure_logging
@@ -55,7 +56,7 @@ schedulingProfiles:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8080, help="gateway port (default 8080; 0 = any free)")
+    parser.add_argument("--port", type=port, default=8080, help="gateway port (default 8080; 0 = any free)")
     parser.add_argument("--host", default="127.0.0.1", help="gateway address (default 127.0.0.1)")
     parser.add_argument("--pods", type=int, default=4, help="simulated pods (default 4)")
     parser.add_argument(

@@ -9,6 +9,7 @@ import sys
 
 import msgspec
 
+from mmgate.cli import port
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
 from mmgate.config.schema import KubernetesSpec
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="talk to the Kubernetes API with this kubeconfig (default: the in-cluster service account)",
     )
-    parser.add_argument("--port", type=int, help="port to listen on (default 8080; 0 picks a free one)")
+    parser.add_argument("--port", type=port, help="port to listen on (default 8080; 0 picks a free one)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument(
         "--max-inflight",
@@ -71,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--admin-port",
-        type=int,
+        type=port,
         metavar="PORT",
         help="serve /metrics and /ready on this port instead of the API port (default: mmgate.adminPort)",
     )
