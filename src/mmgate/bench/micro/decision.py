@@ -30,6 +30,7 @@ from mmgate.request import RequestView, parse_request
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins.token_producer import TokenProducer
+from mmgate.tables import Table, add_format_argument, columns, emit
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 DEFAULT_CONFIGS = ("aggregated.yaml", "encoder-affinity.yaml", "round-robin.yaml")
@@ -155,6 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", action="append", help="config YAML (repeatable); default: shipped examples"
     )
     parser.add_argument("--endpoints", type=int, default=8, help="fleet size (default 8)")
+    add_format_argument(parser)
     parser.add_argument("--groups", type=int, default=40, help="prefix groups (default 40)")
     parser.add_argument("--per-group", type=int, default=5, help="requests per group (default 5)")
     parser.add_argument("--rounds", type=int, default=5000, help="decisions per config (default 5000)")
@@ -175,26 +177,16 @@ def run(args: argparse.Namespace) -> int:
         row["token_producer_median_us"] = pricing_cost(scheduler, views, min(args.rounds, 2000))
         rows.append(row)
 
-    from rich.console import Console
-    from rich.table import Table
-
     tokens = max(int(r["request_tokens"]) for r in rows)
+    heads = ("config", "median µs", "p90 µs", "p99 µs", "token-producer µs", "bookkeeping µs", "prefix hit")
     table = Table(
-        title=f"scheduling decision: 3 × 720p images, {tokens} tokens per request, {args.endpoints} endpoints"
+        columns(*heads, numeric=heads[1:]),
+        title=f"scheduling decision: 3 × 720p images, {tokens} tokens per request, "
+        f"{args.endpoints} endpoints",
     )
-    for col in (
-        "config",
-        "median µs",
-        "p90 µs",
-        "p99 µs",
-        "token-producer µs",
-        "bookkeeping µs",
-        "prefix hit",
-    ):
-        table.add_column(col, justify="left" if col == "config" else "right")
     for row in rows:
         tp = row["token_producer_median_us"]
-        table.add_row(
+        table.add(
             row["config"],
             f"{row['median_us']:.1f}",
             f"{row['p90_us']:.1f}",
@@ -205,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             if row["mean_prefix_match_on_target"] is None
             else f"{row['mean_prefix_match_on_target']:.2f}",
         )
-    Console(width=120).print(table)
+    emit([table], args.format, data=rows)
     meta: dict[str, Any] = {
         k: getattr(args, k) for k in ("endpoints", "groups", "per_group", "rounds", "inflight")
     }

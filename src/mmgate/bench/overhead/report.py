@@ -11,6 +11,7 @@ from typing import Any
 
 from mmgate.bench.results import markdown_table
 from mmgate.bench.stats import median, percentile
+from mmgate.tables import Table, columns, emit
 
 # The issue's goals: body -> (min req/s ratio over the best peer, max added p50 in ms).
 GOALS: dict[str, tuple[float, float]] = {"image-3": (1.2, 3.0), "text": (0.6, 1.0)}
@@ -299,20 +300,20 @@ def _machine_line(meta: dict[str, Any]) -> str:
 
 
 def print_tables(summary: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
+    """The per-body tables (drawn in full when piped) and whether each goal was met."""
+    tables = []
     for body, info in summary["bodies"].items():
-        table = Table(title=f"{body}: {info['description']} ({info['bytes'] / 1e6:.2f} MB)")
-        for index, column in enumerate(TABLE_HEADER):
-            table.add_column(column, justify="left" if index == 0 else "right")
+        table = Table(
+            columns(*TABLE_HEADER, numeric=TABLE_HEADER[1:]),
+            title=f"{body}: {info['description']} ({info['bytes'] / 1e6:.2f} MB)",
+        )
         for row in table_rows(summary, body):
-            table.add_row(*row)
-        console.print(table)
+            table.add(*row)
+        tables.append(table)
+    emit(tables, "table")
     for goal in summary["goals"]:
         verdict = "met" if goal["rps_met"] and goal["added_met"] else "MISSED"
-        console.print(
+        print(
             f"goal {goal['body']} {goal['system']}: req/s {_fmt(goal['rps_ratio'])} x best peer "
             f"(≥ {goal['rps_goal']}x), added p50 {_fmt(goal['added_p50_ms'], signed=True)} ms "
             f"(≤ {goal['added_goal_ms']}): {verdict}"

@@ -36,12 +36,12 @@ from typing import Any
 import aiohttp
 from PIL import Image
 from rich.console import Console
-from rich.table import Table
 
 import mmgate
 from mmgate.bench.procstat import cpu_seconds, own_cpu_seconds
 from mmgate.bench.results import write_json
 from mmgate.bench.stats import median, percentile
+from mmgate.tables import Table, add_format_argument, columns, emit
 
 TOKEN_MARK = b'"delta":{"content":'
 
@@ -252,14 +252,19 @@ async def _calibrate(
 
 
 def calibrate(args: argparse.Namespace) -> int:
-    console = Console()
+    console = Console(stderr=True)  # stdout carries the table in the chosen --format
     with SimProcess(["--profile", args.profile, "--pods", "1", "--base-port", "0"]) as sim:
         rows = asyncio.run(_calibrate(sim.urls, args.profile, args.model, args.repeats, args.max_tokens))
-    table = Table(title=f"{args.profile} through HTTP (median of {args.repeats}, streaming client)")
-    for col in ("image", "TTFT ms", "engine alone", "target", "error", "TPOT ms", "target", "error"):
-        table.add_column(col, justify="right")
+    heads = (
+        "image", "TTFT ms", "engine alone", "TTFT target", "TTFT error",
+        "TPOT ms", "TPOT target", "TPOT error",
+    )  # fmt: skip
+    table = Table(
+        columns(*heads, numeric=heads),
+        title=f"{args.profile} through HTTP (median of {args.repeats}, streaming client)",
+    )
     for r in rows:
-        table.add_row(
+        table.add(
             r["image"],
             f"{r['ttft_ms']:.1f}",
             f"{r['engine_ttft_ms']:.1f}",
@@ -269,7 +274,7 @@ def calibrate(args: argparse.Namespace) -> int:
             f"{r['tpot_target_ms']:.1f}",
             f"{r['tpot_error']:+.1%}",
         )
-    console.print(table)
+    emit([table], args.format, data=rows)
     write_json(args.out, {"benchmark": "calibrate", "profile": args.profile, "rows": rows})
     worst = max(max(abs(r["ttft_error"]), abs(r["tpot_error"])) for r in rows)
     console.print(f"worst error {worst:.1%} (goal: within 10%); wrote {args.out}")
@@ -410,22 +415,22 @@ def _print_step(s: Step) -> None:
 
 
 def capacity(args: argparse.Namespace) -> int:
-    console = Console()
+    console = Console(stderr=True)  # stdout carries the table in the chosen --format
     sim_args = ["--profile", args.profile, "--pods", str(args.pods), "--base-port", "0"]
     sim_args += ["--time-scale", str(args.time_scale)]
     with SimProcess(sim_args) as sim:
         steps = asyncio.run(_capacity(args, sim))
-    table = Table(
-        title=f"{args.pods} x {args.profile} in one process, time scale {args.time_scale:g}, "
-        f"{args.images} images 1280x720, {args.output_tokens} output tokens"
-    )
-    for col in (
+    heads = (
         "offered/s", "ok", "achieved/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
         "sim CPU", "client CPU", "slip", "real time",
-    ):  # fmt: skip
-        table.add_column(col, justify="right")
+    )  # fmt: skip
+    table = Table(
+        columns(*heads, numeric=heads),
+        title=f"{args.pods} x {args.profile} in one process, time scale {args.time_scale:g}, "
+        f"{args.images} images 1280x720, {args.output_tokens} output tokens",
+    )
     for s in steps:
-        table.add_row(
+        table.add(
             f"{s.rate:g}",
             f"{s.ok}/{s.sent}",
             f"{s.achieved_rps:.1f}",
@@ -438,7 +443,7 @@ def capacity(args: argparse.Namespace) -> int:
             f"{s.slip:+.1%}",
             "yes" if s.sustained else "no",
         )
-    console.print(table)
+    emit([table], args.format, data=table.records())
     best = max((s.rate for s in steps if s.sustained), default=None)
     console.print(f"highest rate sustained in real time: {best if best is not None else 'none'} req/s")
     write_json(
@@ -555,6 +560,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cal.add_argument("--repeats", type=int, default=5)
     cal.add_argument("--max-tokens", type=int, default=64)
     cal.add_argument("--out", default="results/sim-calibrate.json")
+    add_format_argument(cal)
     cap = sub.add_parser("capacity", help="N pods in one process under an open-loop rate ladder")
     cap.add_argument("--profile", default="qwen3-vl-32b-h200-tp2")
     cap.add_argument("--model", default="")
@@ -577,6 +583,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     cap.add_argument("--seed", type=int, default=1)
     cap.add_argument("--out", default="results/sim-capacity.json")
+    add_format_argument(cap)
     met = sub.add_parser("metrics", help="cost of rendering /metrics, ours vs prometheus_client")
     met.add_argument("--repeats", type=int, default=2000)
     met.add_argument("--out", default="results/sim-metrics.json")
