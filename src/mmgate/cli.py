@@ -26,6 +26,10 @@ from mmgate.errors import did_you_mean
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mmgate.demo", "start the gateway on an embedded simulated fleet and print a request to try"),
     "serve": ("mmgate.gateway.cli", "run the gateway in front of a fleet of OpenAI-compatible servers"),
+    "extproc": (
+        "mmgate.gateway.extproc.cli",
+        "run as the endpoint picker of an Envoy-based inference gateway (ext_proc)",
+    ),
     "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),

@@ -335,6 +335,31 @@ class RequestController:
             self._observer.retried(reason)
         return self.decide(flight)
 
+    def moved(self, attempt: Attempt, endpoint: str, detail: str) -> Attempt | None:
+        """The transport's proxy sent the request to ``endpoint`` instead (Envoy walking the
+        fallback list after ``attempt`` failed before its first byte). ``attempt`` ends as a
+        failure of its endpoint; the returned attempt, on ``endpoint``, is to be started so that
+        the pod that serves carries the load. ``None`` when ``endpoint`` is not a known one."""
+        flight = attempt.flight
+        record = self.endpoints.get(endpoint)
+        self.finished(attempt, ok=False)
+        flight.errors.append(f"{attempt.endpoint}: {detail}")
+        self._breaker.failure(attempt.endpoint)
+        if self._observer is not None:
+            self._observer.attempt_failed(attempt.endpoint, "proxy_retry")
+        if record is None:
+            return None
+        try:
+            decision = self.picker.decide(
+                flight.view, [record], self.clock(), request_id=flight.request_id, headers=flight.headers,
+                debug=flight.debug,
+            )  # fmt: skip
+        except NoEndpoint:  # the scheduler's filters would not have sent it there; nothing to charge
+            return None
+        flight.decision = decision
+        flight.attempts += 1
+        return Attempt(flight, decision, record, True)
+
     # -- endpoints ------------------------------------------------------------------------------
 
     def forget(self, endpoint: str) -> None:

@@ -222,12 +222,13 @@ class Gateway:
         finally:
             if forwarded is not None:
                 status, label = forwarded.status, forwarded.label
-            self._record(api, view, flight, label or str(status), received, request_id)
+            self.record(api, view, flight, label or str(status), received, request_id)
 
-    def _record(
+    def record(
         self, api: Api, view: RequestView | None, flight: Flight | None, status: str, received: float,
         request_id: str,
     ) -> None:  # fmt: skip
+        """One finished request into the metrics and the access log (every transport calls it)."""
         model = view.model if view is not None else "-"
         endpoint = flight.endpoint if flight is not None else ""
         first_byte_s = flight.first_byte_s if flight is not None else None

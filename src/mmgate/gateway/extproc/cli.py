@@ -1,0 +1,120 @@
+"""``mmgate extproc``: mmgate as the endpoint picker (EPP) of an Envoy-based inference gateway.
+
+The same configuration, endpoints and discovery options as ``mmgate serve``; the difference is
+the transport: Envoy asks over gRPC (ext_proc) where each request goes, instead of clients
+sending requests to mmgate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from mmgate.config import ConfigError
+from mmgate.gateway import cli as serve_cli
+from mmgate.gateway.app import build_gateway, run_forever
+from mmgate.gateway.extproc import server
+from mmgate.gateway.extproc.envoy_config import render
+from mmgate.gateway.telemetry import configure_logging
+
+log = logging.getLogger("mmgate.extproc")
+
+DEFAULT_PORT = 9002  # GIE's endpoint-picker port
+DEFAULT_ADMIN_PORT = 9090
+
+EPILOG = """\
+examples:
+  mmgate extproc --config examples/aggregated.yaml --endpoints 10.0.0.5:8000,10.0.0.6:8000
+  mmgate extproc --config examples/aggregated.yaml --pool-name qwen3-vl --pool-namespace llm
+  mmgate extproc --print-envoy-config --envoy-port 8080 --endpoints 10.0.0.5:8000,10.0.0.6:8000
+
+gRPC (ext_proc, health: liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor) on
+--port (default 9002); /metrics, /ready and /health over HTTP on --admin-port (default 9090).
+See docs/envoy.md.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    serve_cli.add_arguments(parser)
+    parser.epilog = EPILOG
+    parser.set_defaults(admin_port=None)
+    parser.add_argument(
+        "--print-envoy-config",
+        action="store_true",
+        help="print an Envoy configuration that uses this picker (with --envoy-port, --port, --endpoints) "
+        "and exit",
+    )
+    parser.add_argument("--envoy-port", type=int, default=8080, metavar="PORT", help="Envoy's listener port")
+    parser.add_argument(
+        "--envoy-dns",
+        metavar="HOST:PORT",
+        help="with --print-envoy-config: find the model servers by DNS (a headless Service) instead of "
+        "--endpoints",
+    )
+    parser.add_argument(
+        "--fail-open",
+        action="store_true",
+        help="with --print-envoy-config: Envoy keeps routing (round-robin) while the picker is down",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    port = DEFAULT_PORT if args.port is None else args.port
+    if args.print_envoy_config:
+        endpoints = [e.strip() for e in (args.endpoints or "").split(",") if e.strip()]
+        endpoints = [e.split("://", 1)[-1].rstrip("/") for e in endpoints]
+        try:
+            text = render(
+                listen_port=args.envoy_port,
+                extproc=f"{args.host or '127.0.0.1'}:{port}",
+                endpoints=endpoints,
+                dns=args.envoy_dns,
+                fail_open=args.fail_open,
+            )
+        except ValueError as exc:
+            print(f"mmgate extproc: {exc}", file=sys.stderr)
+            return 2
+        sys.stdout.write(text)
+        return 0
+    if args.workers != 1:
+        print("mmgate extproc: --workers is not supported (run more replicas instead)", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, json=args.log_format == "json")
+    args.port = None  # the file's mmgate.port is the HTTP gateway's; the gRPC port is --port
+    try:
+        config = serve_cli.load(args)
+        gateway = build_gateway(config)
+    except ConfigError as exc:
+        print(f"mmgate extproc: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"mmgate extproc: {config.source}: {exc}", file=sys.stderr)
+        return 2
+    admin_port = config.mmgate.adminPort if config.mmgate.adminPort is not None else DEFAULT_ADMIN_PORT
+    host = config.mmgate.host
+
+    async def main() -> None:
+        running = await server.start(gateway, host=host, port=port, admin_port=admin_port)
+        fields = {"grpc_port": running.port, "admin_port": running.admin_port}
+        log.info("listening", extra={"fields": fields})
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await running.stop()
+
+    try:
+        run_forever(main)
+    except ConfigError as exc:
+        print(f"mmgate extproc: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"mmgate extproc: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,220 @@
+"""An Envoy configuration that asks mmgate where each request goes (``mmgate extproc
+--print-envoy-config``; ``deploy/envoy/envoy.yaml`` is this function's output for its defaults).
+
+The pieces, as the endpoint-picker protocol wants them:
+
+- the ``ext_proc`` HTTP filter, with request and response bodies in ``FULL_DUPLEX_STREAMED`` mode
+  and headers and trailers sent, over an HTTP/2 cluster to mmgate;
+- the model servers as one cluster whose load balancer is Envoy's ``override_host`` policy
+  (made for this protocol): it sends the request to the first endpoint of the
+  ``x-gateway-destination-endpoint`` header (or the same key in the ``envoy.lb`` dynamic
+  metadata) and, on a retry, to the next one of that list; the fallback policy only matters when
+  mmgate gave no destination;
+- a retry policy for failures before the first response byte (connect failure, reset, refused
+  stream), so a pod that dies under a request costs a retry on the next fallback, not an error;
+- ``failure_mode_allow``: ``false`` (fail closed: no picker, a 500 — the safe default when the
+  picker enforces limits or routes disaggregated requests); ``true`` (fail open: Envoy keeps
+  routing with the fallback policy while mmgate is down).
+
+The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
+Service name resolving to every pod, the usual Kubernetes setup); either way ``override_host``
+can only pick hosts the cluster knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+DESTINATION = "x-gateway-destination-endpoint"
+DEFAULT_DNS = "vllm.mmgate-demo.svc.cluster.local:8000"
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def envoy_config(
+    *,
+    listen_port: int = 8080,
+    listen_host: str = "0.0.0.0",
+    extproc: str = "127.0.0.1:9002",
+    admin_port: int = 9901,
+    endpoints: Sequence[str] = (),
+    dns: str | None = None,
+    fail_open: bool = False,
+    retries: int = 2,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """The configuration as a document (see the module docstring for each choice)."""
+    if endpoints and dns:
+        raise ValueError("give endpoints or dns, not both")
+    target = dns if dns is not None or endpoints else DEFAULT_DNS
+    if target is not None:
+        host, port = _host_port(target)
+        lb_endpoints = [{"endpoint": {"address": _address(host, port)}}]
+        discovery = "STRICT_DNS"
+    else:
+        lb_endpoints = [{"endpoint": {"address": _address(*_host_port(e))}} for e in endpoints]
+        discovery = "STATIC"
+    ext_host, ext_port = _host_port(extproc)
+    ext_proc_filter = {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {"envoy_grpc": {"cluster_name": "mmgate_extproc"}, "timeout": f"{timeout_s:g}s"},
+            "failure_mode_allow": fail_open,
+            "message_timeout": f"{timeout_s:g}s",
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND",
+                "request_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "request_trailer_mode": "SEND",
+                "response_trailer_mode": "SEND",
+            },
+            # The endpoint that served (after Envoy's retries) goes back to mmgate on the response:
+            # as the upstream address attribute, and as envoy.lb metadata where a proxy sets it.
+            "response_attributes": ["upstream.address"],
+            "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
+        },
+    }
+    route = {
+        "match": {"prefix": "/"},
+        "route": {
+            "cluster": "model_servers",
+            "timeout": "0s",  # streams may run long; mmgate and the clients bound them
+            "retry_policy": {
+                "retry_on": "connect-failure,reset,refused-stream",
+                "num_retries": retries,
+            },
+        },
+    }
+    manager = {
+        "stat_prefix": "mmgate_ingress",
+        "codec_type": "AUTO",
+        "stream_idle_timeout": f"{timeout_s:g}s",
+        "route_config": {
+            "name": "mmgate",
+            "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [route]}],
+        },
+        "http_filters": [
+            ext_proc_filter,
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            },
+        ],
+    }
+    override_host = {
+        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+        "override_host_sources": [
+            {"header": DESTINATION},
+            {"metadata": {"key": "envoy.lb", "path": [{"key": DESTINATION}]}},
+        ],
+        "fallback_policy": {
+            "policies": [
+                {
+                    "typed_extension_config": {
+                        "name": "envoy.load_balancing_policies.round_robin",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/"
+                            "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+                        },
+                    }
+                }
+            ]
+        },
+    }
+    return {
+        "admin": {"address": _address("127.0.0.1", admin_port)},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "mmgate_ingress",
+                    "address": _address(listen_host, listen_port),
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                                        "http_connection_manager.v3.HttpConnectionManager",
+                                        **manager,
+                                    },
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": "model_servers",
+                    "type": discovery,
+                    "connect_timeout": "3s",
+                    "load_balancing_policy": {
+                        "policies": [
+                            {
+                                "typed_extension_config": {
+                                    "name": "envoy.load_balancing_policies.override_host",
+                                    "typed_config": override_host,
+                                }
+                            }
+                        ]
+                    },
+                    "load_assignment": {
+                        "cluster_name": "model_servers",
+                        "endpoints": [{"lb_endpoints": lb_endpoints}],
+                    },
+                },
+                {
+                    "name": "mmgate_extproc",
+                    "type": "STATIC",
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": "type.googleapis.com/"
+                            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                            "explicit_http_config": {"http2_protocol_options": {}},
+                        }
+                    },
+                    "load_assignment": {
+                        "cluster_name": "mmgate_extproc",
+                        "endpoints": [
+                            {"lb_endpoints": [{"endpoint": {"address": _address(ext_host, ext_port)}}]}
+                        ],
+                    },
+                },
+            ],
+        },
+    }
+
+
+def render(**options: Any) -> str:
+    """The configuration as YAML text (:func:`envoy_config`'s options), with a header saying what
+    it was made for."""
+    document = envoy_config(**options)
+    cluster = document["static_resources"]["clusters"][0]
+    found = (
+        "by DNS (a headless Service: every pod)" if cluster["type"] == "STRICT_DNS" else "listed statically"
+    )
+    mode = "open (Envoy routes round-robin while mmgate is down)" if options.get("fail_open") else "closed"
+    header = (
+        "# Envoy in front of a vLLM fleet, with mmgate as its endpoint picker (ext_proc).\n"
+        "# Written by `mmgate extproc --print-envoy-config`; see docs/envoy.md for each choice.\n"
+        f"# Model servers: {found}. Failure mode: fail {mode}.\n"
+    )
+    return header + yaml.safe_dump(document, sort_keys=False, width=120)

@@ -1,0 +1,155 @@
+"""Building and reading Envoy ext_proc messages (``envoy.service.ext_proc.v3``).
+
+Header values travel in ``raw_value`` (bytes): Envoy fills it and reads it first, and bytes keep
+non-ASCII header values intact both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
+
+from mmgate.gateway.responses import Response
+
+DESTINATION = "x-gateway-destination-endpoint"
+SERVED = "x-gateway-destination-endpoint-served"
+SUBSET = "x-gateway-destination-endpoint-subset"
+LB_NAMESPACE = "envoy.lb"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+FILTER_NAME = "envoy.filters.http.ext_proc"
+UPSTREAM_ADDRESS = "upstream.address"
+MAX_CHUNK = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
+
+
+def header_pairs(headers: ep.HttpHeaders) -> list[tuple[str, str]]:
+    """The header list of a headers message, pseudo-headers (``:path``...) included."""
+    out = []
+    for h in headers.headers.headers:
+        value = h.raw_value.decode("latin-1") if h.raw_value else h.value
+        out.append((h.key, value))
+    return out
+
+
+def _metadata_value(metadata: base_pb2.Metadata, namespace: str, key: str) -> struct_pb2.Value | None:
+    fields = metadata.filter_metadata.get(namespace)
+    if fields is None or key not in fields.fields:
+        return None
+    return fields.fields[key]
+
+
+def subset_hint(metadata: base_pb2.Metadata) -> list[str] | None:
+    """The endpoints Envoy allows (filter metadata ``envoy.lb.subset_hint``), or ``None``."""
+    value = _metadata_value(metadata, SUBSET_NAMESPACE, SUBSET)
+    if value is None:
+        return None
+    if value.HasField("list_value"):
+        return [v.string_value for v in value.list_value.values if v.string_value]
+    return [s.strip() for s in value.string_value.split(",") if s.strip()]
+
+
+def served_endpoint(message: ep.ProcessingRequest) -> str | None:
+    """The endpoint that actually served the request (after the proxy's retries): the GIE
+    protocol's ``x-gateway-destination-endpoint-served`` in the ``envoy.lb`` metadata when the
+    proxy reports it, else the ``upstream.address`` attribute plain Envoy sends when the filter
+    asks for it (``response_attributes``)."""
+    value = _metadata_value(message.metadata_context, LB_NAMESPACE, SERVED)
+    if value is not None and value.string_value.strip():
+        return str(value.string_value).strip()
+    attributes = message.attributes.get(FILTER_NAME)
+    if attributes is not None and UPSTREAM_ADDRESS in attributes.fields:
+        text = str(attributes.fields[UPSTREAM_ADDRESS].string_value).strip()
+        return text or None
+    return None
+
+
+def _mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str] = ()) -> ep.HeaderMutation:
+    return ep.HeaderMutation(
+        set_headers=[
+            base_pb2.HeaderValueOption(
+                header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")),
+                append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+            for k, v in set_headers
+        ],
+        remove_headers=list(remove),
+    )
+
+
+def route_headers(
+    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
+) -> ep.ProcessingResponse:
+    """The request-headers answer that routes: the destination header (and the same value in
+    dynamic metadata ``envoy.lb``, where GIE's protocol also puts it), the extra routing headers,
+    the client's routing headers removed, and the route cache cleared so Envoy picks the cluster
+    again with the new headers."""
+    metadata = struct_pb2.Struct()
+    metadata.update({LB_NAMESPACE: {DESTINATION: destination}})
+    common = ep.CommonResponse(
+        header_mutation=_mutation([(DESTINATION, destination), *set_headers], remove),
+        clear_route_cache=True,
+    )
+    return ep.ProcessingResponse(
+        request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
+    )
+
+
+def continue_request_headers() -> ep.ProcessingResponse:
+    return ep.ProcessingResponse(request_headers=ep.HeadersResponse(response=ep.CommonResponse()))
+
+
+def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingResponse:
+    """The response-headers answer: the upstream's headers plus mmgate's own (which endpoint
+    served, the tokens priced), as the HTTP gateway adds them."""
+    common = ep.CommonResponse(header_mutation=_mutation(set_headers))
+    return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
+
+
+def _body_chunks(body: bytes, end: bool) -> Iterator[tuple[bytes, bool]]:
+    if not body:
+        yield b"", end
+        return
+    view = memoryview(body)
+    for start in range(0, len(body), MAX_CHUNK):
+        piece = bytes(view[start : start + MAX_CHUNK])
+        yield piece, end and start + MAX_CHUNK >= len(body)
+
+
+def request_body(body: bytes, *, end: bool) -> Iterator[ep.ProcessingResponse]:
+    """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`."""
+    for piece, last in _body_chunks(body, end):
+        streamed = ep.StreamedBodyResponse(body=piece, end_of_stream=last)
+        common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
+        yield ep.ProcessingResponse(request_body=ep.BodyResponse(response=common))
+
+
+def response_body(body: bytes, *, end: bool) -> Iterator[ep.ProcessingResponse]:
+    """An upstream body chunk passed through to the client unchanged."""
+    for piece, last in _body_chunks(body, end):
+        streamed = ep.StreamedBodyResponse(body=piece, end_of_stream=last)
+        common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
+        yield ep.ProcessingResponse(response_body=ep.BodyResponse(response=common))
+
+
+def request_trailers() -> ep.ProcessingResponse:
+    return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
+
+
+def response_trailers() -> ep.ProcessingResponse:
+    return ep.ProcessingResponse(response_trailers=ep.TrailersResponse())
+
+
+def immediate(response: Response, details: str) -> ep.ProcessingResponse:
+    """Envoy answers the client itself with ``response`` (an OpenAI-shaped error, or a small
+    answer such as ``/v1/models``); the request never reaches an upstream."""
+    return ep.ProcessingResponse(
+        immediate_response=ep.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=response.status),
+            headers=_mutation(response.all_headers()),
+            body=response.body,
+            details=details,
+        )
+    )

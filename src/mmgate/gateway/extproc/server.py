@@ -1,0 +1,107 @@
+"""The ext_proc gRPC server: the ExternalProcessor service, gRPC health, and the admin HTTP port.
+
+Health uses the standard gRPC health service with the three names GIE's protocol asks for:
+``liveness`` (the process serves), ``readiness`` (at least one endpoint is healthy and has answered
+a scrape; re-evaluated twice a second) and ``envoy.service.ext_proc.v3.ExternalProcessor`` (the same
+as readiness), so Envoy or a Kubernetes gRPC probe can tell a picker with no fleet from a live one.
+``/metrics``, ``/ready`` and ``/health`` are served over HTTP on the admin port, as in serve mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from mmgate.gateway.extproc.stream import RequestStream
+from mmgate.gateway.h1.server import HttpServer
+from mmgate.gateway.server import Gateway
+
+log = logging.getLogger("mmgate.extproc")
+
+SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+READY_EVERY_S = 0.5
+
+
+class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated, untyped
+    """One :class:`RequestStream` per gRPC stream (Envoy opens one per HTTP request)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[ep.ProcessingResponse]:
+        stream = RequestStream(self.gateway)
+        try:
+            async for message in request_iterator:
+                for answer in await stream.on_message(message):
+                    yield answer
+        finally:
+            stream.close()
+
+
+@dataclass(slots=True)
+class Running:
+    """A started ext_proc server: its gRPC port and its admin HTTP port."""
+
+    port: int
+    admin_port: int
+    gateway: Gateway
+    grpc_server: grpc.aio.Server
+    admin: HttpServer
+    health: health.HealthServicer
+    _watch: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        self._watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watch
+        self.health.enter_graceful_shutdown()
+        await self.grpc_server.stop(grace=1.0)
+        await self.admin.close()
+        await self.gateway.stop()
+
+
+async def start(gateway: Gateway, *, host: str, port: int, admin_port: int) -> Running:
+    """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free)."""
+    await gateway.start()
+    try:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ]
+        )
+        ep_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway), server)
+        checks = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot listen on {host}:{port} for gRPC")
+        await server.start()
+        admin = HttpServer(gateway.dispatcher(gateway.admin_routes()), gateway.settings.server_limits())
+        admin_bound = await admin.listen(host, admin_port)
+    except BaseException:
+        await gateway.stop()
+        raise
+    checks.set("liveness", health_pb2.HealthCheckResponse.SERVING)
+    watch = asyncio.create_task(_watch_readiness(gateway, checks), name="mmgate-extproc-ready")
+    return Running(bound, admin_bound, gateway, server, admin, checks, watch)
+
+
+async def _watch_readiness(gateway: Gateway, checks: health.HealthServicer) -> None:
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    while True:
+        status = serving if gateway.data.ready() else not_serving
+        for name in ("", "readiness", SERVICE):
+            checks.set(name, status)
+        await asyncio.sleep(READY_EVERY_S)

@@ -1,0 +1,275 @@
+"""One request through Envoy's ext_proc stream, in ``FULL_DUPLEX_STREAMED`` body mode.
+
+The order follows the endpoint-picker protocol as llm-d's router runs it: Envoy sends the request
+headers, then body chunks without waiting for answers; mmgate buffers the body to its end (bounded
+by the same limit as the HTTP gateway), asks the request controller where it goes, and answers in
+order — the headers response (destination, routing headers, route cache cleared), the body
+streamed back in chunks, then the trailers. On the way back Envoy reports the response headers
+(and which endpoint served, after its own retries), then the body, which mmgate passes through
+unchanged while it notes the first byte and the usage for load and affinity bookkeeping.
+
+Everything the request controller refuses becomes an ``ImmediateResponse`` with the same
+OpenAI-shaped body the HTTP gateway would send.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import orjson
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+from mmgate.control.admission import Overloaded, client_key
+from mmgate.control.controller import Attempt, Flight, NoCandidates, Usage
+from mmgate.errors import RequestError
+from mmgate.gateway.extproc import messages
+from mmgate.gateway.h1.request import Headers
+from mmgate.gateway.headers import (
+    REQUEST_ID,
+    RESPONSE_ENDPOINT,
+    RESPONSE_TOKENS,
+    is_routing_header,
+    request_id_from,
+)
+from mmgate.gateway.responses import Response, error_response, request_error_response
+from mmgate.gateway.server import ROUTES, Gateway
+from mmgate.request.view import Api, RequestView
+
+log = logging.getLogger("mmgate.extproc")
+
+USAGE_TAIL = 64 * 1024  # the end of a response kept to read its ``usage`` (never the whole body)
+
+
+class RequestStream:
+    """Follows one HTTP request on one ext_proc gRPC stream; :meth:`on_message` returns the
+    messages to send back, :meth:`close` ends the bookkeeping however the stream ended."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.controller = gateway.controller
+        self.headers: Headers | None = None
+        self.method = ""
+        self.path = ""
+        self.subset: list[str] | None = None
+        self.body = bytearray()
+        self.api: Api | None = None
+        self.view: RequestView | None = None
+        self.flight: Flight | None = None
+        self.attempt: Attempt | None = None
+        self.request_id = ""
+        self.received = gateway.clock()
+        self.status = 0  # what the client got, for the request log
+        self.label = ""
+        self.upstream_status = 0
+        self.first_byte = False
+        self.tail = bytearray()
+        self.done = False
+
+    # -- the request ----------------------------------------------------------------------------
+
+    async def on_message(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+        kind = message.WhichOneof("request")
+        if kind == "request_headers":
+            return self._request_headers(message)
+        if kind == "request_body":
+            return await self._request_body(message.request_body)
+        if kind == "request_trailers":
+            return [messages.request_trailers()]
+        if kind == "response_headers":
+            return self._response_headers(message)
+        if kind == "response_body":
+            return list(self._response_body(message.response_body))
+        if kind == "response_trailers":
+            self._end(ok=True)
+            return [messages.response_trailers()]
+        return []
+
+    def _request_headers(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+        pairs = messages.header_pairs(message.request_headers)
+        self.method = next((v for k, v in pairs if k == ":method"), "")
+        self.path = next((v for k, v in pairs if k == ":path"), "").split("?", 1)[0]
+        self.headers = Headers([(k, v) for k, v in pairs if not k.startswith(":")])
+        self.request_id = request_id_from(self.headers)
+        self.subset = messages.subset_hint(message.metadata_context)
+        self.api = ROUTES.get(self.path)
+        if message.request_headers.end_of_stream:  # no body: a GET, or a bodiless POST
+            return [self._bodiless()]
+        return []
+
+    def _bodiless(self) -> ep.ProcessingResponse:
+        if self.path == "/v1/models" and self.method in ("GET", "HEAD"):
+            return self._immediate(self.gateway.models(), "mmgate_models")
+        if self.path == "/health" and self.method in ("GET", "HEAD"):
+            return self._immediate(self.gateway.health(), "mmgate_health")
+        if self.api is not None:
+            return self._refuse(RequestError("the request has no body", param="body"))
+        return self._immediate(
+            error_response(404, f"Not Found: {self.method} {self.path}"), "mmgate_not_found"
+        )
+
+    async def _request_body(self, body: ep.HttpBody) -> list[ep.ProcessingResponse]:
+        if self.done:
+            return []
+        self.body += body.body
+        limit = self.gateway.settings.max_body_bytes
+        if len(self.body) > limit:
+            self.body.clear()
+            message = f"the request body is larger than the gateway's limit of {limit} bytes"
+            return [self._immediate(error_response(413, message, code="body_too_large"), "mmgate_too_large")]
+        if not body.end_of_stream:
+            return []
+        return await self._route()
+
+    async def _route(self) -> list[ep.ProcessingResponse]:
+        assert self.headers is not None
+        if self.api is None:
+            return [
+                self._immediate(
+                    error_response(404, f"Not Found: {self.method} {self.path}"), "mmgate_not_found"
+                )
+            ]
+        controller = self.controller
+        body = bytes(self.body)
+        self.body.clear()
+        try:
+            self.view = controller.parse(body, self.headers, self.api)
+            self.flight = controller.open(
+                self.view,
+                self.request_id,
+                self.headers,
+                client=client_key(self.headers, ""),
+                received=self.received,
+                subset=self.subset,
+            )
+        except RequestError as exc:
+            return [self._refuse(exc)]
+        except NoCandidates as exc:
+            refusal = error_response(503, str(exc), code="no_endpoint", headers={"Retry-After": "1"})
+            return [self._immediate(refusal, "mmgate_no_endpoint")]
+        try:
+            await controller.admit(self.flight)
+        except Overloaded as exc:
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            shed = error_response(429, exc.message, code="overloaded", headers=headers)
+            return [self._immediate(shed, "mmgate_overloaded")]
+        attempt = controller.decide(self.flight)
+        if attempt is None:
+            message = f"no endpoint can take the request: {self.flight.last_error}"
+            refusal = error_response(503, message, code="no_endpoint", headers={"Retry-After": "1"})
+            return [self._immediate(refusal, "mmgate_no_endpoint")]
+        self.attempt = attempt
+        controller.started(attempt)
+        destination = ",".join([attempt.endpoint, *controller.fallbacks(attempt)])
+        remove = [name for name in self.headers if is_routing_header(name)]
+        extra = [
+            *attempt.headers.items(),
+            (REQUEST_ID, self.request_id),
+            ("content-length", str(len(body))),
+        ]
+        out = [messages.route_headers(destination, extra, remove)]
+        out.extend(messages.request_body(body, end=True))
+        return out
+
+    # -- the response ---------------------------------------------------------------------------
+
+    def _response_headers(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+        pairs = messages.header_pairs(message.response_headers)
+        status = next((v for k, v in pairs if k == ":status"), "0")
+        self.upstream_status = int(status) if status.isdigit() else 0
+        served = messages.served_endpoint(message)
+        if self.attempt is not None and served is not None and served != self.attempt.endpoint:
+            # Envoy walked the fallback list: the pod that served carries the load from now on.
+            moved = self.controller.moved(self.attempt, served, "the proxy retried on another endpoint")
+            if moved is not None:
+                self.attempt = moved
+                self.controller.started(moved)
+        mine: list[tuple[str, str]] = []
+        if self.attempt is not None:
+            decision = self.attempt.decision
+            mine = [(RESPONSE_ENDPOINT, decision.endpoint), (RESPONSE_TOKENS, str(decision.request_tokens))]
+        if message.response_headers.end_of_stream:
+            self._first_byte()
+            self._end(ok=True)
+        return [messages.response_headers(mine)]
+
+    def _response_body(self, body: ep.HttpBody) -> Iterator[ep.ProcessingResponse]:
+        self._first_byte()
+        chunk = body.body
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > USAGE_TAIL:
+                del self.tail[: len(self.tail) - USAGE_TAIL]
+        yield from messages.response_body(chunk, end=body.end_of_stream)
+        if body.end_of_stream:
+            self._end(ok=True)
+
+    def _first_byte(self) -> None:
+        if not self.first_byte and self.attempt is not None:
+            self.first_byte = True
+            self.controller.first_byte(self.attempt, self.upstream_status)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def _refuse(self, exc: RequestError) -> ep.ProcessingResponse:
+        return self._immediate(request_error_response(exc), f"mmgate_{exc.code or 'bad_request'}")
+
+    def _immediate(self, response: Response, details: str) -> ep.ProcessingResponse:
+        response.headers.append((REQUEST_ID, self.request_id or ""))
+        self.status = response.status
+        self._finish_bookkeeping()
+        return messages.immediate(response, details)
+
+    def _end(self, *, ok: bool) -> None:
+        if self.done:
+            return
+        attempt = self.attempt
+        if attempt is not None:
+            usage = usage_of(bytes(self.tail))
+            if usage is not None:
+                self.controller.usage(attempt, usage)
+            self.controller.finished(attempt, ok=ok)
+        self.status = self.upstream_status
+        if not ok:
+            self.label = "client_closed" if self.first_byte else "aborted"
+        self._finish_bookkeeping()
+
+    def close(self) -> None:
+        """The gRPC stream ended: a request still open was aborted (client gone, Envoy reset)."""
+        if not self.done:
+            self._end(ok=False)
+
+    def _finish_bookkeeping(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.flight is not None:
+            self.controller.leave(self.flight)
+        if self.api is not None:
+            status = self.label or str(self.status or 500)
+            self.gateway.record(self.api, self.view, self.flight, status, self.received, self.request_id)
+
+
+def usage_of(tail: bytes) -> Usage | None:
+    """The OpenAI ``usage`` object at the end of a response: a JSON body, or the last SSE event
+    that carries one. ``None`` when the tail holds none (streams without ``include_usage``)."""
+    candidates = [tail]
+    if b"data:" in tail:
+        candidates = [line[5:].strip() for line in tail.split(b"\n") if line.startswith(b"data:")]
+        candidates.reverse()
+    for text in candidates:
+        if b'"usage"' not in text:
+            continue
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        usage = doc.get("usage") if isinstance(doc, dict) else None
+        if isinstance(usage, dict):
+            details = usage.get("prompt_tokens_details") or {}
+            return Usage(
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            )
+    return None

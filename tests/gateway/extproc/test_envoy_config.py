@@ -1,0 +1,67 @@
+"""The shipped Envoy configuration is the template's output, and a real Envoy accepts it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import mmgate_command, subprocess_env
+from mmgate.gateway.extproc.envoy_config import envoy_config, render
+
+from .envoy_stack import envoy_binary
+
+REPO = Path(__file__).resolve().parents[3]
+SHIPPED = REPO / "deploy" / "envoy" / "envoy.yaml"
+
+
+def test_the_shipped_file_is_the_templates_output() -> None:
+    assert SHIPPED.read_text() == render()
+
+
+def test_print_envoy_config_writes_the_template_for_the_given_ports() -> None:
+    result = subprocess.run(
+        mmgate_command("extproc", "--print-envoy-config", "--envoy-port", "8081", "--port", "9100",
+                       "--endpoints", "10.0.0.5:8000,http://10.0.0.6:8000"),
+        capture_output=True, text=True, env=subprocess_env(), timeout=60, check=True,
+    )  # fmt: skip
+    assert result.stdout == render(
+        listen_port=8081, extproc="127.0.0.1:9100", endpoints=["10.0.0.5:8000", "10.0.0.6:8000"]
+    )
+    doc = yaml.safe_load(result.stdout)
+    hosts = doc["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert [h["endpoint"]["address"]["socket_address"]["address"] for h in hosts] == ["10.0.0.5", "10.0.0.6"]
+
+
+@pytest.mark.parametrize("options", [{}, {"fail_open": True}, {"endpoints": ["127.0.0.1:8000"]}])
+def test_envoy_validates_the_configuration(options: dict[str, object], tmp_path: Path) -> None:
+    path = tmp_path / "envoy.yaml"
+    path.write_text(render(**options))
+    result = subprocess.run(
+        [envoy_binary(), "--mode", "validate", "-c", str(path), "--disable-hot-restart"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_the_filter_streams_bodies_both_ways_and_fails_closed_by_default() -> None:
+    doc = envoy_config()
+    manager = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    ext_proc = manager["http_filters"][0]["typed_config"]
+    mode = ext_proc["processing_mode"]
+    assert mode["request_body_mode"] == mode["response_body_mode"] == "FULL_DUPLEX_STREAMED"
+    assert ext_proc["failure_mode_allow"] is False
+    assert envoy_config(fail_open=True)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"]["http_filters"][0]["typed_config"]["failure_mode_allow"] is True  # fmt: skip
+    with pytest.raises(ValueError, match="not both"):
+        envoy_config(endpoints=["a:1"], dns="b:2")
+
+
+def test_extproc_cli_mistakes_exit_2_without_a_traceback() -> None:
+    result = subprocess.run(
+        mmgate_command("extproc", "--print-envoy-config", "--endpoints", "no-port-here"),
+        capture_output=True, text=True, env=subprocess_env(), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "HOST:PORT" in result.stderr and "Traceback" not in result.stderr
