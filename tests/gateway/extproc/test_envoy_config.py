@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from conftest import mmgate_command, subprocess_env
+from mmgate.bench.overhead.envoy_system import envoy_binary
 from mmgate.gateway.extproc.envoy_config import envoy_config, render
-
-from .envoy_stack import envoy_binary
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = REPO / "deploy" / "envoy" / "envoy.yaml"

@@ -12,8 +12,9 @@ import grpc
 import openai
 import orjson
 import pytest
-from e2e_support import ENCODER_AFFINITY, ROUND_ROBIN, chat_body, png
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, chat_body, png
 
 from .envoy_stack import EnvoyStack, envoy_stack
 
