@@ -77,6 +77,13 @@ def test_api_is_guessed_from_the_body() -> None:
     assert guess_api((EXAMPLES / "anthropic-messages.json").read_bytes()) is Api.MESSAGES
     assert guess_api((EXAMPLES / "completions.json").read_bytes()) is Api.COMPLETIONS
     assert guess_api((EXAMPLES / "text-chat.json").read_bytes()) is Api.CHAT
+    responses = (
+        b'{"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}'
+    )
+    assert guess_api(responses) is Api.RESPONSES
+    assert guess_api(b'{"model": "m", "input": ["a", "b"], "encoding_format": "float"}') is Api.EMBEDDINGS
+    assert guess_api(b'{"model": "m", "query": "q", "documents": ["a"]}') is Api.RERANK
+    assert guess_api(b'{"model": "m", "text_1": "a", "text_2": "b"}') is Api.SCORE
 
 
 def test_every_bundled_example_parses() -> None:

@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--api",
         choices=["auto", *(a.value for a in Api)],
         default="auto",
-        help="body shape: chat (/v1/chat/completions), completions (/v1/completions), "
-        "messages (Anthropic /v1/messages); auto guesses from the fields (default)",
+        help="body shape, named after its route (chat = /v1/chat/completions, messages = Anthropic "
+        "/v1/messages, responses = /v1/responses, ...); auto guesses chat, completions, messages, "
+        "responses, embeddings, score or rerank from the fields (default)",
     )
     parser.add_argument(
         "--header",
@@ -63,7 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def guess_api(body: bytes) -> Api:
-    """completions if there is a ``prompt``; messages if it looks Anthropic; chat otherwise."""
+    """From the fields: ``prompt`` is completions, ``system`` or Anthropic blocks messages,
+    ``query`` + ``documents`` rerank, ``text_1`` score, ``input`` embeddings when it asks for
+    vectors (``encoding_format``, ``dimensions``) and responses otherwise; chat by default.
+    Bodies that look alike (an embeddings ``input`` without those keys) need ``--api``."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):  # too deep to guess: parsing will refuse it with a 400
@@ -72,6 +76,12 @@ def guess_api(body: bytes) -> Api:
         return Api.CHAT
     if "prompt" in doc and "messages" not in doc:
         return Api.COMPLETIONS
+    if "query" in doc and "documents" in doc:
+        return Api.RERANK
+    if "text_1" in doc:
+        return Api.SCORE
+    if "input" in doc and "messages" not in doc:
+        return Api.EMBEDDINGS if "encoding_format" in doc or "dimensions" in doc else Api.RESPONSES
     if "system" in doc:
         return Api.MESSAGES
     for msg in doc.get("messages") or []:
