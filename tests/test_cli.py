@@ -215,3 +215,16 @@ def test_a_subcommand_whose_extra_is_not_installed_says_what_to_install() -> Non
     )
     assert out.returncode == 2
     assert "pip install 'mmgate[bench]'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_extproc_without_its_extra_says_what_to_install() -> None:
+    blocked = BLOCK_PLOTTING.replace('("matplotlib", "numpy")', '("grpc", "envoy")')
+    out = subprocess.run(
+        [*mmgate_command()[:1], "-c", blocked, "extproc", "--help"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "pip install 'mmgate[extproc]'" in out.stderr and "Traceback" not in out.stderr

@@ -41,8 +41,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("mmgate.bench.cli", "benchmark routing policies on a simulated fleet and plot the results"),
 }
 
-# Subcommands whose dependencies are an optional extra (what `make run` leaves out).
-EXTRAS = {"bench": "bench"}
+# Modules of the optional extras (pyproject.toml), by import name: a missing one names the extra
+# to install. `make run` installs none of them.
+EXTRAS = {
+    "matplotlib": "bench",
+    "numpy": "bench",
+    "grpc": "extproc",
+    "grpc_health": "extproc",
+    "envoy": "extproc",
+    "google": "extproc",
+    "kubernetes_asyncio": "kubernetes",
+}
 
 
 def port(text: str) -> int:
@@ -84,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if not exc.name or exc.name.split(".")[0] == "mmgate":
             raise
-        extra = EXTRAS.get(name)
+        extra = EXTRAS.get(exc.name.split(".")[0])
         how = f": pip install 'mmgate[{extra}]'" if extra else ""
         print(f"mmgate {name}: needs {exc.name}, which is not installed here{how}", file=sys.stderr)
         return 2
