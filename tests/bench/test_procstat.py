@@ -55,8 +55,8 @@ def test_a_process_that_is_gone_counts_as_zero() -> None:
 
 
 def test_own_cpu_grows_with_work() -> None:
-    user0, _ = own_cpu_seconds()
+    before = sum(own_cpu_seconds())  # the user/system split is sampled by the kernel; the sum is not
     end = time.process_time() + 0.05
     while time.process_time() < end:
         pass
-    assert own_cpu_seconds()[0] > user0
+    assert sum(own_cpu_seconds()) >= before + 0.04
