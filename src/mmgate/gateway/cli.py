@@ -33,7 +33,14 @@ Routes: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    port_help: str = "port to listen on (default 8080; 0 picks a free one)",
+    admin_port_help: str = "serve /metrics and /ready on this port instead of the API port "
+    "(default: mmgate.adminPort)",
+) -> None:
+    """The flags of ``mmgate serve``; ``mmgate extproc`` shares them with its own port defaults."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("--config", metavar="FILE.yaml", help="EndpointPickerConfig + mmgate section")
@@ -60,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="talk to the Kubernetes API with this kubeconfig (default: the in-cluster service account)",
     )
-    parser.add_argument("--port", type=port, help="port to listen on (default 8080; 0 picks a free one)")
+    parser.add_argument("--port", type=port, help=port_help)
     parser.add_argument("--host", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     parser.add_argument(
         "--max-inflight",
@@ -74,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--admin-port",
         type=port,
         metavar="PORT",
-        help="serve /metrics and /ready on this port instead of the API port (default: mmgate.adminPort)",
+        help=admin_port_help,
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(

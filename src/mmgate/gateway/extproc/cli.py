@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 
+from mmgate.cli import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway, run_forever
@@ -38,7 +39,11 @@ See docs/envoy.md.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    serve_cli.add_arguments(parser)
+    serve_cli.add_arguments(
+        parser,
+        port_help=f"gRPC port of the picker (default {DEFAULT_PORT}, GIE's; 0 picks a free one)",
+        admin_port_help=f"/metrics, /ready and /health over HTTP on this port (default {DEFAULT_ADMIN_PORT})",
+    )
     parser.epilog = EPILOG
     parser.set_defaults(admin_port=None)
     parser.add_argument(
@@ -47,7 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print an Envoy configuration that uses this picker (with --envoy-port, --port, --endpoints) "
         "and exit",
     )
-    parser.add_argument("--envoy-port", type=int, default=8080, metavar="PORT", help="Envoy's listener port")
+    parser.add_argument(
+        "--envoy-port",
+        type=port_number,
+        default=8080,
+        metavar="PORT",
+        help="Envoy's listener port (default 8080)",
+    )
     parser.add_argument(
         "--envoy-dns",
         metavar="HOST:PORT",
