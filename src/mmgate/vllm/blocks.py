@@ -231,11 +231,15 @@ def extra_keys_by_block(
     the keys of every other block (the LoRA key, or None)."""
     base: tuple[Any, ...] = (fmt.lora(lora),) if lora is not None else ()
     keys: dict[int, tuple[Any, ...]] = {}
+    tagged = fmt is KeyFormat.TAGGED
+    bare = fmt is KeyFormat.IDENTIFIER
     for item in mm_items:
         offset = item.offset
         identity = item.identity
         for b in range(offset // block_size, (offset + item.length - 1) // block_size + 1):
-            key = fmt.media(identity, offset - b * block_size)
+            # KeyFormat.media inlined: this loop runs once per media block at every admission.
+            rel = offset - b * block_size
+            key = ("mm", identity, rel) if tagged else (identity if bare else (identity, rel))
             prior = keys.get(b)
             keys[b] = (*base, key) if prior is None else (*prior, key)
     if cache_salt:

@@ -115,7 +115,7 @@ class Scheduler:
             else:
                 decode.push(r, s + 1)
 
-        budget = self.max_num_batched_tokens - len(decode)
+        budget = self.max_num_batched_tokens - len(decode.by_id)
         enc_budget = self.encoder.budget
         # 2. Running requests still prefilling (admission order), then 3. waiting ones.
         for r, from_waiting in self._prefill_candidates(out):
@@ -132,7 +132,7 @@ class Scheduler:
             batch.encode_ms += ms
             batch.encoded += items
             batch.chunks.append((r, r.computed, n))
-        batch.n_dec = len(decode)
+        batch.n_dec = len(decode.by_id)
         return batch
 
     def complete(self, batch: Batch, out: StepOutput) -> None:
