@@ -251,3 +251,16 @@ def test_values_naming_something_outside_the_file_are_checked_with_the_file(tmp_
     ]
     assert "scheme must be http or https" in str(err.value)
     assert "unknown family 'qwen9'" in str(err.value)
+
+
+def test_a_missing_named_producer_names_the_consumer_entry() -> None:
+    text = (
+        "plugins:\n- type: queue-scorer\n"
+        "- type: prefix-cache-scorer\n  parameters: {prefixMatchInfoProducerName: nope}\n"
+    )
+    config = load_config_text(text, source="p.yaml")
+    with pytest.raises(ConfigError) as err:
+        build_scheduler(config.picker)
+    located = config.locate(err.value)
+    assert located.path == "plugins[1].parameters" and located.line == 4
+    assert "reads data from producer 'nope'" in str(located)

@@ -120,7 +120,8 @@ def build_scheduler(
     raise_if_any(errors)
     assert handler is not None
     _add_header_handlers(registry, handler, profiles, plugins, handle)
-    producers = _resolve_producers(plugins, injected)
+    paths = {spec.instance_name: f"plugins[{i}]" for i, spec in enumerate(cfg.plugins)}
+    producers = _resolve_producers(plugins, injected, paths)
     return Scheduler(
         producers=producers,
         profiles=profiles,
@@ -243,9 +244,10 @@ def _base(key: str) -> str:
 
 
 def _resolve_producers(
-    plugins: dict[str, Plugin[Any]], injected: Callable[[str], Plugin[Any]]
+    plugins: dict[str, Plugin[Any]], injected: Callable[[str], Plugin[Any]], where: dict[str, str]
 ) -> list[Producer[Any]]:
-    """Create missing default producers, then order all producers so inputs come first."""
+    """Create missing default producers, then order all producers so inputs come first.
+    ``where`` gives each configured plugin's path, so a mistake names the entry to fix."""
     while True:
         produced = {k.name for p in plugins.values() if isinstance(p, Producer) for k in p.produces()}
         missing = [
@@ -257,11 +259,14 @@ def _resolve_producers(
         if "@" in key:
             raise ConfigError(
                 f"{consumer.name!r} reads data from producer {key.split('@', 1)[1]!r}, "
-                f"which is not configured (or does not produce {_base(key)})"
+                f"which is not configured (or does not produce {_base(key)})",
+                path=f"{where[consumer.name]}.parameters" if consumer.name in where else "",
             )
         default_type = DEFAULT_PRODUCERS.get(key)
         if default_type is None:
-            raise ConfigError(f"{consumer.name!r} needs {key}, which no plugin produces")
+            raise ConfigError(
+                f"{consumer.name!r} needs {key}, which no plugin produces", path=where.get(consumer.name, "")
+            )
         made = injected(default_type)
         if not isinstance(made, Producer) or key not in {k.name for k in made.produces()}:
             raise ConfigError(f"default producer {default_type!r} cannot provide {key}")
@@ -279,7 +284,10 @@ def _resolve_producers(
         if mark == 2:
             return
         if mark == 1:
-            raise ConfigError(f"producers depend on each other in a cycle: {' -> '.join([*chain, p.name])}")
+            cycle = " -> ".join([*chain, p.name])
+            raise ConfigError(
+                f"producers depend on each other in a cycle: {cycle}", path=where.get(p.name, "")
+            )
         state[p.name] = 1
         for k in (*p.consumes(), *p.consumes_optional()):
             for dep in by_key.get(k.name, []):
