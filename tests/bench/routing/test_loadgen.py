@@ -81,15 +81,19 @@ async def test_measures_ttft_itl_e2e_and_tokens(server: str) -> None:
     assert all(r.ok for r in rung.records)
     for r in rung.records:
         assert r.ttft_s is not None and r.e2e_s is not None
-        assert FIRST_S <= r.ttft_s < FIRST_S + 0.25
+        # Lower bounds only: the server sleeps at least this long; a loaded machine adds to it.
+        assert r.ttft_s >= FIRST_S
         assert len(r.itl_s) == TOKENS - 1
-        assert all(GAP_S * 0.8 <= g < GAP_S + 0.2 for g in r.itl_s)
+        assert all(g >= GAP_S * 0.8 for g in r.itl_s)
         assert r.e2e_s >= FIRST_S + (TOKENS - 1) * GAP_S
+        assert r.ttft_s + sum(r.itl_s) <= r.e2e_s + 1e-6  # the pieces of one stream add up
         assert r.output_tokens == TOKENS and r.cached_tokens == 64 and r.endpoint == "pod-a"
         tpot = r.tpot_s
         assert tpot is not None and tpot >= GAP_S * 0.8
     sends = sorted(r.sent_s for r in rung.records)
-    assert sends[-1] == pytest.approx(9 / 20, abs=0.1)  # open loop on schedule
+    # Open loop: the tenth request leaves on its schedule (0.45 s), not after nine responses
+    # (closed loop: at least 9 x 0.18 s); late only by what the machine's load adds.
+    assert 9 / 20 - 0.01 <= sends[-1] < 9 * (FIRST_S + (TOKENS - 1) * GAP_S)
     assert rung.span_s >= 0.5
     assert rung.cache.prefix_queries == 0  # counters are deltas over the rung (static page here)
 
