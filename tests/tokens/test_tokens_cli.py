@@ -146,8 +146,10 @@ def test_tokens_table_and_list_through_the_real_command() -> None:
     listed = subprocess.run(
         mmgate_command("tokens", "--list", "--json"), capture_output=True, text=True, env=env
     )
-    names = [r["family"] for r in json.loads(listed.stdout)]
+    names = [r["family"] for r in json.loads(listed.stdout)["families"]]
     assert {"qwen3-vl", "gemma4", "whisper", "phi-4-multimodal"} <= set(names)
+    rules = [r["provider"] for r in json.loads(listed.stdout)["providers"]]
+    assert {"anthropic", "gemini", "openai:gpt-4o", "openai:gpt-6-astra"} <= set(rules)
 
 
 def test_cost_json_and_break_even(capsys: pytest.CaptureFixture[str]) -> None:
@@ -218,13 +220,14 @@ def test_cost_rejects_negative_counts(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_the_shipped_price_table_covers_every_hosted_model_tokens_prices() -> None:
     from mmgate.tokens.cost import load_price_table
-    from mmgate.tokens.providers import OPENAI_MODELS
+    from mmgate.tokens.providers import OPENAI_MODELS, hosted_rules
 
     table = load_price_table(REPO / "examples" / "prices.yaml")
     assert table.read is not None and table.read.startswith("20")  # the date the prices were read
     assert set(OPENAI_MODELS) <= set(table.models)
     rules = {get_provider(name).name for name in table.models}  # every row is a name tokens takes
-    assert rules == {"anthropic", "gemini", *(f"openai:{m}" for m in OPENAI_MODELS)}
+    listed = {r["provider"] for r in hosted_rules()}  # what mmgate tokens --list shows
+    assert rules == listed == {"anthropic", "gemini", *(f"openai:{m}" for m in OPENAI_MODELS)}
 
 
 def test_cost_finds_models_as_users_write_them(capsys: pytest.CaptureFixture[str]) -> None:

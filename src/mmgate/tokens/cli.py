@@ -20,7 +20,7 @@ from mmgate.tables import Column as TableColumn
 from mmgate.tables import Table, add_format_argument, columns, emit
 from mmgate.tokens.estimator import Estimator
 from mmgate.tokens.families import FAMILIES, family_for_model, get_family
-from mmgate.tokens.providers import OPENAI_MODELS, Provider, get_provider
+from mmgate.tokens.providers import OPENAI_MODELS, Provider, get_provider, hosted_rules
 from mmgate.tokens.rules import Count, Family, UnknownNameError
 
 DEFAULT_VIDEO_FPS = 24.0
@@ -277,7 +277,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--estimate", action="store_true", help="add llm-d's default token-producer estimate")
     add_format_argument(parser)  # --json: one object per (input, family/provider)
     parser.add_argument(
-        "--list", action="store_true", help="list the families, their parameters and defaults"
+        "--list",
+        action="store_true",
+        help="list the families (parameters, defaults) and the hosted API rules",
     )
 
 
@@ -352,4 +354,11 @@ def _print_families(fmt: str) -> None:
     for r in records:
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
         table.add(r["family"], " ".join(r["modalities"]), r["about"], params)
-    emit([table], fmt, data=records)
+    hosted = hosted_rules()
+    apis = Table(
+        (TableColumn("provider"), TableColumn("takes"), TableColumn("rule", wrap=72)),
+        title="hosted APIs (mmgate tokens --provider NAME, or --model NAME)",
+    )
+    for h in hosted:
+        apis.add(h["provider"], h["takes"], h["rule"])
+    emit([table, apis], fmt, data={"families": records, "providers": hosted})

@@ -194,3 +194,28 @@ def get_provider(name: str) -> Provider:
         return openai_image(model, width, height, detail)
 
     return Provider(f"openai:{model_name}", image)
+
+
+def hosted_rules() -> list[dict[str, str]]:
+    """Every ``--provider`` rule, the names it takes and how it counts (``mmgate tokens --list``)."""
+    rows = [
+        {
+            "provider": "anthropic",
+            "takes": "anthropic, claude, any claude-* model",
+            "rule": f"ceil(w/{ANTHROPIC_PATCH})·ceil(h/{ANTHROPIC_PATCH}) after shrinking to "
+            f"≤{ANTHROPIC_MAX_EDGE} px and ≤{ANTHROPIC_MAX_TOKENS} tokens; +{ANTHROPIC_EXTRA} per image",
+        },
+        {
+            "provider": "gemini",
+            "takes": "gemini, google, any gemini-* model",
+            "rule": f"{GEMINI_TOKENS_PER_TILE} per {GEMINI_TILE}-px tile ({GEMINI_TOKENS_PER_TILE} when "
+            f"both sides ≤{GEMINI_SMALL_EDGE}); audio {GEMINI_AUDIO_PER_S}/s; video {GEMINI_VIDEO_PER_S}/s",
+        },
+    ]
+    for name, m in OPENAI_MODELS.items():
+        if m.kind == "patch":
+            rule = f"{OPENAI_PATCH}-px patches (≤{m.budget}) × {m.factor:g}"
+        else:
+            rule = f"{m.base} + {m.tile} per 512-px tile (detail low: {m.base})"
+        rows.append({"provider": f"openai:{name}", "takes": f"{name}, its dated snapshots", "rule": rule})
+    return rows
