@@ -33,8 +33,10 @@ $(BENCH_STAMP): pyproject.toml
 	if [ $(STAMP) -nt pyproject.toml ]; then :; else $(PY) -m pip install -q -e '.[bench]'; fi
 	touch $(BENCH_STAMP)
 
+# Flags for the demo, e.g. make run DEMO_ARGS="--port 8081 --pods 2" (mmgate demo --help).
+DEMO_ARGS ?=
 run: $(RUN_STAMP)
-	$(PY) -m mmgate demo
+	$(PY) -m mmgate demo $(DEMO_ARGS)
 
 test: $(STAMP) lint typecheck
 	$(PY) -m pytest

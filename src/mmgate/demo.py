@@ -191,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
             run_forever(main)
         except OSError as exc:
             print(
-                f"mmgate demo: cannot start: {exc} (is port {args.port} free? try --port 0)", file=sys.stderr
+                f"mmgate demo: cannot start: {exc} (is port {args.port} free? try --port 8081, "
+                "or make run DEMO_ARGS='--port 8081')",
+                file=sys.stderr,
             )
             return 1
         print("mmgate demo: stopped.")
