@@ -181,11 +181,16 @@ def test_sim_prints_its_fleet_as_json(tmp_path: Path) -> None:
 def test_make_run_installs_the_runtime_dependencies_only(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     plan = subprocess.run(
-        ["make", "-n", "run", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["make", "-n", "run", f"VENV={venv}", "DEMO_ARGS=--port 8081"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert plan.returncode == 0, plan.stderr
     installs = [line for line in plan.stdout.splitlines() if "pip install" in line]
     assert installs and all("-e ." in line and "[dev]" not in line for line in installs)
+    assert plan.stdout.splitlines()[-1].endswith("-m mmgate demo --port 8081")
     tests = subprocess.run(
         ["make", "-n", "test", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
