@@ -76,6 +76,16 @@ BENCHMARKS: dict[str, Benchmark] = {
         "mmgate.bench.overhead.harness",
         "latency, throughput, CPU and memory a router adds: mmgate vs direct vs peer routers",
     ),
+    "null-server": Benchmark(
+        "overhead",
+        "mmgate.bench.overhead.nullserver",
+        "the overhead benchmark's upstream alone: put a router in front of it by hand (profiling)",
+    ),
+    "load-client": Benchmark(
+        "overhead",
+        "mmgate.bench.overhead.client",
+        "the overhead benchmark's load client alone: JSON jobs on stdin, JSON results on stdout",
+    ),
     "soak": Benchmark(
         "soak", "mmgate.bench.soak.soak", "long mixed load with injected pod faults through the gateway"
     ),

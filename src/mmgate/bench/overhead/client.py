@@ -18,6 +18,7 @@ Two load shapes:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -229,10 +230,19 @@ async def _serve_stdin() -> None:
         sys.stdout.flush()
 
 
-def main() -> int:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "The overhead benchmark's load client: reads one JSON job per line on stdin (fields of Job: "
+        "port, body_file, host, path, mode closed|open, concurrency, duration, requests, rate, "
+        "max_conns, timeout) and answers one JSON result per line."
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``mmgate bench load-client``: serve jobs from stdin until it closes."""
     run_fast(_serve_stdin())
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the process the overhead harness starts
+    sys.exit(run(argparse.Namespace()))

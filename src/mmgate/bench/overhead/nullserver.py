@@ -13,7 +13,7 @@ its megabytes, but the upstream should not spend CPU on them), and only bodies u
 ``PARSE_LIMIT`` are kept and parsed, for ``stream`` and ``max_tokens``. The benchmark's bodies
 are either small text or multi-megabyte images, and only text requests stream.
 
-Run it alone with ``python -m mmgate.bench.overhead.nullserver --port 8000 --port 8001``; it prints one
+Run it alone with ``mmgate bench null-server --port 8000 --port 8001``; it prints one
 JSON line with the bound ports, then serves until interrupted.
 """
 
@@ -386,15 +386,17 @@ async def serve(args: argparse.Namespace) -> None:
     await server.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mmgate.bench.overhead.nullserver",
-        description="A null OpenAI-compatible upstream (fixed latency, no work) for overhead benchmarks.",
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``mmgate bench null-server``: serve until SIGINT or SIGTERM."""
     run_fast(serve(args))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The process the overhead harness starts (``python -m mmgate.bench.overhead.nullserver``)."""
+    parser = argparse.ArgumentParser(prog="mmgate bench null-server")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 def run_fast(coro: object) -> None:
