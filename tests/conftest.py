@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from support.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src"
@@ -23,3 +28,10 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def mmgate_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mmgate", *args]
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, for one test."""
+    with RedisServer() as server:
+        yield server

@@ -3,5 +3,6 @@
 ``tests/`` is on ``sys.path`` because pytest puts a rootdir ``conftest.py``'s folder there, so no
 helper edits ``sys.path``. ``upstreams``: scriptable upstreams, a recording router, a started
 gateway; ``stack``: the simulated fleet plus a gateway built as ``mmgate serve`` builds it;
-``reliability``: error-shape checks, raw-socket clients and pod counters for the reliability suite.
+``reliability``: error-shape checks, raw-socket clients and pod counters for the reliability suite;
+``redis_server``: a real redis-server on a free loopback port.
 """

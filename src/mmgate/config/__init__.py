@@ -180,6 +180,18 @@ def _check_mmgate(m: MmgateSection) -> list[ConfigError]:
         errors.append(
             ConfigError(f"must be >= 0, got {lim.maxMediaItems}", path="mmgate.limits.maxMediaItems")
         )
+    errors += _check_kv_events(m)
+    if m.sharedIndex is not None:
+        url = m.sharedIndex.redis
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            errors.append(
+                ConfigError(
+                    f"expected redis://HOST:PORT (or rediss://, unix://), got {url!r}",
+                    path="mmgate.sharedIndex.redis",
+                )
+            )
+        if m.sharedIndex.outboxLimit < 1:
+            errors.append(ConfigError("must be >= 1", path="mmgate.sharedIndex.outboxLimit"))
     return errors + _check_references(m)
 
 
@@ -196,7 +208,13 @@ def _check_references(m: MmgateSection) -> list[ConfigError]:
     for i, item in enumerate(m.endpoints):
         spec = item if isinstance(item, EndpointSpec) else EndpointSpec(url=item)
         try:
-            parse_endpoint(spec.url, role=spec.role, labels=spec.labels)
+            parse_endpoint(
+                spec.url,
+                role=spec.role,
+                labels=spec.labels,
+                kv_events=spec.kvEvents,
+                kv_replay=spec.kvEventsReplay,
+            )
         except ValueError as exc:
             where = f"mmgate.endpoints[{i}]" + (".url" if isinstance(item, EndpointSpec) else "")
             errors.append(ConfigError(str(exc), path=where))
@@ -210,4 +228,27 @@ def _check_references(m: MmgateSection) -> list[ConfigError]:
             client_context(m.upstreamTLS.caFile)
         except ConfigError as exc:
             errors.append(exc)
+    return errors
+
+
+def _check_kv_events(m: MmgateSection) -> list[ConfigError]:
+    errors: list[ConfigError] = []
+    kv = m.kvEvents
+    if kv is None:
+        return errors
+    for key in ("port", "replayPort"):
+        port = getattr(kv, key)
+        if port is not None and not 1 <= port <= 65535:
+            errors.append(ConfigError(f"must be in 1..65535, got {port}", path=f"mmgate.kvEvents.{key}"))
+    for key in ("dataParallelSize", "queueSize", "batchesPerTick"):
+        if getattr(kv, key) < 1:
+            errors.append(ConfigError(f"must be >= 1, got {getattr(kv, key)}", path=f"mmgate.kvEvents.{key}"))
+    if kv.replayTimeoutS <= 0:
+        errors.append(ConfigError("must be > 0", path="mmgate.kvEvents.replayTimeoutS"))
+    if kv.bind is not None and "://" not in kv.bind:
+        errors.append(
+            ConfigError(
+                f"expected a ZMQ address such as tcp://*:5557, got {kv.bind!r}", path="mmgate.kvEvents.bind"
+            )
+        )
     return errors

@@ -84,11 +84,45 @@ class EndpointPickerConfig(_Strict):
 
 class EndpointSpec(_Strict):
     """A model server. ``url`` is ``http://host:port`` (or ``host:port``); ``role`` is llm-d's
-    ``llm-d.ai/role`` label value (``encode``, ``prefill``, ``decode``, ``both`` …)."""
+    ``llm-d.ai/role`` label value (``encode``, ``prefill``, ``decode``, ``both`` …); ``kvEvents``
+    is where it publishes vLLM KV events (``tcp://HOST:PORT``, its ``--kv-events-config``
+    endpoint as seen from the gateway) and ``kvEventsReplay`` its replay socket."""
 
     url: str
     role: str | None = None
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    kvEvents: str | None = None
+    kvEventsReplay: str | None = None
+
+
+class KVEventsSpec(_Strict):
+    """Subscribing to the pods' KV events (``mmgate.datalayer.kvevents``; docs/precise.md).
+
+    An endpoint's address is its ``kvEvents``, else ``tcp://<endpoint host>:<port>`` when ``port``
+    is set; data-parallel rank r publishes on port + r (as vLLM offsets them). ``bind`` is llm-d's
+    centralised mode instead: the gateway binds that address and the pods connect to it, naming
+    themselves in the topic ``kv@POD@MODEL``. ``queueSize`` bounds the batches waiting per socket
+    (beyond it they are dropped, counted, and the endpoint resyncs); ``batchesPerTick`` bounds the
+    work done between two turns of the event loop, so requests never wait behind a flood."""
+
+    port: int | None = None
+    replayPort: int | None = None
+    dataParallelSize: int = 1
+    topicFilter: str = ""
+    bind: str | None = None
+    queueSize: int = 10_000
+    replayTimeoutS: float = 2.0
+    batchesPerTick: int = 64
+
+
+class SharedIndexSpec(_Strict):
+    """One affinity view for several gateway processes (``mmgate.datalayer.index.redis_mirror``):
+    ``redis`` is ``redis://HOST:PORT[/DB]`` (or ``rediss://``, ``unix://``); ``keyPrefix`` namespaces
+    the keys; ``outboxLimit`` bounds the changes queued while Redis is away."""
+
+    redis: str
+    keyPrefix: str = "mmgate"
+    outboxLimit: int = 100_000
 
 
 class KubernetesSpec(_Strict):
@@ -195,6 +229,8 @@ class MmgateSection(_Strict):
     debugHeaders: bool = False
     accessLog: bool = True
     seed: int | None = None
+    kvEvents: KVEventsSpec | None = None
+    sharedIndex: SharedIndexSpec | None = None
 
 
 class GatewayConfig(msgspec.Struct):

@@ -25,7 +25,8 @@ log = logging.getLogger("mmgate.datalayer")
 
 
 # Keys describing an endpoint that discovery reads past (``mmgate sim --endpoints-file`` writes them).
-_INFORMATIONAL = frozenset({"name", "model", "kv_events", "kv_replay"})
+_INFORMATIONAL = frozenset({"name", "model"})
+_KEYS = frozenset({"address", "url", "role", "labels", "kv_events", "kv_replay"})
 
 
 def _entry(item: Any, where: str) -> Endpoint:
@@ -33,17 +34,24 @@ def _entry(item: Any, where: str) -> Endpoint:
         return parse_endpoint(item)
     if isinstance(item, dict):
         address = item.get("address", item.get("url"))
-        unknown = set(item) - {"address", "url", "role", "labels"} - _INFORMATIONAL
+        unknown = set(item) - _KEYS - _INFORMATIONAL
         if unknown or address is None:
             raise ValueError(
-                f"{where}: an endpoint entry takes 'address' (or 'url') and optional 'role', 'labels'"
-                + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+                f"{where}: an endpoint entry takes 'address' (or 'url') and optional 'role', 'labels',"
+                " 'kv_events', 'kv_replay'" + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
             )
         role = item.get("role")
         labels = item.get("labels") or {}
         if not isinstance(labels, dict):
             raise ValueError(f"{where}.labels: expected a mapping of label to value")
-        return parse_endpoint(str(address), role=None if role is None else str(role), labels=labels)
+        kv_events, kv_replay = item.get("kv_events"), item.get("kv_replay")
+        return parse_endpoint(
+            str(address),
+            role=None if role is None else str(role),
+            labels=labels,
+            kv_events=None if kv_events is None else str(kv_events),
+            kv_replay=None if kv_replay is None else str(kv_replay),
+        )
     raise ValueError(f"{where}: expected an address string or a mapping, got {type(item).__name__}")
 
 

@@ -17,22 +17,38 @@ from mmgate.datalayer.metrics import MetricsSnapshot
 
 @dataclass(slots=True, frozen=True)
 class Endpoint:
-    """One model server: where it is, what role it plays (``None`` = serves everything), and
-    its labels (llm-d reads pod labels such as ``llm-d.ai/role``), as sorted pairs."""
+    """One model server: where it is, what role it plays (``None`` = serves everything), its
+    labels (llm-d reads pod labels such as ``llm-d.ai/role``), as sorted pairs, and where it
+    publishes KV events (a ZMQ address, and its replay socket), when it says so itself."""
 
     name: str
     url: str
     role: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
+    kv_events: str | None = None
+    kv_replay: str | None = None
+
+    @property
+    def host(self) -> str:
+        """The host part of ``name`` (IPv6 in brackets, as in the name)."""
+        return self.name.rpartition(":")[0]
 
 
 def parse_endpoint(
-    text: str, *, role: str | None = None, labels: Mapping[str, str] | None = None
+    text: str,
+    *,
+    role: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    kv_events: str | None = None,
+    kv_replay: str | None = None,
 ) -> Endpoint:
     """``host:port``, ``http://host:port`` or ``https://host:port[/]`` → :class:`Endpoint`.
 
     Raises ``ValueError`` with the offending text when it is not a usable address.
     """
+    for what, zmq_address in (("kvEvents", kv_events), ("kvEventsReplay", kv_replay)):
+        if zmq_address is not None and "://" not in zmq_address:
+            raise ValueError(f"{what} {zmq_address!r}: expected a ZMQ address such as tcp://HOST:PORT")
     raw = text.strip()
     if not raw:
         raise ValueError("empty endpoint address")
@@ -50,7 +66,14 @@ def parse_endpoint(
         raise ValueError(f"endpoint {raw!r}: give the server root, not a path")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     pairs = tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
-    return Endpoint(name=f"{host}:{port}", url=f"{parts.scheme}://{host}:{port}", role=role, labels=pairs)
+    return Endpoint(
+        name=f"{host}:{port}",
+        url=f"{parts.scheme}://{host}:{port}",
+        role=role,
+        labels=pairs,
+        kv_events=kv_events,
+        kv_replay=kv_replay,
+    )
 
 
 def parse_endpoints(texts: Iterable[str]) -> list[Endpoint]:

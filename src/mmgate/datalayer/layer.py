@@ -1,4 +1,5 @@
-"""The data layer as one object the gateway starts and stops: discovery + registry + scraping."""
+"""The data layer as one object the gateway starts and stops: discovery + registry + scraping,
+and, when configured, the KV-event subscriber and the shared (Redis) affinity index."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from mmgate.datalayer.discovery import FileDiscovery, StaticDiscovery
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
+from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexCollector
 from mmgate.datalayer.kubernetes import KubernetesDiscovery, KubernetesSettings
+from mmgate.datalayer.kvevents import KVEventsSettings, KVEventSubscriber
 from mmgate.datalayer.scraper import MetricsScraper
 
 
@@ -29,6 +34,9 @@ class DataLayerConfig:
     models_interval_s: float = 10.0
     failure_threshold: int = 3
     ssl_context: ssl.SSLContext | None = None  # for https endpoints (None: system trust store)
+    kv_events: KVEventsSettings | None = None  # subscribe to the pods' KV events (None: don't)
+    # The scheduler's shared indexes (``mmgate.sharedIndex``), built with it and synced from here.
+    shared_index: RedisIndexes | None = None
 
 
 class DataLayer:
@@ -54,18 +62,41 @@ class DataLayer:
             )
         else:
             self.source = StaticDiscovery(config.endpoints)
+        self.kv_events: KVEventSubscriber | None = None
+        if config.kv_events is not None:
+            self.kv_events = KVEventSubscriber(self.registry, config.kv_events)
+        self.shared_index = config.shared_index
 
     async def start(self) -> None:
+        # Subscriber first: endpoints discovery adds get their sockets as they appear.
+        if self.shared_index is not None:
+            await self.shared_index.start()
+        if self.kv_events is not None:
+            await self.kv_events.start()
         await self.scraper.start()
         try:
             await self.source.start(self.registry)
         except BaseException:
-            await self.scraper.stop()
+            await self._stop_background()
             raise
 
     async def stop(self) -> None:
         await self.source.stop()
+        await self._stop_background()
+
+    async def _stop_background(self) -> None:
         await self.scraper.stop()
+        if self.kv_events is not None:
+            await self.kv_events.stop()
+        if self.shared_index is not None:
+            await self.shared_index.stop()
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        """Expose the subscriber's and the shared index's counters on ``registry``."""
+        if self.kv_events is not None:
+            registry.register(self.kv_events.collector())
+        if self.shared_index is not None:
+            registry.register(SharedIndexCollector(self.shared_index))
 
     def routable(self) -> list[EndpointRecord]:
         """Endpoints that may receive traffic now (healthy, or not yet proven unhealthy)."""

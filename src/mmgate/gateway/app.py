@@ -22,7 +22,9 @@ from mmgate.control.circuit_breaker import BreakerSettings
 from mmgate.control.controller import ControlSettings, Parser
 from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
+from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexSettings
 from mmgate.datalayer.kubernetes import KubernetesSettings
+from mmgate.datalayer.kvevents import KVEventsSettings
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
 from mmgate.gateway.h1.server import HttpServer
@@ -43,7 +45,15 @@ def endpoints_of(section: MmgateSection) -> list[Endpoint]:
     out: list[Endpoint] = []
     for item in section.endpoints:
         if isinstance(item, EndpointSpec):
-            out.append(parse_endpoint(item.url, role=item.role, labels=item.labels))
+            out.append(
+                parse_endpoint(
+                    item.url,
+                    role=item.role,
+                    labels=item.labels,
+                    kv_events=item.kvEvents,
+                    kv_replay=item.kvEventsReplay,
+                )
+            )
         else:
             out.append(parse_endpoint(item))
     return out
@@ -67,6 +77,32 @@ def kubernetes_of(section: MmgateSection) -> KubernetesSettings | None:
         raise ConfigError(str(exc), path="mmgate.kubernetes") from None
 
 
+def kv_events_settings_of(section: MmgateSection) -> KVEventsSettings | None:
+    """``mmgate.kvEvents`` (or any endpoint's ``kvEvents``) as subscriber settings; None: off."""
+    kv = section.kvEvents
+    if kv is None:
+        wanted = any(isinstance(e, EndpointSpec) and e.kvEvents for e in section.endpoints)
+        return KVEventsSettings() if wanted else None
+    return KVEventsSettings(
+        port=kv.port,
+        replay_port=kv.replayPort,
+        data_parallel_size=kv.dataParallelSize,
+        topic_filter=kv.topicFilter,
+        bind=kv.bind,
+        queue_size=kv.queueSize,
+        replay_timeout_s=kv.replayTimeoutS,
+        batches_per_tick=kv.batchesPerTick,
+    )
+
+
+def shared_index_of(section: MmgateSection) -> RedisIndexes | None:
+    """The Redis-mirrored index provider for ``mmgate.sharedIndex`` (None: in-memory indexes)."""
+    spec = section.sharedIndex
+    if spec is None:
+        return None
+    return RedisIndexes(SharedIndexSettings(spec.redis, prefix=spec.keyPrefix, outbox_limit=spec.outboxLimit))
+
+
 def settings_of(section: MmgateSection) -> GatewaySettings:
     """The ``mmgate:`` section as runtime settings (flags were already applied to it).
 
@@ -86,6 +122,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
             scrape_interval_s=section.scrapeIntervalMs / 1000.0,
             staleness_s=section.metricsStalenessMs / 1000.0,
             ssl_context=ssl_context,
+            kv_events=kv_events_settings_of(section),
         ),
         proxy=ProxySettings(
             request_timeout_s=section.requestTimeoutS,
@@ -131,11 +168,14 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     """A gateway for ``config`` (not started); ``registry``: the plugin types its scheduler may
     use (default: the built-in ones). Raises ``ConfigError``/``ValueError`` on bad config."""
     section = config.mmgate
-    scheduler = build_scheduler(config.picker, mmgate=section, registry=registry)
+    shared = shared_index_of(section)
+    scheduler = build_scheduler(config.picker, mmgate=section, registry=registry, indexes=shared)
     pricing = PricingConfig(family=section.pricing.family) if section.pricing.family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
     limits = section.limits.to_limits()
-    return Gateway(settings_of(section), picker, make_parser(limits))
+    settings = settings_of(section)
+    settings.data.shared_index = shared
+    return Gateway(settings, picker, make_parser(limits))
 
 
 @dataclass(slots=True)

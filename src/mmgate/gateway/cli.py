@@ -93,8 +93,9 @@ def add_arguments(
         type=int,
         default=1,
         metavar="N",
-        help="gateway processes sharing the port (SO_REUSEPORT); they share no state: each scrapes the "
-        "fleet and keeps its own load counts and affinity indexes (default 1; see mmgate/gateway/workers.py)",
+        help="gateway processes sharing the port (SO_REUSEPORT); each scrapes the fleet and keeps its own "
+        "load counts, and its own affinity indexes unless mmgate.sharedIndex shares them through Redis "
+        "(default 1; see mmgate/gateway/workers.py)",
     )
 
 

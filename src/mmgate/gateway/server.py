@@ -90,6 +90,7 @@ class Gateway:
         self.clock = clock
         self.data = DataLayer(settings.data, clock=clock)
         self.telemetry = Telemetry(self.data.registry, clock)
+        self.data.register_metrics(self.telemetry.registry)
         self.controller = RequestController(
             picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry
         )

@@ -6,13 +6,14 @@ listening socket on it with ``SO_REUSEPORT``, and the kernel spreads incoming *c
 across them. The parent only supervises: it forwards SIGINT/SIGTERM, and when one worker dies it
 stops the others and exits non-zero, so whatever restarts the gateway restarts all of it.
 
-State-sharing choice: **workers share nothing.** Each one is a complete gateway with its own
-endpoint scraper (N times the ``/metrics`` traffic), its own in-flight load counts and its own
+State-sharing choice: **workers share nothing in memory.** Each one is a complete gateway with its
+own endpoint scraper (N times the ``/metrics`` traffic), its own in-flight load counts and its own
 affinity indexes. Load-aware scorers therefore see about 1/N of the fleet's in-flight requests
-(still a fair sample, since connections are spread evenly), and a repeated prefix or image only
-meets its affinity record when it arrives at the same worker. Keep ``--workers 1`` (the default)
-for affinity-heavy configs until the indexes live in a shared store; use more workers for
-round-robin or load-only configs, or when one core is the bottleneck.
+(still a fair sample, since connections are spread evenly). Without ``mmgate.sharedIndex`` a
+repeated prefix or image only meets its affinity record when it arrives at the same worker; with
+it, the workers' prefix and encoder-cache indexes are one view through Redis
+(:mod:`mmgate.datalayer.index.redis_mirror`; docs/precise.md), so affinity-heavy configs can use
+more workers too.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import Any
 
 from mmgate.config.schema import EndpointPickerConfig, MmgateSection, PluginRef, SchedulingProfile
 from mmgate.config.strict import ConfigError, raise_if_any
+from mmgate.datalayer.index.store import IndexProvider
 from mmgate.scheduling.framework import (
     Filter,
     Picker,
@@ -51,9 +52,11 @@ def build_scheduler(
     rng: random.Random | None = None,
     seed: int | None = None,
     registry: PluginRegistry | None = None,
+    indexes: IndexProvider | None = None,
 ) -> Scheduler:
     """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible;
-    ``registry`` (default: the built-in plugins) says which plugin types exist.
+    ``registry`` (default: the built-in plugins) says which plugin types exist; ``indexes``
+    supplies the affinity indexes (default: in memory, one set per scheduler).
 
     This is where a config's meaning is checked: plugin types and parameters, unique names,
     references from profiles, handlers and producers. Every mistake is collected and raised
@@ -65,7 +68,7 @@ def build_scheduler(
     section = mmgate if mmgate is not None else MmgateSection()
     if rng is None:
         rng = random.Random(seed if seed is not None else section.seed)
-    handle = PluginHandle(rng, pricing_family=section.pricing.family)
+    handle = PluginHandle(rng, pricing_family=section.pricing.family, indexes=indexes)
     errors: list[ConfigError] = []
 
     plugins: dict[str, Plugin[Any]] = {}

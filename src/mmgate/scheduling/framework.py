@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
+from mmgate.datalayer.index.store import IndexProvider, MemoryIndexes
 from mmgate.scheduling.types import (
     DataKey,
     EndpointState,
@@ -39,13 +40,18 @@ ParamsT = TypeVar("ParamsT", bound=msgspec.Struct)
 
 
 class PluginHandle:
-    """What a plugin may use at construction: the shared RNG, other plugins by name, and the
+    """What a plugin may use at construction: the shared RNG, other plugins by name, the
     gateway-wide defaults from the ``mmgate:`` section (``pricing_family``: ``mmgate.pricing.family``,
-    the family ``token-producer`` prices with when its own parameters name none)."""
+    the family ``token-producer`` prices with when its own parameters name none), and where
+    affinity indexes come from (``indexes``: in memory unless ``mmgate.sharedIndex`` makes them
+    shared; reads never wait on I/O)."""
 
-    def __init__(self, rng: random.Random, *, pricing_family: str | None = None) -> None:
+    def __init__(
+        self, rng: random.Random, *, pricing_family: str | None = None, indexes: IndexProvider | None = None
+    ) -> None:
         self.rng = rng
         self.pricing_family = pricing_family
+        self.indexes: IndexProvider = indexes if indexes is not None else MemoryIndexes()
         self.plugins: dict[str, Plugin[Any]] = {}
 
     def plugin(self, name: str) -> Plugin[Any] | None:

@@ -20,7 +20,7 @@ import zmq.asyncio
 
 from mmgate.sim.engine import types as engine_types
 from mmgate.sim.engine.types import KVEvent
-from mmgate.vllm.kv_events_config import KVEventsConfig, binds
+from mmgate.vllm.kv_events_config import KVEventsConfig, binds, bound_endpoint
 from mmgate.vllm.kvevents import (
     AllBlocksCleared,
     BlockRemoved,
@@ -106,13 +106,13 @@ class KVEventPublisher:
             self._replay.setsockopt(zmq.LINGER, 0)
             self._replay.set_hwm(2 * (config.buffer_steps + 1))
             self._replay.bind(config.replay_endpoint)
-            self.replay_endpoint = _last_endpoint(self._replay, config.replay_endpoint)
+            self.replay_endpoint = bound_endpoint(self._replay, config.replay_endpoint)
 
     @staticmethod
     def _attach(sock: zmq.asyncio.Socket, endpoint: str) -> str:
         if binds(endpoint):
             sock.bind(endpoint)
-            return _last_endpoint(sock, endpoint)
+            return bound_endpoint(sock, endpoint)
         sock.connect(endpoint)
         return endpoint
 
@@ -164,12 +164,3 @@ class KVEventPublisher:
         self._pub.close(linger=0)
         if self._replay is not None:
             self._replay.close(linger=0)
-
-
-def _last_endpoint(sock: zmq.asyncio.Socket, fallback: str) -> str:
-    """The concrete endpoint after a bind (wildcard ports resolved), for printing and clients."""
-    with contextlib.suppress(zmq.ZMQError):
-        last = sock.getsockopt(zmq.LAST_ENDPOINT)
-        if isinstance(last, bytes) and last:
-            return last.decode()
-    return fallback

@@ -6,9 +6,13 @@ must derive the same socket addresses vLLM does (bind vs connect, one port per d
 
 from __future__ import annotations
 
-import msgspec
+import contextlib
+from typing import Any
 
-__all__ = ["KVEventsConfig", "binds", "offset_endpoint", "parse_kv_events_config"]
+import msgspec
+import zmq
+
+__all__ = ["KVEventsConfig", "binds", "bound_endpoint", "offset_endpoint", "parse_kv_events_config"]
 
 
 class KVEventsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -69,3 +73,12 @@ def binds(endpoint: str) -> bool:
     """vLLM's rule for its PUB socket: bind wildcard and ipc/inproc endpoints, connect to everything
     else (so a subscriber connects where a pod binds, and binds where pods connect)."""
     return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
+def bound_endpoint(sock: zmq.Socket[Any], fallback: str) -> str:
+    """The concrete endpoint after a bind (wildcard ports resolved), for printing and clients."""
+    with contextlib.suppress(zmq.ZMQError):
+        last = sock.getsockopt(zmq.LAST_ENDPOINT)
+        if isinstance(last, bytes) and last:
+            return last.decode()
+    return fallback

@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import xxhash
 
-from mmgate.scheduling.affinity_index import AffinityIndex
+from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
@@ -110,7 +110,7 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
             raise ValueError("maxPrefixTokensToMatch and maxPrefixBlocksToMatch must be >= 0")
         if params.minBlockSizeTokens <= 0:
             raise ValueError("minBlockSizeTokens must be > 0")
-        self.index: AffinityIndex[int] = AffinityIndex()
+        self.index: AffinityStore[int] = handle.indexes.index(f"{self.type_name}/{name}")
         self._keys = self.own_keys(PREFIX_MATCH)
 
     def produces(self) -> tuple[DataKey[Any], ...]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.affinity_index import AffinityIndex
+from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, TOKENIZED_PROMPT, EncoderCacheMatch
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
@@ -40,7 +40,7 @@ class MMEmbeddingsCacheProducer(Producer[MMEmbeddingsParams], PreRequest, Endpoi
         if params.cacheSizeInMBPerServer <= 0:
             raise ValueError(f"cacheSizeInMBPerServer must be > 0, got {params.cacheSizeInMBPerServer}")
         self.capacity = max(1, params.cacheSizeInMBPerServer * 1024 * 1024 // BYTES_PER_ITEM)
-        self.index: AffinityIndex[str] = AffinityIndex()
+        self.index: AffinityStore[str] = handle.indexes.index(f"{self.type_name}/{name}")
         self._keys = self.own_keys(ENCODER_CACHE_MATCH)
 
     def produces(self) -> tuple[DataKey[Any], ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgate.scheduling.affinity_index import AffinityIndex
+from mmgate.datalayer.index.memory import AffinityIndex
 
 
 def test_longest_prefix_counts_consecutive_keys_per_endpoint() -> None:
