@@ -31,7 +31,7 @@ from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
 from mmgate.gateway.responses import Response, error_response, json_response, request_error_response
 from mmgate.gateway.telemetry import Telemetry
-from mmgate.request.view import Api, RequestView
+from mmgate.request.view import API_PATHS, Api, RequestView
 
 log = logging.getLogger("mmgate.gateway")
 access_log = logging.getLogger("mmgate.access")
@@ -39,11 +39,7 @@ access_log = logging.getLogger("mmgate.access")
 RouteHandler = Callable[[Request, ResponseWriter], Awaitable[None]]
 Routes = dict[str, tuple[str, RouteHandler]]  # path -> (method, handler)
 
-ROUTES: dict[str, Api] = {
-    "/v1/chat/completions": Api.CHAT,
-    "/v1/completions": Api.COMPLETIONS,
-    "/v1/messages": Api.MESSAGES,
-}
+ROUTES: dict[str, Api] = API_PATHS  # every POST route vLLM serves, at vLLM's paths
 
 
 @dataclass(slots=True)
