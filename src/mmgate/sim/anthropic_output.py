@@ -23,7 +23,6 @@ def _event(name: str, doc: dict[str, Any]) -> bytes:
 class MessagesWriter:
     __slots__ = ("_id", "_model", "_offset", "_prompt_tokens")
 
-    content_type = "application/json"
     _PREFIX = (
         b"event: content_block_delta\n"
         b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":'

@@ -19,7 +19,6 @@ from mmgate.sim.output import Usage, completion_text, token_events
 class SpeechWriter:
     __slots__ = ("_created", "_duration_s", "_id", "_model", "_object", "_offset", "_prefix")
 
-    content_type = "application/json"
     _SUFFIX = b"}}]}\n\n"
 
     def __init__(

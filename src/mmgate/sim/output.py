@@ -52,8 +52,6 @@ class Writer(Protocol):
     """The bytes of one generated answer in its API's shape: the events that open a stream, one
     event per token, the events that close it (``[DONE]`` where the API has it), or one body."""
 
-    content_type: str
-
     def role_chunk(self) -> bytes: ...
 
     def tokens(self, start: int, count: int) -> bytes: ...
@@ -84,8 +82,6 @@ class ResponseWriter:
     (the usage chunk when the client asked for it), or the final JSON body."""
 
     __slots__ = ("_created", "_id", "_include_usage", "_model", "_offset", "_prefix", "_suffix", "api")
-
-    content_type = "application/json"
 
     def __init__(
         self, api: Api, request_id: str, model: str, offset: int = 0, *, include_usage: bool = False

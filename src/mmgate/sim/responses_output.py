@@ -22,8 +22,6 @@ _OPENING = 4  # events before the first delta
 class ResponsesWriter:
     __slots__ = ("_created", "_delta_prefix", "_id", "_item", "_model", "_offset")
 
-    content_type = "application/json"
-
     def __init__(self, request_id: str, model: str, offset: int = 0) -> None:
         self._id = request_id if request_id.startswith("resp_") else f"resp_{request_id}"
         self._item = f"msg_{request_id}"
