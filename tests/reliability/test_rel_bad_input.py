@@ -108,12 +108,11 @@ async def test_hostile_bodies_get_fast_openai_shaped_4xx_and_never_reach_a_pod()
     async with stack(config(limits={"maxBodyBytes": LIMIT}), pods=2) as s:
         before = await pod_work(s)
         for name, (body, expected) in hostile_bodies(s.model).items():
-            status, data, took = await send(s, body, **{"Content-Type": "application/json"})
+            status, data, _ = await send(s, body, **{"Content-Type": "application/json"})
             if status == 200:  # only cases that allow it (a lone surrogate is valid JSON text)
                 assert expected == (200, 400), name
                 continue
-            error = assert_openai_error(status, data, expected)
-            assert took < 2.0, (name, took)
+            error = assert_openai_error(status, data, expected)  # a 4xx of its own, never the 408 of a wait
             assert "Traceback" not in error["message"], name
         # Nothing refused reached an engine (the surrogate case, if served, is the only work).
         served_ok = await pod_work(s) - before
@@ -142,14 +141,13 @@ async def test_a_body_over_the_limit_is_a_413_before_it_is_read() -> None:
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: 10000000000\r\nConnection: close\r\n\r\n"
         )
-        status, data, took = await raw_request(u.hostname or "", u.port or 0, head, (b"{",))
-        assert_openai_error(status, data, 413)
-        assert took < 2.0
+        status, data, _ = await raw_request(u.hostname or "", u.port or 0, head, (b"{",))
+        assert_openai_error(status, data, 413)  # not the 408 of waiting for the body
         assert await pod_work(s) == before
 
 
 async def test_a_slow_loris_body_is_cut_off_with_a_408_while_others_are_served() -> None:
-    async with stack(config(bodyTimeoutS=1.0), pods=1) as s:
+    async with stack(config(bodyTimeoutS=3.0), pods=1) as s:
         u = urlsplit(s.url)
         body = chat_body(s.model, "hello")
         head = (
@@ -170,11 +168,12 @@ async def test_a_slow_loris_body_is_cut_off_with_a_408_while_others_are_served()
             for _ in range(20)
         ]
         await asyncio.sleep(0.2)
-        served = [await send(s, chat_body(s.model, f"meanwhile {k}")) for k in range(5)]
-        assert all(status == 200 and took < 2.0 for status, _, took in served), served
+        served = await asyncio.gather(*(send(s, chat_body(s.model, f"meanwhile {k}")) for k in range(5)))
+        assert all(status == 200 for status, _, _ in served), served
+        assert not any(loris.done() for loris in lorises)  # served while every loris still held on
         for status, data, took in await asyncio.gather(*lorises):
             assert_openai_error(status, data, 408)
-            assert 0.9 < took < 5.0
+            assert took > 2.9
 
 
 async def test_header_injection_and_routing_headers_do_not_reach_upstream() -> None:
@@ -190,9 +189,8 @@ async def test_header_injection_and_routing_headers_do_not_reach_upstream() -> N
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
             b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body),
         ):
-            status, _, took = await raw_request(u.hostname or "", u.port or 0, bad_head, (body,))
-            assert status in (0, 400), status
-            assert took < 2.0
+            status, _, _ = await raw_request(u.hostname or "", u.port or 0, bad_head, (body,))
+            assert status in (0, 400), status  # refused from the head: not a 408 after a wait
         # A response-splitting attempt through x-request-id is replaced, not echoed.
         async with s.session.post(
             s.url + "/v1/chat/completions", data=body, headers={"x-request-id": "abc def<script>"}

@@ -588,12 +588,11 @@ async def test_an_upstream_head_without_end_is_cut_off_not_buffered() -> None:
 
     server = await asyncio.start_server(endless_head, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = UpstreamPool(connect_timeout_s=1.0, read_timeout_s=5.0)
-    started = asyncio.get_running_loop().time()
+    pool = UpstreamPool(connect_timeout_s=1.0, read_timeout_s=60.0)
     try:
+        # a protocol error, not the read timeout (that would be a TimeoutError)
         with pytest.raises(UpstreamProtocolError, match="response head over"):
             await pool.request("127.0.0.1", port, "POST", "/v1/chat/completions", [], BODY)
-        assert asyncio.get_running_loop().time() - started < 3.0  # not the read timeout
     finally:
         await pool.close()
         server.close()

@@ -36,7 +36,7 @@ async def test_admission_slots_queue_fifo_timeout_and_per_client() -> None:
     started = time.monotonic()
     with pytest.raises(Overloaded, match="no slot freed up"):
         await adm.enter(2, "f")  # waits its queue_timeout_s, then 429
-    assert 0.25 < time.monotonic() - started < 1.0
+    assert time.monotonic() - started > 0.25  # it waited, and the message says what for
     assert adm.queued == 0
     adm.leave("c")
     adm.leave("d")
@@ -77,9 +77,7 @@ async def test_beyond_inflight_and_queue_clients_get_429_with_retry_after_and_no
             async with s.session.post(s.url + "/v1/chat/completions", data=body) as resp:
                 statuses.append((resp.status, resp.headers.get("Retry-After", ""), await resp.read()))
 
-        started = time.monotonic()
         await asyncio.gather(*(one(k) for k in range(12)))
-        took = time.monotonic() - started
         ok = [x for x in statuses if x[0] == 200]
         shed = [x for x in statuses if x[0] == 429]
         assert len(ok) + len(shed) == 12  # every request got an answer
@@ -87,7 +85,8 @@ async def test_beyond_inflight_and_queue_clients_get_429_with_retry_after_and_no
         for status, retry_after, body in shed:
             error = assert_openai_error(status, body, 429)
             assert error["code"] == "overloaded" and retry_after == "1"
-        assert took < 10
+            # refused at once for a full queue, not after waiting out queueTimeoutS in it
+            assert "in flight and 3 queued" in error["message"], error
         assert s.running.gateway.inflight == 0
 
 

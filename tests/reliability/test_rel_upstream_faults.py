@@ -82,11 +82,13 @@ async def test_a_killed_pod_refuses_connections_and_requests_are_retried_elsewhe
 
 
 async def test_when_the_whole_fleet_fails_clients_get_the_error_fast_and_retries_are_bounded() -> None:
-    async with stack(config(maxRetries=2), pods=3) as s:
+    # A read timeout far beyond any loaded machine's loopback round trips: an answer that waited
+    # for it (instead of passing on the pods' 503s) would show in the seconds.
+    async with stack(config(maxRetries=2, readTimeoutS=60.0), pods=3) as s:
         for url in s.fleet.urls:
             await set_faults(s, url, rate_503=1.0)
         results = await asyncio.gather(*(ask(s, f"all down {k}") for k in range(10)))
-        assert all(r.status == 503 and r.error and r.seconds < 2.0 for r in results), results
+        assert all(r.status == 503 and r.error and r.seconds < 60.0 for r in results), results
         metrics = await (await s.session.get(s.url + "/metrics")).text()
         retries = sum(
             float(line.rsplit(" ", 1)[1])
@@ -101,7 +103,7 @@ async def test_a_stalled_pod_is_skipped_after_the_read_timeout() -> None:
         stalled = s.fleet.urls[0]
         await set_faults(s, stalled, stalled=True)
         results = await asyncio.gather(*(ask(s, f"stall {k}", stream=k % 2 == 0) for k in range(6)))
-        assert all(r.done and r.seconds < 3.0 for r in results), results
+        assert all(r.done for r in results), results  # the stall is open-ended: only the timeout ends it
         assert all(r.endpoint != stalled.removeprefix("http://") for r in results)
         metrics = await (await s.session.get(s.url + "/metrics")).text()
         assert 'mmgate_retries_total{reason="timeout"}' in metrics
@@ -115,7 +117,7 @@ async def test_a_stream_that_stalls_midway_is_cut_and_the_pod_sees_the_abort() -
         async with s.session.post(s.url + "/v1/chat/completions", data=body) as resp:
             assert resp.status == 200
             await resp.content.readany()
-            await set_faults(s, pod, stall_for=1.5)
+            await set_faults(s, pod, stalled=True)  # open-ended: only the read timeout can end it
             cut = False
             try:
                 while await resp.content.readany():
@@ -123,7 +125,8 @@ async def test_a_stream_that_stalls_midway_is_cut_and_the_pod_sees_the_abort() -
             except aiohttp.ClientPayloadError:
                 cut = True
         assert cut  # a truncated stream, never a clean end
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started >= 0.5
+        await set_faults(s, pod, stalled=False)  # the pod notices the gone client at its next token
         await wait_for(lambda: aborts(s, pod), 1.0, timeout=5.0)
 
 

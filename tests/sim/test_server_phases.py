@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mmgate.bench.simulator.loadtest import base_png
 from mmgate.sim.cli import add_arguments, specs_from_args
+from mmgate.sim.faults import FaultSettings
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.metrics import E2E_BUCKETS, ITL_BUCKETS
 from mmgate.sim.profiles import load_profile
@@ -58,19 +59,38 @@ async def post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> d
         return doc
 
 
+async def waiting(http: aiohttp.ClientSession, url: str, n: int) -> None:
+    """Until the pod's engine holds ``n`` requests in its waiting queue."""
+    while True:
+        gauge = (await scrape(http, url))["vllm:num_requests_waiting"]
+        if gauge.samples[0].value >= n:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_phase_histograms_follow_vllm_names_buckets_and_boundaries(http: aiohttp.ClientSession) -> None:
     tokens = 12
-    # One seat: the second request queues until the first has finished decoding.
-    async with SimFleet(pods=1, profile="fast", engine={"max_num_seqs": 1}) as fleet:
+    # One seat on a stalled pod: both requests are queued (the long one first: vLLM serves FCFS)
+    # before any step runs, so the one-token request waits out the whole of the long one's
+    # inference. The pod runs in this event loop, so its clock is the loop's.
+    stalled = FaultSettings(stalled=True)
+    async with SimFleet(pods=1, profile="fast", engine={"max_num_seqs": 1}, faults=stalled) as fleet:
         url = fleet.urls[0]
         before = await scrape(http, url)
         assert all(totals(before[name]) == (0.0, 0.0) for name in PHASES)
-        bodies = [
-            {"model": "test", "messages": [{"role": "user", "content": f"question {i}"}],
-             "max_tokens": tokens, "ignore_eos": True}
-            for i in range(2)
-        ]  # fmt: skip
-        await asyncio.gather(*(post(http, url, b) for b in bodies))
+        sent = []
+        for i, max_tokens in enumerate((tokens, 1)):
+            body = {"model": "test", "messages": [{"role": "user", "content": f"question {i}"}],
+                    "max_tokens": max_tokens, "ignore_eos": True}  # fmt: skip
+            sent.append(asyncio.create_task(post(http, url, body)))
+            await waiting(http, url, i + 1)
+        loop = asyncio.get_running_loop()
+        queued_by = loop.time()  # both are in the waiting queue by now ...
+        await asyncio.sleep(0.05)
+        held = loop.time() - queued_by  # ... and neither is scheduled before the stall is lifted
+        async with http.post(url + "/admin/faults", json={"stalled": False}) as resp:
+            assert resp.status == 200
+        await asyncio.gather(*sent)
         families = await scrape(http, url)
 
     for name, bounds in PHASES.items():
@@ -92,8 +112,10 @@ async def test_phase_histograms_follow_vllm_names_buckets_and_boundaries(http: a
     e2e, _ = totals(families["vllm:e2e_request_latency_seconds"])
     assert decode > 0 and prefill > 0
     assert inference == pytest.approx(prefill + decode)  # scheduled → first → last token
-    assert tpot == pytest.approx(decode / (tokens - 1))  # the first token is the prefill's
-    assert queue >= 0.4 * decode  # the second request waited for the first one's decode
+    # the one-token request has no decode (its only token is the prefill's) and a TPOT of 0
+    assert tpot == pytest.approx(decode / (tokens - 1))
+    # both queued through ``held``; the second also through the first one's whole inference
+    assert queue >= 2 * held + decode - 1e-9
     assert ttft >= queue + prefill - 1e-9  # arrival (before preprocessing) <= queued
     assert e2e >= queue + inference - 1e-9
 

@@ -54,10 +54,12 @@ def test_prefix_affinity_beats_round_robin_on_cache_hits() -> None:
 @pytest.mark.slow
 def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
     """The consistency check: the same scenario through the real gateway and simulated pods over
-    loopback (time-scaled 2x) and in the DES. Tolerance: throughput within 5%, TTFT p50/p90
-    within 25% + 60 ms (HTTP adds real parsing, proxying and socket time, scaled by 2). Round
-    robin makes the placement independent of timing, so the cache hits must match too; the
-    at-scale comparison with the affinity configs is in docs/benchmarks/des-http.md."""
+    loopback (time-scaled 2x) and in the DES. Both modes draw the same seeded arrivals, so they
+    must serve the same requests and tokens; round robin makes the placement independent of
+    timing, so the cache hits must match too. Wall time only adds to the HTTP mode (the simulated
+    pods sleep at least the modelled time; parsing, proxying and sockets come on top), so its
+    throughput can only be lower and its TTFT and end-to-end latencies only higher than the DES's;
+    how close they are at scale is measured in docs/benchmarks/des-http.md."""
     workload = shared_prefix(output_tokens=40, **SMALL)  # type: ignore[arg-type]
     ladder = Ladder(rates=(3.0,), duration_s=8.0)
     system = [resolve("round-robin")]
@@ -65,10 +67,17 @@ def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
     (des,) = run_des(workload, system, ladder, DesOptions(pods=2), progress=False)
     h, d = summarize(http), summarize(des)
     assert h["failures"] == 0 and d["failures"] == 0
-    assert h["requests_per_s"] == pytest.approx(d["requests_per_s"], rel=0.05)
-    assert h["output_tokens_per_s"] == pytest.approx(d["output_tokens_per_s"], rel=0.05)
-    for key in ("ttft_p50_s", "ttft_p90_s"):
-        assert abs(h[key] - d[key]) <= 0.25 * d[key] + 0.06, (key, h[key], d[key])
+    assert h["requests"] == h["completed"] == d["completed"] == d["requests"] > 0
+    sent_h = sorted(http.records, key=lambda r: r.sent_s)
+    sent_d = sorted(des.records, key=lambda r: r.sent_s)
+    assert [r.output_tokens for r in sent_h] == [r.output_tokens for r in sent_d]
+    # the same work over a span that wall time can only stretch
+    assert http.span_s >= ladder.duration_s and des.span_s >= ladder.duration_s
+    assert h["requests_per_s"] <= d["requests_per_s"] * 1.01
+    assert h["output_tokens_per_s"] <= d["output_tokens_per_s"] * 1.01
+    for key in ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s"):
+        assert h[key] >= 0.97 * d[key] > 0, (key, h[key], d[key])
+    assert all(0 < r.ttft_s < r.e2e_s for r in sent_h)  # type: ignore[operator]
     assert h["prefix_cache_hit_ratio"] == pytest.approx(d["prefix_cache_hit_ratio"], abs=0.02)
 
 
