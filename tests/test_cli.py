@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mmgate_command, subprocess_env
 from mmgate import __version__
+from support.processes import REPO, mmgate_command, subprocess_env
 
 EXAMPLES = REPO / "examples" / "requests"
 

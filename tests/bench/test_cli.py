@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.bench.cli import BENCHMARKS
 from mmgate.bench.cli import main as bench
+from support.processes import mmgate_command, subprocess_env
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from conftest import subprocess_env
 from mmgate.bench.processes import Managed, free_port, wait_until_serving
+from support.processes import subprocess_env
 
 BODY = json.dumps({"model": "null-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
 

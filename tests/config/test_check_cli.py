@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import mmgate_command, subprocess_env
+from support.processes import mmgate_command, subprocess_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -184,7 +184,7 @@ def test_pool_and_pod_parsing_rules() -> None:
 def test_serve_without_a_usable_kubeconfig_says_what_to_give(tmp_path: Path) -> None:
     import subprocess
 
-    from conftest import mmgate_command, subprocess_env
+    from support.processes import mmgate_command, subprocess_env
 
     missing = tmp_path / "nope"
     result = subprocess.run(

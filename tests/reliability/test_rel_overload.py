@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.bench.soak.idle_streams import measure
 from mmgate.control.admission import Admission, AdmissionSettings, Overloaded, client_key
+from support.processes import mmgate_command, subprocess_env
 from support.reliability import assert_openai_error, chat_body, config, stack
 
 

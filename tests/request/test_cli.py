@@ -6,9 +6,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import REPO, mmgate_command, subprocess_env
 from mmgate.request import Api
 from mmgate.request.cli import guess_api
+from support.processes import REPO, mmgate_command, subprocess_env
 
 from .bodies import chat, data_uri, image, image_part
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.sim.cli import add_arguments, specs_from_args
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role
 from mmgate.sim.spec import load_fleet
+from support.processes import mmgate_command, subprocess_env
 
 FLEET = """
 base_port: 9100

@@ -4,5 +4,7 @@
 helper edits ``sys.path``. ``upstreams``: scriptable upstreams, a recording router, a started
 gateway; ``stack``: the simulated fleet plus a gateway built as ``mmgate serve`` builds it;
 ``reliability``: error-shape checks, raw-socket clients and pod counters for the reliability suite;
-``redis_server``: a real redis-server on a free loopback port.
+``redis_server``: a real redis-server on a free loopback port; ``processes``: subprocesses that run
+this checkout's code; ``h1``: raw-socket peers for the upstream HTTP/1.1 client; ``envoy``: a real
+Envoy in front of ``mmgate extproc``.
 """

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import REPO, mmgate_command, subprocess_env
 from mmgate.tokens import cli, cost_cli, get_family, get_provider
+from support.processes import REPO, mmgate_command, subprocess_env
 
 
 def run_cli(module: object, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

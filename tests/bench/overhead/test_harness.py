@@ -11,7 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import mmgate_command, subprocess_env
+from support.processes import mmgate_command, subprocess_env
 
 BODIES = ("text", "image-1", "stream-100")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mmgate_command, subprocess_env
+from support.processes import mmgate_command, subprocess_env
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

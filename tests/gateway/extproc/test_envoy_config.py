@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.bench.overhead.envoy_system import envoy_binary
 from mmgate.gateway.extproc.envoy_config import envoy_config, render
+from support.processes import REPO, mmgate_command, subprocess_env
 
-REPO = Path(__file__).resolve().parents[3]
 SHIPPED = REPO / "deploy" / "envoy" / "envoy.yaml"
 
 

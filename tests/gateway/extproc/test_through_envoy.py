@@ -14,9 +14,8 @@ import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from support.envoy import EnvoyStack, envoy_stack
 from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, chat_body, png
-
-from .envoy_stack import EnvoyStack, envoy_stack
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from conftest import mmgate_command, subprocess_env
+from support.processes import mmgate_command, subprocess_env
 from support.upstreams import Upstream
 
 IMAGE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()

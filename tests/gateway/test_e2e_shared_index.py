@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 import yaml
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.sim.fleet import SimFleet
+from support.processes import mmgate_command, subprocess_env
 from support.redis_server import RedisServer
 from support.stack import chat_body
 from support.upstreams import free_port

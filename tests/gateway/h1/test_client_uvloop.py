@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import test_h1_client as basic
-import test_h1_client_errors as errors
 import uvloop
+
+from gateway.h1 import test_client as basic
+from gateway.h1 import test_client_errors as errors
 
 
 def _scenarios() -> list[Any]:

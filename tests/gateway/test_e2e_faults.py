@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.control.scheduler_picker import SchedulerPicker
+from support.processes import mmgate_command, subprocess_env
 from support.stack import ENCODER_AFFINITY, chat_body, stack
 from support.upstreams import free_port
 

@@ -8,7 +8,6 @@ import socket
 import time
 
 import pytest
-from h1_client_support import Peer, fetch, make_pool, ok, raw_server, read_all
 
 from mmgate.gateway.h1.client import (
     UpstreamConnectError,
@@ -16,6 +15,7 @@ from mmgate.gateway.h1.client import (
     UpstreamProtocolError,
     UpstreamResetError,
 )
+from support.h1 import Peer, fetch, make_pool, ok, raw_server, read_all
 
 
 async def test_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mmgate_command, subprocess_env
+from support.processes import REPO, mmgate_command, subprocess_env
 
 BODY = json.dumps({"model": "null-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
 

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import mmgate_command, subprocess_env
+from support.processes import mmgate_command, subprocess_env
 
 pytestmark = pytest.mark.slow
 

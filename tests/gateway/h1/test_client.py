@@ -7,9 +7,9 @@ import hashlib
 import os
 
 import pytest
-from h1_client_support import Peer, fetch, make_pool, ok, raw_server, read_all
 
 from mmgate.gateway.h1.client import SMALL_BODY
+from support.h1 import Peer, fetch, make_pool, ok, raw_server, read_all
 
 
 async def test_content_length_response_and_request_framing() -> None:
