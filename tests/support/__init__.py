@@ -3,7 +3,7 @@
 ``tests/`` is on ``sys.path`` because pytest puts a rootdir ``conftest.py``'s folder there, so no
 helper edits ``sys.path``. ``upstreams``: scriptable upstreams, a recording router, a started
 gateway; ``stack``: the simulated fleet plus a gateway built as ``mmgate serve`` builds it;
-``reliability``: error-shape checks, raw-socket clients and pod counters for the reliability suite;
+``probes``: error-shape checks, a stack config, raw-socket clients and pod counters;
 ``redis_server``: a real redis-server on a free loopback port; ``processes``: subprocesses that run
 this checkout's code; ``h1``: raw-socket peers for the upstream HTTP/1.1 client; ``envoy``: a real
 Envoy in front of ``mmgate extproc``.

@@ -12,17 +12,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from support.reliability import (
-    Stack,
-    assert_openai_error,
-    chat_body,
-    config,
-    data_url,
-    png,
-    pod_work,
-    raw_request,
-    stack,
-)
+from support.probes import assert_openai_error, config, pod_work, raw_request
+from support.stack import Stack, chat_body, data_url, png, stack
 
 LIMIT = 1 << 20  # 1 MiB bodies for these tests
 

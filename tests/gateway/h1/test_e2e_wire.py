@@ -28,7 +28,7 @@ from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import HttpServer, ServerLimits
 from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.responses import json_response
-from support.reliability import OrderRouter, start_gateway
+from support.upstreams import OrderRouter, start_gateway
 
 BODY = b'{"model":"m","messages":[]}'
 OK = (

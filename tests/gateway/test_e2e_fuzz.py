@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.reliability import config, png, stack
+from support.probes import config
+from support.stack import png, stack
 
 MODEL = "test"
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")

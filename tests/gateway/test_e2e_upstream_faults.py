@@ -11,7 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from support.reliability import Stack, assert_openai_error, chat_body, config, pod_metric, stack
+from support.probes import assert_openai_error, config, pod_metric
+from support.stack import Stack, chat_body, stack
 
 
 async def set_faults(s: Stack, pod_url: str, **faults: Any) -> None:

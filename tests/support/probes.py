@@ -1,6 +1,6 @@
-"""Helpers for the reliability suite: the gateway's end-to-end stack (:mod:`support.stack`),
-OpenAI error-shape checks, raw-socket clients for what aiohttp's client will not send, and the
-counters that prove whether a request reached a pod."""
+"""Looking at a running gateway from outside: OpenAI error-shape checks, a config for the
+end-to-end stack (:mod:`support.stack`), raw-socket clients for what aiohttp's client will not
+send, and the pod counters that prove whether a request reached an engine."""
 
 from __future__ import annotations
 
@@ -11,28 +11,7 @@ from typing import Any
 
 import orjson
 
-from support.stack import ROUND_ROBIN, Stack, chat_body, data_url, png, stack
-from support.upstreams import OrderRouter, Upstream, free_port, serve, start_gateway, status_behaviour
-
-__all__ = [
-    "ROUND_ROBIN",
-    "OrderRouter",
-    "Stack",
-    "Upstream",
-    "assert_openai_error",
-    "chat_body",
-    "config",
-    "data_url",
-    "free_port",
-    "png",
-    "pod_metric",
-    "pod_work",
-    "raw_request",
-    "serve",
-    "stack",
-    "start_gateway",
-    "status_behaviour",
-]
+from support.stack import ROUND_ROBIN, Stack
 
 # Every request a pod admitted ends in one of these (stop, length, abort): their sum over the
 # fleet is the number of requests that reached an engine.

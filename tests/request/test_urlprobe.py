@@ -9,7 +9,7 @@ import time
 from aiohttp import web
 
 from mmgate.request.urlprobe import UrlProber, UrlProbeSettings, address_allowed, host_allowed
-from support.reliability import serve
+from support.upstreams import serve
 
 
 def test_allow_list_patterns() -> None:

@@ -17,7 +17,8 @@ from aiohttp import web
 from mmgate.gateway.app import make_parser
 from mmgate.gateway.telemetry import JsonFormatter
 from mmgate.request.limits import Limits
-from support.reliability import OrderRouter, Upstream, png, serve, start_gateway, status_behaviour
+from support.stack import png
+from support.upstreams import OrderRouter, Upstream, serve, start_gateway, status_behaviour
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 ROUTING = {

@@ -10,8 +10,9 @@ import pytest
 
 from mmgate.bench.soak.idle_streams import measure
 from mmgate.control.admission import Admission, AdmissionSettings, Overloaded, client_key
+from support.probes import assert_openai_error, config
 from support.processes import mmgate_command, subprocess_env
-from support.reliability import assert_openai_error, chat_body, config, stack
+from support.stack import chat_body, stack
 
 
 async def test_admission_slots_queue_fifo_timeout_and_per_client() -> None:

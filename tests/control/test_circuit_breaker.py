@@ -7,7 +7,8 @@ import asyncio
 from dataclasses import dataclass
 
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
-from support.reliability import Stack, chat_body, config, stack
+from support.probes import config
+from support.stack import Stack, chat_body, stack
 
 
 @dataclass(frozen=True)
