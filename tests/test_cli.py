@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -180,9 +181,12 @@ def test_sim_prints_its_fleet_as_json(tmp_path: Path) -> None:
 
 def test_make_run_installs_the_runtime_dependencies_only(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
+    # a make of its own, not a sub-make of `make test` (that one would print "Leaving directory")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     plan = subprocess.run(
         ["make", "-n", "run", f"VENV={venv}", "DEMO_ARGS=--port 8081"],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -192,7 +196,7 @@ def test_make_run_installs_the_runtime_dependencies_only(tmp_path: Path) -> None
     assert installs and all("-e ." in line and "[dev]" not in line for line in installs)
     assert plan.stdout.splitlines()[-1].endswith("-m mmgate demo --port 8081")
     tests = subprocess.run(
-        ["make", "-n", "test", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60
+        ["make", "-n", "test", f"VENV={venv}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert "-e '.[dev]'" in tests.stdout  # dev tools are for make test
 
