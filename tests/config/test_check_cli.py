@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.processes import mmgate_command, subprocess_env
+from support.processes import REPO, mmgate_command, subprocess_env
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO / "examples"
 
 THREE_MISTAKES = """\
 apiVersion: llm-d.ai/v1alpha1

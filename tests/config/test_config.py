@@ -9,11 +9,10 @@ import pytest
 from mmgate.config import ConfigError, ConfigErrors, load_config, load_config_text
 from mmgate.config.lines import key_lines, line_of
 from mmgate.scheduling import build_scheduler
+from support.processes import REPO
 
 # prices.yaml is `mmgate cost`'s price table, not an EndpointPickerConfig.
-EXAMPLES = sorted(
-    p for p in (Path(__file__).resolve().parents[2] / "examples").glob("*.yaml") if p.name != "prices.yaml"
-)
+EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.yaml") if p.name != "prices.yaml")
 
 
 def test_there_are_examples() -> None:

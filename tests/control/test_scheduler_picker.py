@@ -14,6 +14,7 @@ from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_e
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate.scheduling import build_scheduler
+from support.processes import REPO
 from support.upstreams import Upstream, free_port, sse_behaviour, start_gateway
 
 ROUND_ROBIN = """
@@ -110,9 +111,8 @@ def test_clients_reusing_a_request_id_do_not_corrupt_inflight_accounting() -> No
 
 
 def _epd_router() -> tuple[SchedulerPicker, list[EndpointRecord]]:
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "examples" / "e-pd.yaml").read_text()
+    text = (REPO / "examples" / "e-pd.yaml").read_text()
     config = load_config_text(text)
     router = SchedulerPicker(build_scheduler(config.picker, mmgate=config.mmgate, seed=1))
     registry = EndpointRegistry()

@@ -16,8 +16,7 @@ from mmgate.datalayer.kubernetes import (
     endpoints_of_pod,
     pool_target,
 )
-
-from .kubeapi import FakeKubeAPI, inference_pool, pod
+from support.kubeapi import FakeKubeAPI, inference_pool, pod
 
 APP = {"app": "vllm"}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -22,8 +21,8 @@ from mmgate.config import parse_config
 from mmgate.datalayer.kubernetes import pool_target
 from mmgate.gateway.app import build_gateway
 from mmgate.scheduling import build_scheduler
+from support.processes import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 MANIFESTS = sorted(p for p in (DEPLOY / "kubernetes").rglob("*.yaml") if p.name != "kustomization.yaml")
 K8S_VERSION = kubernetes_validate.latest_version()

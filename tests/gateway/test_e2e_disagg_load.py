@@ -30,9 +30,10 @@ from mmgate.scheduling.framework import NoParams, Plugin, PluginHandle
 from mmgate.scheduling.plugins._roles import role_of
 from mmgate.scheduling.registry import builtin_registry
 from mmgate.sim.fleet import SimFleet
+from support.processes import REPO
 from support.stack import chat_body, png, wait_until_scraped
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "e-pd.yaml"
+EXAMPLE = REPO / "examples" / "e-pd.yaml"
 ROLES = ("encode", "prefill-decode")
 Snapshot = list[tuple[str, str | None, int]]
 

@@ -10,9 +10,8 @@ import pytest
 
 from mmgate.errors import RequestError
 from mmgate.request import Api, Modality, Source, parse_request, role_header
-
-from . import media
-from .bodies import data_uri, form, form_headers, image, image_part
+from support import media
+from support.bodies import data_uri, form, form_headers, image, image_part
 
 
 def parse(api: Api, doc: dict[str, Any]) -> Any:

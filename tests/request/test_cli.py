@@ -8,9 +8,8 @@ from pathlib import Path
 
 from mmgate.request import Api
 from mmgate.request.cli import guess_api
+from support.bodies import chat, data_uri, image, image_part
 from support.processes import REPO, mmgate_command, subprocess_env
-
-from .bodies import chat, data_uri, image, image_part
 
 EXAMPLES = REPO / "examples" / "requests"
 

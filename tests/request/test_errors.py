@@ -7,8 +7,7 @@ import pytest
 
 from mmgate.errors import RequestError
 from mmgate.request import Api, Limits, parse_request
-
-from .bodies import b64, chat, data_uri, image, image_part
+from support.bodies import b64, chat, data_uri, image, image_part
 
 
 def error(body: bytes, headers: dict[str, str] | None = None, **kw: object) -> RequestError:

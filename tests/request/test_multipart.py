@@ -6,8 +6,7 @@ import pytest
 
 from mmgate.errors import RequestError
 from mmgate.request.multipart import MAX_PARTS, boundary_of, parse_form
-
-from .bodies import form
+from support.bodies import form
 
 
 def test_fields_and_a_file_come_back_in_order_as_views_of_the_body() -> None:

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import orjson
 import pytest
 import xxhash
 
 from mmgate.request import Api, MediaAsset, Modality, Source, parse_request, role_header
-
-from . import media
-from .bodies import b64, chat, data_uri, image, image_part
-
-DATA = Path(__file__).parent / "data"
+from support import media
+from support.bodies import b64, chat, data_uri, image, image_part
 
 
 def test_text_only_chat_renders_roles_in_order() -> None:
@@ -136,8 +132,8 @@ def test_input_image_and_typeless_forms() -> None:
 
 
 def test_video_audio_and_embeds_parts() -> None:
-    mp4 = (DATA / "clip.mp4").read_bytes()
-    wav = (DATA / "tone.wav").read_bytes()
+    mp4 = (media.DATA / "clip.mp4").read_bytes()
+    wav = (media.DATA / "tone.wav").read_bytes()
     view = parse_request(
         chat(
             {"type": "video_url", "video_url": {"url": data_uri(mp4, "video/mp4")}},
@@ -193,7 +189,7 @@ def test_headers_fill_what_cannot_be_probed() -> None:
 
 
 def test_headers_do_not_override_probed_values_only_fill_gaps() -> None:
-    live = (DATA / "live.webm").read_bytes()  # size and fps in the header, no duration
+    live = (media.DATA / "live.webm").read_bytes()  # size and fps in the header, no duration
     view = parse_request(
         chat({"type": "video_url", "video_url": {"url": data_uri(live, "video/webm")}}),
         {"x-llm-d-video-resolution": "10x10", "x-llm-d-video-duration-seconds": "3"},
@@ -214,7 +210,7 @@ def test_unknown_bytes_are_unprobed_not_an_error() -> None:
 
 
 def test_video_in_an_image_part_is_not_taken_as_image_size() -> None:
-    mp4 = (DATA / "clip.mp4").read_bytes()
+    mp4 = (media.DATA / "clip.mp4").read_bytes()
     asset = parse_request(chat(image_part(data_uri(mp4, "image/png"))), {}).assets[0]
     assert asset.detected_format == "mp4" and asset.width is None and not asset.probed
 

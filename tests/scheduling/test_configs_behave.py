@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 from mmgate.config import load_config
 from mmgate.request.view import MediaAsset
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer
 from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsCacheProducer
+from support.processes import REPO
+from support.scheduling import image, view
 
-from .helpers import image, view
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO / "examples"
 SYSTEM = "You are a careful visual assistant. Answer briefly. " * 8
 
 

@@ -21,8 +21,7 @@ from mmgate.scheduling import (
 from mmgate.scheduling.framework import NoParams
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.single_profile_handler import SingleProfileHandler
-
-from .helpers import endpoints, request, scheduler
+from support.scheduling import endpoints, request, scheduler
 
 
 class FixedScorer(Scorer[NoParams]):

@@ -8,6 +8,7 @@ import pytest
 
 from mmgate.sim.engine import Engine, EngineConfig
 from mmgate.sim.profiles import ProfileError, available_profiles, fit_poly, load_profile
+from support.processes import REPO
 
 SHIPPED = {"fast", "qwen2-vl-2b-rtx4060", "smolvlm-256m-rtx4060", "qwen3-vl-32b-h200-tp2"}
 
@@ -44,7 +45,7 @@ def test_smolvlm_stage_times() -> None:
 
 
 def test_profile_from_path_and_strict_errors(tmp_path: Path) -> None:
-    text = (Path(__file__).parents[2] / "src/mmgate/sim/profiles/fast.yaml").read_text()
+    text = (REPO / "src/mmgate/sim/profiles/fast.yaml").read_text()
     good = tmp_path / "mine.yaml"
     good.write_text(text.replace("name: fast", "name: mine"))
     assert load_profile(good).name == "mine"

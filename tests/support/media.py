@@ -1,8 +1,8 @@
 """Tiny, valid audio/video files written byte by byte (no ffmpeg on the build machines).
 
 Each builder returns the file bytes for the parameters it is given, so tests can compare probed
-metadata with what was written. ``python tests/request/media.py`` regenerates ``data/`` (the shipped
-fixtures) and ``data/expected.json``; a test checks that the shipped files still match.
+metadata with what was written. ``python tests/support/media.py`` regenerates ``tests/request/data/``
+(the shipped fixtures) and its ``expected.json``; a test checks that the shipped files still match.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import wave
 import zlib
 from pathlib import Path
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "request" / "data"
 
 
 # --- WAV ---------------------------------------------------------------------------------------

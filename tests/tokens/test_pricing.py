@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tokviews import audio, image, video, view
 
 from mmgate.errors import RequestError
 from mmgate.request.view import Modality
@@ -17,6 +16,7 @@ from mmgate.tokens import (
     price,
 )
 from mmgate.tokens.sequence import media_token_id
+from support.tokviews import audio, image, video, view
 
 
 def test_qwen3_prices_probed_image_and_reports_rule() -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hfref import bare, load_without_torch, qwen2_video_module, qwen3_video_module, random_sizes, zeros_image
 from PIL import Image
 from transformers.image_utils import SizeDict
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
@@ -47,6 +46,14 @@ from mmgate.errors import RequestError
 from mmgate.tokens import get_family
 from mmgate.tokens.families.llama4 import supported_canvases
 from mmgate.tokens.families.phi import Phi4MMParams, closest_grid
+from support.hfref import (
+    bare,
+    load_without_torch,
+    qwen2_video_module,
+    qwen3_video_module,
+    random_sizes,
+    zeros_image,
+)
 
 SIZES = random_sizes(260, seed=20261130)
 assert len(SIZES) >= 200

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,10 +18,8 @@ from mmgate.request.probe import (
     Truncated,
     probe,
 )
-
-from .bodies import image as pillow_image
-
-DATA = Path(__file__).parent / "data"
+from support.bodies import image as pillow_image
+from support.media import DATA
 
 SAMPLES = [
     pillow_image("PNG", 33, 17),

@@ -5,17 +5,14 @@ from __future__ import annotations
 import base64
 import io
 import json
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from mmgate.request.probe import Base64Reader, BytesReader, probe, probe_bytes
 from mmgate.request.probe import image as image_probe
-
-from .bodies import image
-
-DATA = Path(__file__).parent / "data"
+from support.bodies import image
+from support.media import DATA
 
 CASES = [
     ("PNG", "png", {}),

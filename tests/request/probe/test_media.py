@@ -5,30 +5,29 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from pathlib import Path
 
 import mutagen
 import pytest
 
 from mmgate.request.probe import Base64Reader, probe, probe_bytes
+from support import media
 
-from . import media
-
-DATA = Path(__file__).parent / "data"
-EXPECTED: dict[str, dict[str, object]] = json.loads((DATA / "expected.json").read_text())
+EXPECTED: dict[str, dict[str, object]] = json.loads((media.DATA / "expected.json").read_text())
 AV = sorted(n for n in EXPECTED if not n.endswith(".heic"))
 
 
 def test_shipped_fixtures_match_their_generator() -> None:
     for name, (data, facts) in media.fixtures().items():
-        assert zlib.crc32((DATA / name).read_bytes()) == EXPECTED[name]["crc32"] == zlib.crc32(data), name
+        assert zlib.crc32((media.DATA / name).read_bytes()) == EXPECTED[name]["crc32"] == zlib.crc32(data), (
+            name
+        )
         assert {k: v for k, v in EXPECTED[name].items() if k != "crc32"} == facts
 
 
 @pytest.mark.parametrize("name", AV)
 def test_probed_metadata_matches_what_was_written(name: str) -> None:
     facts = EXPECTED[name]
-    result = probe_bytes((DATA / name).read_bytes())
+    result = probe_bytes((media.DATA / name).read_bytes())
     assert result is not None
     assert result.format == facts["format"]
     for key in ("width", "height", "fps", "sample_rate", "channels"):
@@ -42,20 +41,20 @@ def test_probed_metadata_matches_what_was_written(name: str) -> None:
 
 @pytest.mark.parametrize("name", [n for n in AV if n.endswith((".mp3", ".flac", ".opus", ".wav"))])
 def test_audio_fixtures_are_real_files_for_mutagen_too(name: str) -> None:
-    parsed = mutagen.File(DATA / name)
+    parsed = mutagen.File(media.DATA / name)
     assert parsed is not None
     assert parsed.info.length == pytest.approx(EXPECTED[name]["duration_s"], abs=1e-3)
 
 
 @pytest.mark.parametrize("name", AV)
 def test_base64_probe_equals_bytes_probe(name: str) -> None:
-    data = (DATA / name).read_bytes()
+    data = (media.DATA / name).read_bytes()
     reader = Base64Reader(base64.b64encode(data))
     assert probe(reader)[1] == probe_bytes(data)
 
 
 def test_moov_after_a_large_mdat_is_found_without_decoding_the_media() -> None:
-    data = (DATA / "moov_last.mp4").read_bytes()
+    data = (media.DATA / "moov_last.mp4").read_bytes()
     reader = Base64Reader(base64.b64encode(data))
     _, result = probe(reader)
     assert result is not None and result.width == 1280

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from mmgate.config import ConfigError, load_config, parse_config
@@ -14,10 +12,10 @@ from mmgate.scheduling.plugins.decode_filter import DecodeFilter
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
 from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 from mmgate.scheduling.plugins.prefix_based_pd_decider import PrefixBasedPDDecider
+from support.processes import REPO
+from support.scheduling import image, request, scheduler, view
 
-from .helpers import image, request, scheduler, view
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO / "examples"
 ROLES = [
     None,
     "encode",

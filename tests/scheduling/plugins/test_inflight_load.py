@@ -12,8 +12,7 @@ from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, 
 from mmgate.scheduling.plugins.active_request_scorer import ActiveRequestScorer
 from mmgate.scheduling.plugins.token_load_scorer import TokenLoadScorer
 from mmgate.tokens import MMItem
-
-from .helpers import endpoints, request, scheduler
+from support.scheduling import endpoints, request, scheduler
 
 
 def build(**params: Any) -> Scheduler:

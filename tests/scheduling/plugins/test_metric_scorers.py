@@ -12,8 +12,7 @@ from mmgate.scheduling.framework import NoParams
 from mmgate.scheduling.plugins.kv_cache_utilization_scorer import KVCacheUtilizationScorer
 from mmgate.scheduling.plugins.load_aware_scorer import LoadAwareParams, LoadAwareScorer
 from mmgate.scheduling.plugins.queue_scorer import QueueScorer
-
-from .helpers import request, scheduler
+from support.scheduling import request, scheduler
 
 H = PluginHandle(random.Random(0))
 

@@ -12,8 +12,7 @@ from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, TOKENIZED_PROMPT, Tokeni
 from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsCacheProducer
 from mmgate.scheduling.plugins.mm_embeddings_cache_scorer import MMEmbeddingsCacheScorer
 from mmgate.tokens import MMItem
-
-from .helpers import endpoints, request, scheduler
+from support.scheduling import endpoints, request, scheduler
 
 
 def plugins(

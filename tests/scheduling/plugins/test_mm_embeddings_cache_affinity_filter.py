@@ -7,8 +7,7 @@ from typing import Any
 from mmgate.scheduling import EndpointState
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, EncoderCacheMatch
 from mmgate.scheduling.plugins.mm_embeddings_cache_affinity_filter import MMEmbeddingsCacheAffinityFilter
-
-from .helpers import endpoints, request, scheduler
+from support.scheduling import endpoints, request, scheduler
 
 
 def make_filter(**params: Any) -> MMEmbeddingsCacheAffinityFilter:

@@ -7,8 +7,7 @@ import pytest
 from mmgate.scheduling import EndpointState, ProfileResult, SchedulingRequest, SchedulingResult
 from mmgate.scheduling.keys import PREFIX_MATCH, PrefixMatch
 from mmgate.scheduling.plugins.no_hit_lru_scorer import NoHitLRUScorer
-
-from .helpers import endpoints, request, scheduler
+from support.scheduling import endpoints, request, scheduler
 
 
 def scorer() -> NoHitLRUScorer:

@@ -10,8 +10,7 @@ from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.random_picker import RandomPicker
 from mmgate.scheduling.plugins.round_robin_picker import RoundRobinPicker
 from mmgate.scheduling.plugins.weighted_random_picker import WeightedRandomPicker
-
-from .helpers import endpoints
+from support.scheduling import endpoints
 
 PickerParams = MaxScorePicker.Params  # llm-d's maxNumOfEndpoints, shared by every picker
 

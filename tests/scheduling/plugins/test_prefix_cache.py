@@ -11,8 +11,7 @@ from mmgate.scheduling import EndpointState, Metrics, SchedulingRequest
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer, block_hashes
 from mmgate.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
-
-from .helpers import endpoints, image, request, scheduler
+from support.scheduling import endpoints, image, request, scheduler
 
 SMALL = {"autoTune": False, "blockSizeTokens": 4, "minBlockSizeTokens": 4}
 

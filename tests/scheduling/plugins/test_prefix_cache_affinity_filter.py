@@ -10,8 +10,7 @@ from mmgate.config import ConfigError
 from mmgate.scheduling import EndpointState
 from mmgate.scheduling.keys import PREFIX_MATCH, PrefixMatch
 from mmgate.scheduling.plugins.prefix_cache_affinity_filter import PrefixCacheAffinityFilter
-
-from .helpers import endpoints, request, scheduler
+from support.scheduling import endpoints, request, scheduler
 
 
 def make_filter(**params: Any) -> PrefixCacheAffinityFilter:

@@ -9,8 +9,7 @@ from mmgate.request.view import MediaAsset
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.plugins.token_producer import TokenProducer
-
-from .helpers import endpoints, image, request, scheduler
+from support.scheduling import endpoints, image, request, scheduler
 
 ESTIMATE = {"estimate": {"image": {"mode": "dynamic", "dynamic": {"factor": 1024}}}}
 

@@ -10,8 +10,7 @@ from mmgate.sim.engine import (
     MediaSpan,
     SimRequest,
 )
-
-from .helpers import IMG, Run, drain, mm_request, serve
+from support.engine import IMG, Run, drain, mm_request, serve
 
 
 def test_encoder_cache_hit_skips_encode() -> None:

@@ -8,8 +8,7 @@ from mmgate.sim.engine import (
     Engine,
     EngineConfig,
 )
-
-from .helpers import mm_request
+from support.engine import mm_request
 
 
 def test_processor_cache_hit_removes_preprocessing_time() -> None:

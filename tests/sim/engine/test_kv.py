@@ -10,8 +10,7 @@ from mmgate.sim.engine import (
     EngineConfig,
     SimRequest,
 )
-
-from .helpers import drain, serve
+from support.engine import drain, serve
 
 
 def test_eviction_under_memory_pressure_is_lru() -> None:

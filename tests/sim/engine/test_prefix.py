@@ -13,8 +13,7 @@ from mmgate.sim.engine import (
     SimRequest,
 )
 from mmgate.vllm.blocks import BlockHasher
-
-from .helpers import mm_request, serve
+from support.engine import mm_request, serve
 
 
 def test_prefix_hits_only_while_text_and_image_match() -> None:

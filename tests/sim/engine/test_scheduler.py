@@ -13,8 +13,7 @@ from mmgate.sim.engine import (
     MediaSpan,
     SimRequest,
 )
-
-from .helpers import IMG, Run, drain, mm_request, serve
+from support.engine import IMG, Run, drain, mm_request, serve
 
 
 def test_token_budget_and_max_num_seqs_are_respected() -> None:

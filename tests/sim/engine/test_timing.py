@@ -7,8 +7,7 @@ from mmgate.sim.engine import (
     EngineConfig,
     SimRequest,
 )
-
-from .helpers import drain, serve
+from support.engine import drain, serve
 
 
 def test_decode_batches_almost_for_free_on_qwen2_vl() -> None:
