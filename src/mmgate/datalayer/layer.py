@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from mmgate.datalayer.discovery import FileDiscovery, StaticDiscovery
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
+from mmgate.datalayer.index.memory import AffinityIndex
 from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexCollector
 from mmgate.datalayer.kubernetes import KubernetesDiscovery, KubernetesSettings
 from mmgate.datalayer.kvevents import KVEventsSettings, KVEventSubscriber
@@ -37,6 +38,8 @@ class DataLayerConfig:
     kv_events: KVEventsSettings | None = None  # subscribe to the pods' KV events (None: don't)
     # The scheduler's shared indexes (``mmgate.sharedIndex``), built with it and synced from here.
     shared_index: RedisIndexes | None = None
+    # The block index the subscriber feeds and precise-prefix-cache-producer reads (None: a new one).
+    kv_block_index: AffinityIndex[Any] | None = None
 
 
 class DataLayer:
@@ -64,7 +67,7 @@ class DataLayer:
             self.source = StaticDiscovery(config.endpoints)
         self.kv_events: KVEventSubscriber | None = None
         if config.kv_events is not None:
-            self.kv_events = KVEventSubscriber(self.registry, config.kv_events)
+            self.kv_events = KVEventSubscriber(self.registry, config.kv_events, config.kv_block_index)
         self.shared_index = config.shared_index
 
     async def start(self) -> None:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +22,10 @@ from mmgate.control.circuit_breaker import BreakerSettings
 from mmgate.control.controller import ControlSettings, Parser
 from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
+from mmgate.datalayer.index.memory import AffinityIndex
 from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexSettings
 from mmgate.datalayer.kubernetes import KubernetesSettings
-from mmgate.datalayer.kvevents import KVEventsSettings
+from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.errors import RequestError
 from mmgate.gateway.h1.server import HttpServer
@@ -75,24 +76,6 @@ def kubernetes_of(section: MmgateSection) -> KubernetesSettings | None:
         )
     except ValueError as exc:
         raise ConfigError(str(exc), path="mmgate.kubernetes") from None
-
-
-def kv_events_settings_of(section: MmgateSection) -> KVEventsSettings | None:
-    """``mmgate.kvEvents`` (or any endpoint's ``kvEvents``) as subscriber settings; None: off."""
-    kv = section.kvEvents
-    if kv is None:
-        wanted = any(isinstance(e, EndpointSpec) and e.kvEvents for e in section.endpoints)
-        return KVEventsSettings() if wanted else None
-    return KVEventsSettings(
-        port=kv.port,
-        replay_port=kv.replayPort,
-        data_parallel_size=kv.dataParallelSize,
-        topic_filter=kv.topicFilter,
-        bind=kv.bind,
-        queue_size=kv.queueSize,
-        replay_timeout_s=kv.replayTimeoutS,
-        batches_per_tick=kv.batchesPerTick,
-    )
 
 
 def shared_index_of(section: MmgateSection) -> RedisIndexes | None:
@@ -169,12 +152,16 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     use (default: the built-in ones). Raises ``ConfigError``/``ValueError`` on bad config."""
     section = config.mmgate
     shared = shared_index_of(section)
-    scheduler = build_scheduler(config.picker, mmgate=section, registry=registry, indexes=shared)
+    blocks: AffinityIndex[Hashable] | None = AffinityIndex() if kv_events_settings_of(section) else None
+    scheduler = build_scheduler(
+        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks
+    )
     pricing = PricingConfig(family=section.pricing.family) if section.pricing.family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
     limits = section.limits.to_limits()
     settings = settings_of(section)
     settings.data.shared_index = shared
+    settings.data.kv_block_index = blocks
     return Gateway(settings, picker, make_parser(limits))
 
 

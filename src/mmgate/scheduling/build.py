@@ -20,7 +20,9 @@ from typing import Any
 
 from mmgate.config.schema import EndpointPickerConfig, MmgateSection, PluginRef, SchedulingProfile
 from mmgate.config.strict import ConfigError, raise_if_any
-from mmgate.datalayer.index.store import IndexProvider
+from mmgate.datalayer.index.memory import AffinityIndex
+from mmgate.datalayer.index.store import AffinityStore, IndexProvider
+from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.scheduling.framework import (
     Filter,
     Picker,
@@ -53,10 +55,13 @@ def build_scheduler(
     seed: int | None = None,
     registry: PluginRegistry | None = None,
     indexes: IndexProvider | None = None,
+    kv_blocks: AffinityStore[Any] | None = None,
 ) -> Scheduler:
     """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible;
     ``registry`` (default: the built-in plugins) says which plugin types exist; ``indexes``
-    supplies the affinity indexes (default: in memory, one set per scheduler).
+    supplies the affinity indexes (default: in memory, one set per scheduler); ``kv_blocks`` is
+    the block index the KV-event subscriber feeds (default: a new one when the ``mmgate:`` section
+    subscribes to KV events, so ``precise-prefix-cache-producer`` can be built).
 
     This is where a config's meaning is checked: plugin types and parameters, unique names,
     references from profiles, handlers and producers. Every mistake is collected and raised
@@ -68,7 +73,9 @@ def build_scheduler(
     section = mmgate if mmgate is not None else MmgateSection()
     if rng is None:
         rng = random.Random(seed if seed is not None else section.seed)
-    handle = PluginHandle(rng, pricing_family=section.pricing.family, indexes=indexes)
+    if kv_blocks is None and kv_events_settings_of(section) is not None:
+        kv_blocks = AffinityIndex()
+    handle = PluginHandle(rng, pricing_family=section.pricing.family, indexes=indexes, kv_blocks=kv_blocks)
     errors: list[ConfigError] = []
 
     plugins: dict[str, Plugin[Any]] = {}

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from mmgate.datalayer.index.store import IndexProvider, MemoryIndexes
+from mmgate.datalayer.index.store import AffinityStore, IndexProvider, MemoryIndexes
 from mmgate.scheduling.types import (
     DataKey,
     EndpointState,
@@ -47,11 +47,17 @@ class PluginHandle:
     shared; reads never wait on I/O)."""
 
     def __init__(
-        self, rng: random.Random, *, pricing_family: str | None = None, indexes: IndexProvider | None = None
+        self,
+        rng: random.Random,
+        *,
+        pricing_family: str | None = None,
+        indexes: IndexProvider | None = None,
+        kv_blocks: AffinityStore[Any] | None = None,
     ) -> None:
         self.rng = rng
         self.pricing_family = pricing_family
         self.indexes: IndexProvider = indexes if indexes is not None else MemoryIndexes()
+        self.kv_blocks = kv_blocks  # the pods' KV-event block index (None: not subscribed)
         self.plugins: dict[str, Plugin[Any]] = {}
 
     def plugin(self, name: str) -> Plugin[Any] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mmgate.config.schema import EndpointSpec, MmgateSection
 from mmgate.datalayer.endpoints import Endpoint
 from mmgate.vllm.kv_events_config import offset_endpoint
 
@@ -68,3 +69,21 @@ def pod_of_topic(topic: bytes) -> str | None:
     if len(parts) < 2 or parts[0] != "kv" or not parts[1]:
         return None
     return parts[1]
+
+
+def kv_events_settings_of(section: MmgateSection) -> KVEventsSettings | None:
+    """``mmgate.kvEvents`` (or any endpoint's ``kvEvents``) as subscriber settings; None: off."""
+    kv = section.kvEvents
+    if kv is None:
+        wanted = any(isinstance(e, EndpointSpec) and e.kvEvents for e in section.endpoints)
+        return KVEventsSettings() if wanted else None
+    return KVEventsSettings(
+        port=kv.port,
+        replay_port=kv.replayPort,
+        data_parallel_size=kv.dataParallelSize,
+        topic_filter=kv.topicFilter,
+        bind=kv.bind,
+        queue_size=kv.queueSize,
+        replay_timeout_s=kv.replayTimeoutS,
+        batches_per_tick=kv.batchesPerTick,
+    )

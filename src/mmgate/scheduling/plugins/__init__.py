@@ -23,6 +23,7 @@ from mmgate.scheduling.plugins.mm_embeddings_cache_affinity_filter import MMEmbe
 from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsCacheProducer
 from mmgate.scheduling.plugins.mm_embeddings_cache_scorer import MMEmbeddingsCacheScorer
 from mmgate.scheduling.plugins.no_hit_lru_scorer import NoHitLRUScorer
+from mmgate.scheduling.plugins.precise_prefix_cache_producer import PrecisePrefixCacheProducer
 from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 from mmgate.scheduling.plugins.prefill_header_handler import PrefillHeaderHandler
 from mmgate.scheduling.plugins.prefix_based_pd_decider import PrefixBasedPDDecider
@@ -41,6 +42,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     # producers
     TokenProducer,
     ApproxPrefixCacheProducer,
+    PrecisePrefixCacheProducer,
     InflightLoadProducer,
     MMEmbeddingsCacheProducer,
     # profile handlers and the deciders they ask

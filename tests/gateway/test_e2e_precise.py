@@ -1,0 +1,115 @@
+"""Precise prefix routing end to end: simulated pods publish KV events, the gateway's
+``precise-prefix-cache-producer`` computes the engine's block keys for each request, and routing
+follows what the pods really hold, including a prefix that reached a pod without the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import orjson
+import pytest
+import yaml
+
+from mmgate.config import parse_config
+from mmgate.config.strict import ConfigError
+from mmgate.gateway.app import Running, build_gateway, start
+from mmgate.request.view import Api
+from mmgate.sim.fleet import SimFleet
+from mmgate.sim.ingest import ingest
+from mmgate.sim.server import SimPod
+from mmgate.vllm.blocks import event_hash
+from mmgate.vllm.kv_events_config import parse_kv_events_config
+
+pytestmark = pytest.mark.slow
+
+KV = (
+    '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*",'
+    ' "replay_endpoint": "tcp://127.0.0.1:*"}'
+)
+PRECISE = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+- type: precise-prefix-cache-producer
+- type: prefix-cache-scorer
+  parameters:
+    prefixMatchInfoProducerName: precise-prefix-cache-producer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+"""
+
+
+def body(model: str, doc: int, question: str) -> bytes:
+    system = f"Document {doc}: " + " ".join(f"clause {doc}.{k} applies." for k in range(50))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    return orjson.dumps({"model": model, "messages": messages, "max_tokens": 2})
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[SimFleet]:
+    async with SimFleet(pods=3, profile="fast", kv_events=parse_kv_events_config(KV)) as f:
+        yield f
+
+
+@pytest.fixture
+async def running(fleet: SimFleet) -> AsyncIterator[Running]:
+    doc = yaml.safe_load(PRECISE)
+    doc["mmgate"] = {
+        "port": 0,
+        "endpoints": [
+            {"url": p.url, "kvEvents": p.kv_endpoint, "kvEventsReplay": p.kv_replay_endpoint}
+            for p in fleet.pods
+        ],
+    }
+    gateway = build_gateway(parse_config(doc, source="<test>"))
+    gateway.settings.access_log = False
+    up = await start(gateway, port=0)
+    yield up
+    await up.stop()
+
+
+def first_block(pod: SimPod, data: bytes) -> int:
+    seq = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2).sequence
+    return int(event_hash(pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None)[0]))
+
+
+async def test_routing_follows_what_each_pod_reports(fleet: SimFleet, running: Running) -> None:
+    sub = running.gateway.data.kv_events
+    assert sub is not None
+    model = fleet.pods[0].model
+    async with aiohttp.ClientSession() as http:
+        # Each document reaches one pod directly, never through the gateway.
+        for doc, pod in enumerate(fleet.pods):
+            data = body(model, doc, "Summarise it.")
+            async with http.post(pod.url + "/v1/chat/completions", data=data) as r:
+                assert r.status == 200
+            name = pod.url.removeprefix("http://")
+            key = first_block(pod, data)
+            await until(lambda name=name, key=key: sub.index.holds(name, key), f"{name} reported")
+        # A follow-up on each document goes where its prefix is (a 1-in-3 guess each without it).
+        for doc, pod in enumerate(fleet.pods):
+            async with http.post(
+                running.url + "/v1/chat/completions", data=body(model, doc, "And the second clause?")
+            ) as r:
+                assert r.status == 200
+                assert r.headers["x-mmgate-endpoint"] == pod.url.removeprefix("http://")
+
+
+def test_precise_routing_without_kv_events_is_a_config_error() -> None:
+    doc = yaml.safe_load(PRECISE)
+    doc["mmgate"] = {"endpoints": ["127.0.0.1:9"]}
+    with pytest.raises(ConfigError, match=r"mmgate\.kvEvents"):
+        build_gateway(parse_config(doc, source="<test>"))
