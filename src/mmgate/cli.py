@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mmgate.gateway.extproc.cli",
         "run as the endpoint picker of an Envoy-based inference gateway (ext_proc)",
     ),
+    "sidecar": (
+        "mmgate.disagg.cli",
+        "run the routing sidecar beside a decode server (encode and prefill legs, llm-d's contract)",
+    ),
     "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),

@@ -192,6 +192,14 @@ def _check_mmgate(m: MmgateSection) -> list[ConfigError]:
             )
         if m.sharedIndex.outboxLimit < 1:
             errors.append(ConfigError("must be >= 1", path="mmgate.sharedIndex.outboxLimit"))
+    d = m.disaggregation
+    for key in ("encodeTimeoutS", "prefillTimeoutS"):
+        if getattr(d, key) <= 0:
+            path = f"mmgate.disaggregation.{key}"
+            errors.append(ConfigError(f"must be > 0, got {getattr(d, key)}", path=path))
+    if d.stageRetries < 0:
+        path = "mmgate.disaggregation.stageRetries"
+        errors.append(ConfigError(f"must be >= 0, got {d.stageRetries}", path=path))
     return errors + _check_references(m)
 
 

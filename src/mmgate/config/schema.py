@@ -7,7 +7,7 @@ Field names keep llm-d's camelCase spelling so an llm-d config loads unchanged. 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -192,6 +192,20 @@ class AdmissionSpec(_Strict):
     perClientInflight: int = 0
 
 
+class DisaggregationSpec(_Strict):
+    """Who runs the encode and prefill legs of a disaggregated request (docs/disaggregation.md):
+    ``sidecar`` (llm-d's contract: the routing headers go to the decode pod's ``mmgate sidecar``)
+    or ``gateway`` (the gateway runs the legs itself). Per-leg timeouts, retries on another pod of
+    the stage's pool, and what to do when a stage cannot be done (``local``: the decode pod does it
+    itself; ``fail``: 503)."""
+
+    orchestrator: Literal["sidecar", "gateway"] = "sidecar"
+    fallback: Literal["local", "fail"] = "local"
+    encodeTimeoutS: float = 30.0
+    prefillTimeoutS: float = 120.0
+    stageRetries: int = 1
+
+
 class UpstreamTLSSpec(_Strict):
     """TLS towards ``https://`` endpoints, for forwarding and metrics scraping alike. Certificates
     and hostnames are verified against the system trust store, plus ``caFile`` (a PEM bundle) for
@@ -226,6 +240,7 @@ class MmgateSection(_Strict):
     adminPort: int | None = None
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
+    disaggregation: DisaggregationSpec = msgspec.field(default_factory=DisaggregationSpec)
     debugHeaders: bool = False
     accessLog: bool = True
     seed: int | None = None

@@ -27,6 +27,7 @@ from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexSetting
 from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
+from mmgate.disagg.orchestrate import OrchestrationSettings
 from mmgate.errors import RequestError
 from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.proxy import ProxySettings
@@ -134,6 +135,20 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         send_timeout_s=section.sendTimeoutS,
         access_log=section.accessLog,
         admin_port=section.adminPort,
+        orchestration=orchestration_of(section),
+    )
+
+
+def orchestration_of(section: MmgateSection) -> OrchestrationSettings | None:
+    """The legs' settings when the gateway runs them (``orchestrator: gateway``), else ``None``."""
+    d = section.disaggregation
+    if d.orchestrator != "gateway":
+        return None
+    return OrchestrationSettings(
+        encode_timeout_s=d.encodeTimeoutS,
+        prefill_timeout_s=d.prefillTimeoutS,
+        stage_retries=d.stageRetries,
+        fallback=d.fallback,
     )
 
 

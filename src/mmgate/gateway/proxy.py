@@ -18,6 +18,15 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from mmgate.control.controller import Attempt, Flight, RequestController
+from mmgate.disagg.orchestrate import (
+    OrchestrationSettings,
+    Orchestrator,
+    StageFailed,
+    StageMetrics,
+    Stages,
+    strip_transfer_fields,
+)
+from mmgate.disagg.stages import stages_from
 from mmgate.gateway.h1.client import (
     UpstreamConnectError,
     UpstreamError,
@@ -36,6 +45,9 @@ from mmgate.gateway.headers import (
     upstream_headers,
 )
 from mmgate.gateway.responses import error_response
+from mmgate.request.view import Api
+from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
@@ -70,13 +82,25 @@ class _RetryableError(Exception):
 
 
 class Proxy:
+    """``orchestration``: run the encode and prefill legs here (gateway-orchestrated
+    disaggregation) instead of passing the routing headers on to a sidecar."""
+
     def __init__(
-        self, controller: RequestController, settings: ProxySettings, *, clock: Callable[[], float]
+        self,
+        controller: RequestController,
+        settings: ProxySettings,
+        *,
+        clock: Callable[[], float],
+        orchestration: OrchestrationSettings | None = None,
+        stage_metrics: StageMetrics | None = None,
     ) -> None:
         self.controller = controller
         self.settings = settings
         self.clock = clock
+        self.orchestration = orchestration
+        self._stage_metrics = stage_metrics
         self._pool: UpstreamPool | None = None
+        self._orchestrator: Orchestrator | None = None
         self._origins: dict[str, tuple[str, int, bool]] = {}
 
     async def start(self) -> None:
@@ -87,8 +111,11 @@ class Proxy:
             max_idle_per_origin=s.pool_limit,
             ssl_context=s.ssl_context,
         )
+        if self.orchestration is not None:
+            self._orchestrator = Orchestrator(self._pool, self.orchestration, metrics=self._stage_metrics)
 
     async def stop(self) -> None:
+        self._orchestrator = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -103,6 +130,20 @@ class Proxy:
             tls = parts.scheme == "https"
             origin = self._origins[url] = (parts.hostname or "", parts.port or (443 if tls else 80), tls)
         return origin
+
+    def _stages(self, routing: dict[str, str]) -> Stages:
+        """The stages the scheduler chose, with the fleet's other healthy encode and prefill pods
+        as spares for a leg's retry."""
+        stages = stages_from(routing)
+        for record in self.controller.endpoints.records():
+            role = record.endpoint.role
+            if not record.health.healthy or role is None:
+                continue
+            if role in EncodeFilter.roles:
+                stages.encoder_spares.append(record.name)
+            if role in PrefillFilter.roles and stages.prefillers:
+                stages.prefiller_spares.append(record.name)
+        return stages
 
     def wants_scores(self, request: Request) -> bool:
         """Debug scores are returned only when the config allows it and the client asks."""
@@ -139,12 +180,29 @@ class Proxy:
         assert pool is not None
         routing = attempt.headers
         send_headers = [*headers, *routing.items()] if routing else headers
+        body = request.body
+        orchestrated = False
         ok = False
         try:
+            if self._orchestrator is not None:
+                send_headers = headers  # the stages run here: no sidecar reads the headers
+                view = attempt.flight.view
+                stages = self._stages(routing) if routing and view.api is Api.CHAT else None
+                if stages is not None and stages.any:
+                    try:
+                        prepared = await self._orchestrator.prepare(
+                            body, view, stages, headers, attempt.flight.request_id
+                        )
+                    except StageFailed as exc:
+                        rid = {REQUEST_ID: attempt.flight.request_id}
+                        writer.send(error_response(503, str(exc), code="stage_unavailable", headers=rid))
+                        return Forwarded(503)
+                    body = prepared.body
+                    orchestrated = True
             host, port, tls = self._origin(attempt.record.endpoint.url)
             try:
                 upstream = await pool.request(
-                    host, port, request.method, request.target, send_headers, request.body, tls=tls
+                    host, port, request.method, request.target, send_headers, body, tls=tls
                 )
             except (UpstreamConnectError, UpstreamResetError) as exc:
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}", unreachable=True) from None
@@ -162,7 +220,8 @@ class Proxy:
                 except OSError as exc:
                     raise _RetryableError("reset", f"failed before the first byte: {exc}") from None
                 self.controller.first_byte(attempt, upstream.status)
-                result = await self._relay(request, writer, upstream, first, attempt)
+                whole = orchestrated and not attempt.flight.view.stream
+                result = await self._relay(request, writer, upstream, first, attempt, whole=whole)
                 ok = not result.label
                 return result
             finally:
@@ -180,9 +239,12 @@ class Proxy:
         upstream: UpstreamResponse,
         first: bytes,
         attempt: Attempt,
+        *,
+        whole: bool = False,
     ) -> Forwarded:
         """Commit to this upstream: the head leaves with the first chunk, then every chunk as it
-        arrives (waiting while the client is slower than the endpoint)."""
+        arrives (waiting while the client is slower than the endpoint). ``whole``: a disaggregated
+        request's JSON answer, read to its end and sent without transfer parameters."""
         flight = attempt.flight
         decision = attempt.decision
         headers, length = relay_headers(upstream.headers)
@@ -193,6 +255,16 @@ class Proxy:
             headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
         deadline = flight.received + self.settings.request_timeout_s
         held = first  # read from the upstream, not yet written to the client
+        if whole:
+            try:
+                while chunk := await upstream.read():
+                    held += chunk
+            except (UpstreamError, TimeoutError) as exc:
+                self.controller.broke(attempt, f"{type(exc).__name__}: {exc}")
+                writer.send(error_response(502, "the decode pod broke its answer", code="upstream_broken"))
+                return Forwarded(upstream.status, "aborted")
+            held = strip_transfer_fields(held)
+            length = len(held)
         try:
             writer.start(upstream.status, headers, content_length=length)
             while True:

@@ -23,6 +23,7 @@ from mmgate.control.admission import Overloaded, client_key
 from mmgate.control.controller import ControlSettings, Flight, NoCandidates, Parser, RequestController
 from mmgate.control.decision import EndpointPicker
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
+from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
 from mmgate.errors import RequestError
 from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import ServerLimits
@@ -57,6 +58,7 @@ class GatewaySettings:
     send_timeout_s: float = 60.0  # a client that accepts no response bytes for this long is cut off
     access_log: bool = True
     admin_port: int | None = None  # serve /metrics and /ready there instead (0 picks a free port)
+    orchestration: OrchestrationSettings | None = None  # run the disaggregated legs here (not a sidecar)
 
     def server_limits(self) -> ServerLimits:
         return ServerLimits(
@@ -90,7 +92,11 @@ class Gateway:
         self.controller = RequestController(
             picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry
         )
-        self.proxy = Proxy(self.controller, settings.proxy, clock=clock)
+        stage_metrics = StageMetrics(self.telemetry.registry) if settings.orchestration is not None else None
+        self.proxy = Proxy(
+            self.controller, settings.proxy, clock=clock, orchestration=settings.orchestration,
+            stage_metrics=stage_metrics,
+        )  # fmt: skip
         self.telemetry.inflight_from(lambda: self.controller.inflight)  # read at scrape time
 
     @property

@@ -93,6 +93,9 @@ TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")
 PREFIX_MATCH: DataKey[PrefixMatch] = DataKey("PrefixCacheMatchInfo")
 ENCODER_CACHE_MATCH: DataKey[EncoderCacheMatch] = DataKey("EncoderCacheMatchInfo")
 INFLIGHT_LOAD: DataKey[InflightEstimate] = DataKey("InFlightLoad")
+ENCODER_PLAN: DataKey[dict[str, str]] = DataKey("EncoderPlan")
+"""Per distinct media item (identity), the encode pod planned for it (``encoder-header-handler``):
+the encoder-cache producer records each item on that pod alone."""
 
 # The producer created when a consumer needs a key nobody produces (llm-d RegisterAsDefaultProducer).
 DEFAULT_PRODUCERS: dict[str, str] = {

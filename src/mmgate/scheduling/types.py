@@ -18,6 +18,10 @@ from mmgate.request.view import RequestView
 T = TypeVar("T")
 
 ROLE_LABEL = "llm-d.ai/role"
+# llm-d's routing headers for the decode pod's sidecar (pkg/common/routing): the prefill pod, and
+# the encoders (comma-joined; mmgate names one per distinct media item, in prompt order).
+PREFILLER_HEADER = "x-prefiller-host-port"
+ENCODERS_HEADER = "x-encoder-hosts-ports"
 
 
 class MetricsView(Protocol):

@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mmgate.scheduling.framework import ParamsT, Plugin, PreRequest
-from mmgate.scheduling.types import SchedulingRequest, SchedulingResult
+from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER, SchedulingRequest, SchedulingResult
 
-PREFILLER_HEADER = "x-prefiller-host-port"
-ENCODERS_HEADER = "x-encoder-hosts-ports"
+__all__ = ["ENCODERS_HEADER", "PREFILLER_HEADER", "HeaderHandler"]
 
 
 class HeaderHandler(Plugin[ParamsT], PreRequest):

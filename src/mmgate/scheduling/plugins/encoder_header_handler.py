@@ -2,8 +2,15 @@
 
 The encode-stage counterpart of llm-d's ``prefill-header-handler`` (llm-d sets this header in its
 profile handler): when the ``encode`` profile ran, the upstream request carries
-``x-encoder-hosts-ports``, every encode target's ``host:port`` comma-joined (the sidecar spreads
-the media items over them). Created by default for a config with an encode profile.
+``x-encoder-hosts-ports``. Created by default for a config with an encode profile.
+
+With ``perItem`` (the default, mmgate's), the header names one encoder per distinct media item, in
+prompt order: each item's encoder is one believed to hold it in its encoder cache, a cold item the
+least loaded encode pod among the profile's candidates (queue depth plus in-flight requests plus the
+items this request already gave it; stable tie-break), see :func:`mmgate.disagg.plan.assign_encoders`.
+llm-d's sidecar sends item ``i`` to entry ``i % n``, so it follows the plan as mmgate's does. The
+plan is left in the request (``ENCODER_PLAN``) so ``mm-embeddings-cache-producer`` records each item
+on its own encoder. ``perItem: false`` lists the profile's targets, as llm-d does.
 """
 
 from __future__ import annotations
@@ -12,11 +19,15 @@ from typing import ClassVar
 
 import msgspec
 
+from mmgate.disagg.plan import assign_encoders
+from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, ENCODER_PLAN
 from mmgate.scheduling.plugins._header_handler import ENCODERS_HEADER, HeaderHandler
+from mmgate.scheduling.types import SchedulingRequest, SchedulingResult
 
 
 class EncoderHeaderParams(msgspec.Struct, forbid_unknown_fields=True):
     encodeProfile: str = "encode"
+    perItem: bool = True
 
 
 class EncoderHeaderHandler(HeaderHandler[EncoderHeaderParams]):
@@ -26,3 +37,24 @@ class EncoderHeaderHandler(HeaderHandler[EncoderHeaderParams]):
     @property
     def profile(self) -> str:
         return self.params.encodeProfile
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+        ran = result.profiles.get(self.profile)
+        match = request.get(ENCODER_CACHE_MATCH)
+        if not self.params.perItem or ran is None or not ran.targets or match is None or not match.identities:
+            super().pre_request(request, result, now)
+            return
+        pool = ran.candidates or ran.targets
+        load: dict[str, float] = {}
+        for ep in pool:
+            metrics = request.fresh_metrics(ep)
+            waiting = metrics.waiting if metrics is not None and metrics.waiting is not None else 0.0
+            load[ep.name] = waiting + ep.inflight.requests
+        holders: dict[str, list[str]] = {}
+        for endpoint, indices in match.matched_indices.items():
+            for i in indices:
+                holders.setdefault(match.identities[i], []).append(endpoint)
+        names = [ep.name for ep in pool]
+        chosen = assign_encoders(match.identities, names, holders=holders, load=load)
+        request.set_upstream_header(ENCODERS_HEADER, ",".join(chosen))
+        request.put(ENCODER_PLAN, dict(zip(match.identities, chosen, strict=True)))

@@ -8,7 +8,8 @@ many of their tokens (for the size-weighted score).
 
 After a decision the identities are recorded for the endpoints that actually ran the encoder: the
 targets of the ``encode`` profile (``encodeProfile``) when that profile ran, otherwise the primary
-profile's targets. llm-d at HEAD always records the primary (decode) profile — bug #2626 — so in
+profile's targets; when ``encoder-header-handler`` planned an encoder per item, each item on its
+own. llm-d at HEAD always records the primary (decode) profile — bug #2626 — so in
 an E/PD topology its encode-profile scorer never sees a hit; mmgate records the encoder.
 """
 
@@ -21,7 +22,7 @@ import msgspec
 
 from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
-from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, TOKENIZED_PROMPT, EncoderCacheMatch
+from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, ENCODER_PLAN, TOKENIZED_PROMPT, EncoderCacheMatch
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 BYTES_PER_ITEM = 2 * 1024 * 1024  # llm-d's assumed size of one item's embeddings
@@ -79,6 +80,11 @@ class MMEmbeddingsCacheProducer(Producer[MMEmbeddingsParams], PreRequest, Endpoi
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
         info = request.get(self._keys[-1])
         if info is None or not info.identities:
+            return
+        planned = request.get(ENCODER_PLAN)
+        if planned:  # encoder-header-handler sent each item to one encoder
+            for identity, endpoint in planned.items():
+                self.index.add(endpoint, [identity], self.capacity)
             return
         encode = result.profiles.get(self.params.encodeProfile)
         targets = (
