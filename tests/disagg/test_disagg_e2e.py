@@ -344,3 +344,24 @@ async def test_the_sidecar_has_its_own_health_ready_and_metrics() -> None:
                 assert r.status == 503
         finally:
             await car.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sidecar", "--upstream", "ftp://x:1"], "--upstream must be http://host:port"),
+        (["sidecar", "--upstream", "http://127.0.0.1:1", "--allow", "10.0.0.1"], "not a host:port"),
+        (["sidecar", "--upstream", "http://127.0.0.1:1", "--stage-retries", "-1"], "whole number"),
+    ],
+)
+def test_sidecar_flag_mistakes_are_a_message_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmgate.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        code = int(exc.code or 0)
+    assert code == 2
+    assert message in capsys.readouterr().err

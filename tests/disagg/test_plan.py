@@ -7,6 +7,7 @@ import pytest
 
 from mmgate.disagg import plan
 from mmgate.disagg.orchestrate import strip_transfer_fields
+from mmgate.disagg.stages import AllowList
 
 IMG = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}, "uuid": "cat"}
 DOG = {"type": "image_url", "image_url": {"url": "https://example.test/dog.png"}}
@@ -130,3 +131,15 @@ def test_a_client_never_sees_transfer_parameters() -> None:
     assert msgspec.json.decode(strip_transfer_fields(body)) == {"id": "x", "choices": []}
     plain = b'{"id":"y"}'
     assert strip_transfer_fields(plain) is plain
+
+
+def test_the_allow_list_takes_hosts_and_pod_networks_with_a_port() -> None:
+    allow = AllowList(["10.0.0.5:8000", "10.244.0.0/16:8000", "fd00::/64:9000"])
+    assert "10.0.0.5:8000" in allow
+    assert "10.244.3.7:8000" in allow
+    assert "[fd00::12]:9000" in allow
+    assert "10.244.3.7:8001" not in allow  # the network's port only
+    assert "10.245.0.1:8000" not in allow
+    assert "encoder.internal:8000" not in allow  # names only by exact entry
+    with pytest.raises(ValueError):
+        AllowList(["10.0.0.0/99:80"])

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 
 from mmgate.cli import port as port_number
 from mmgate.disagg.orchestrate import OrchestrationSettings
-from mmgate.disagg.plan import parse_hosts, split_host
+from mmgate.disagg.plan import parse_hosts
 from mmgate.disagg.sidecar import Sidecar, SidecarSettings
-from mmgate.gateway.app import run_forever
+from mmgate.disagg.stages import AllowList
+from mmgate.gateway.app import run_forever, wait_for_signal
 from mmgate.gateway.telemetry import configure_logging
 
 log = logging.getLogger("mmgate.sidecar")
@@ -46,11 +45,10 @@ def _count(text: str) -> int:
 
 def _hosts(text: str) -> list[str]:
     hosts = parse_hosts(text)
-    for host in hosts:
-        try:
-            split_host(host)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+    try:
+        AllowList(hosts)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return hosts
 
 
@@ -67,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--allow", type=_hosts, default=[], metavar="HOST:PORT,...",
-        help="encode and prefill pods the sidecar may contact (anything else is refused)",
+        help="encode and prefill pods the sidecar may contact, host:port or CIDR:port (a pod network); "
+        "anything else is refused",
     )  # fmt: skip
     parser.add_argument(
         "--encode-timeout", type=_positive, default=30.0, metavar="S", help="per encode leg (30)"
@@ -110,12 +109,8 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         await sidecar.start()
         log.info("listening", extra={"fields": {"port": sidecar.port, "admin_port": sidecar.admin_port}})
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await stop.wait()
+            await wait_for_signal()
         finally:
             await sidecar.stop()
 

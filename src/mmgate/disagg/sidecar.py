@@ -30,7 +30,7 @@ from mmgate.disagg.orchestrate import (
     StageMetrics,
     strip_transfer_fields,
 )
-from mmgate.disagg.stages import stages_from
+from mmgate.disagg.stages import AllowList, stages_from
 from mmgate.errors import RequestError
 from mmgate.gateway.app import make_parser
 from mmgate.gateway.h1.client import UpstreamError, UpstreamPool
@@ -51,7 +51,7 @@ ORCHESTRATED = {"/v1/chat/completions": Api.CHAT}
 @dataclass(slots=True)
 class SidecarSettings:
     upstream: str  # the local model server, http://host:port
-    allow: Collection[str]  # host:port entries the legs may contact
+    allow: Collection[str]  # host:port (or CIDR:port) entries the legs may contact
     host: str = "0.0.0.0"
     port: int = 8000
     admin_port: int = 9091
@@ -68,7 +68,7 @@ class Sidecar:
             raise ValueError(f"--upstream must be http://host:port, not {settings.upstream!r}")
         self.settings = settings
         self.upstream = (parts.hostname, parts.port)
-        self.allow = frozenset(settings.allow)
+        self.allow = AllowList(settings.allow)
         self.registry = CollectorRegistry()
         self.stage_metrics = StageMetrics(self.registry)
         self.requests = Counter(

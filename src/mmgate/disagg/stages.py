@@ -7,11 +7,12 @@ naming any other host must never make the sidecar contact it).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from mmgate.disagg.orchestrate import StageMetrics, Stages
-from mmgate.disagg.plan import parse_hosts
+from mmgate.disagg.plan import parse_hosts, split_host
 from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER
 
 log = logging.getLogger("mmgate.disagg")
@@ -19,10 +20,42 @@ log = logging.getLogger("mmgate.disagg")
 STAGE_HEADERS = {"encode": ENCODERS_HEADER, "prefill": PREFILLER_HEADER}
 
 
+class AllowList:
+    """The hosts a sidecar may contact: ``host:port`` entries, or ``CIDR:port`` for a pod network
+    whose addresses change (``10.244.0.0/16:8000``: any address in it, on that port only)."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self.hosts: set[str] = set()
+        self.networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, int]] = []
+        for entry in entries:
+            host, port = split_host(entry)
+            if "/" in host:
+                try:
+                    self.networks.append((ipaddress.ip_network(host, strict=False), port))
+                except ValueError:
+                    raise ValueError(f"not a network: {host!r}") from None
+            else:
+                self.hosts.add(entry)
+
+    def __contains__(self, entry: object) -> bool:
+        if not isinstance(entry, str):
+            return False
+        if entry in self.hosts:
+            return True
+        if not self.networks:
+            return False
+        try:
+            host, port = split_host(entry)
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False  # a name, or no port: only an exact entry allows it
+        return any(address in net and port == p for net, p in self.networks)
+
+
 def stages_from(
     headers: Mapping[str, str],
     *,
-    allow: Collection[str] | None = None,
+    allow: Container[str] | None = None,
     metrics: StageMetrics | None = None,
 ) -> Stages:
     """The stages ``headers`` name. With ``allow``, a host not in it is dropped, counted and

@@ -242,18 +242,23 @@ async def serve_until_signal(
 ) -> None:
     """Serve until SIGINT/SIGTERM, then drain and stop."""
     running = await start(gateway, port=port, reuse_port=reuse_port)
+    try:
+        if on_ready is not None:
+            on_ready(running)
+        await wait_for_signal()
+    finally:
+        log.info("shutting down", extra={"fields": {"port": running.port}})
+        await running.stop()
+
+
+async def wait_for_signal() -> None:
+    """Return at SIGINT or SIGTERM (how a process manager or Kubernetes asks a server to stop)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    try:
-        if on_ready is not None:
-            on_ready(running)
-        await stop.wait()
-    finally:
-        log.info("shutting down", extra={"fields": {"port": running.port}})
-        await running.stop()
+    await stop.wait()
 
 
 def run_forever(main: Callable[[], object], *, use_uvloop: bool = True) -> None:

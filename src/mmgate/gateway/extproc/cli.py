@@ -8,15 +8,13 @@ sending requests to mmgate.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 
 from mmgate.cli import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
-from mmgate.gateway.app import build_gateway, run_forever
+from mmgate.gateway.app import build_gateway, run_forever, wait_for_signal
 from mmgate.gateway.extproc import server
 from mmgate.gateway.extproc.envoy_config import render
 from mmgate.gateway.telemetry import configure_logging
@@ -111,12 +109,8 @@ def run(args: argparse.Namespace) -> int:
         running = await server.start(gateway, host=host, port=port, admin_port=admin_port)
         fields = {"grpc_port": running.port, "admin_port": running.admin_port}
         log.info("listening", extra={"fields": fields})
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await stop.wait()
+            await wait_for_signal()
         finally:
             await running.stop()
 
