@@ -365,3 +365,19 @@ def test_sidecar_flag_mistakes_are_a_message_and_exit_2(
         code = int(exc.code or 0)
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+P_D = (("pre-0", Role.PREFILL), ("dec-0", Role.DECODE))
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_p_d_prefills_a_long_prompt_remotely_and_keeps_a_short_one_local(mode: str) -> None:
+    async with SimFleet(specs(*P_D)) as fleet, stack(fleet, mode, "p-d.yaml") as s:
+        model = fleet["dec-0"].model
+        status, answer = await post(s.url, chat_body(model, "word " * 600, max_tokens=5, stream=False))
+        assert status == 200 and answer["usage"]["completion_tokens"] == 5
+        assert fleet["pre-0"].stats().generation_tokens == 1  # prefilled there, one token
+        assert fleet["dec-0"].stats().generation_tokens == 5
+        assert (await post(s.url, chat_body(model, "hi", max_tokens=3)))[0] == 200
+        assert fleet["pre-0"].stats().generation_tokens == 1  # a short prompt: no prefill leg
+        assert fleet["dec-0"].stats().generation_tokens == 8

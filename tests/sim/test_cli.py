@@ -107,6 +107,7 @@ def test_fleet_file_groups_ports_and_overrides(tmp_path: Path) -> None:
         ("pods: [{count: 0}]", "count"),
         ("defaults: {time_scale: -1}", "time_scale"),
         ("pods: [{faults: {rate_500: 2}}]", "between 0 and 1"),
+        ("defaults: {ec_transfer_s_per_token: -1}", "ec_transfer_s_per_token"),
     ],
 )
 def test_fleet_file_mistakes_name_the_field(tmp_path: Path, text: str, needle: str) -> None:
@@ -147,3 +148,5 @@ def test_flags_become_pod_settings() -> None:
         ["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}']
     )
     assert specs_from_args(args)[0].role is Role.DECODE
+    args = parser.parse_args(["--ec-transfer-time-per-token", "1e-6"])
+    assert specs_from_args(args)[0].ec_transfer_s_per_token == 1e-6

@@ -132,6 +132,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="seconds to pull one token's KV (default 2e-5)",
     )
+    roles.add_argument(
+        "--ec-transfer-time-per-token",
+        metavar="X",
+        type=float,
+        help="seconds to receive one visual token's encoder output from an encode pod (default 5e-7)",
+    )
 
     events = parser.add_argument_group("KV events")
     events.add_argument("--kv-events-config", metavar="JSON", help="vLLM's --kv-events-config JSON")
@@ -195,6 +201,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         out["role"] = role
     if args.kv_transfer_time_per_token is not None:
         out["kv_transfer_s_per_token"] = args.kv_transfer_time_per_token
+    if args.ec_transfer_time_per_token is not None:
+        out["ec_transfer_s_per_token"] = args.ec_transfer_time_per_token
     if args.kv_events_config:
         out["kv_events"] = parse_kv_events_config(args.kv_events_config)
     if args.kv_events_format:

@@ -268,6 +268,10 @@ class SimPod:
             n = transfer.remote_num_tokens if transfer.remote_num_tokens is not None else prompt_tokens
             await asyncio.sleep(n * self.spec.kv_transfer_s_per_token * self.spec.time_scale)
         seq = job.sequence
+        if transfer.remote_encoded and not transfer.remote_prefill:
+            # Encoder outputs arrive from the encode pods instead of being computed here.
+            remote = sum(item.length for item in seq.mm_items if item.identity in transfer.remote_encoded)
+            await asyncio.sleep(remote * self.spec.ec_transfer_s_per_token * self.spec.time_scale)
         sim = SimRequest(
             engine_id,
             seq.token_ids,

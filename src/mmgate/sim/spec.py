@@ -42,6 +42,9 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     seed: int = 0
     natural_output_tokens: int = 256  # answer length when the client sets no max_tokens/ignore_eos
     kv_transfer_s_per_token: float = 2e-5  # P/D: time to pull one token's KV on the decode side
+    # E/PD: time to receive one visual token's encoder output (an estimate: 8 KiB per token of an
+    # 8B model's hidden size in bf16 over ~16 GB/s; CPU shared memory is faster, a network slower)
+    ec_transfer_s_per_token: float = 5e-7
     kv_events: KVEventsConfig | None = None
     kv_events_format: WireFormat = WireFormat.CURRENT
     kv_events_int_hashes: bool = True  # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
@@ -57,6 +60,8 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError(f"pod {self.name}: natural_output_tokens must be >= 1")
         if self.kv_transfer_s_per_token < 0:
             raise ValueError(f"pod {self.name}: kv_transfer_s_per_token must be >= 0")
+        if self.ec_transfer_s_per_token < 0:
+            raise ValueError(f"pod {self.name}: ec_transfer_s_per_token must be >= 0")
         self.faults.validate()
 
 
