@@ -184,3 +184,37 @@ def test_a_configured_header_plugin_is_not_doubled() -> None:
     s = load("e-pd.yaml")  # lists encoder-header-handler itself
     kinds = [p.type_name for p in s.plugins.values() if p.type_name.endswith("-header-handler")]
     assert kinds == ["encoder-header-handler"]
+
+
+def test_the_encoder_header_names_one_encoder_per_item_and_the_holder_of_a_seen_one() -> None:
+    s = load("e-pd.yaml")
+    eps = fleet("encode", "encode", "prefill-decode")
+    encoders = {eps[0].name, eps[1].name}
+    cats = [image(c * 32) for c in "abcd"]
+
+    def header(*parts: str | MediaAsset) -> list[str]:
+        req = SchedulingRequest(view(*parts), "r")
+        result = s.schedule(req, eps, 0.0)
+        s.pre_request(req, result, 0.0)  # before-send headers, then the index updates
+        return (req.upstream_headers or {})["x-encoder-hosts-ports"].split(",")
+
+    first = header("four cold images", *cats, cats[0])  # the repeat is listed once
+    assert len(first) == 4 and set(first) == encoders  # spread over both encoders
+    again = header("seen before", cats[2], cats[1])
+    assert again == [first[2], first[1]]  # each to the encoder that encoded it
+    eps[0].metrics = Metrics(waiting=9)
+    busy = header("cold again", image("e" * 32), image("f" * 32))
+    assert busy == [eps[1].name, eps[1].name]  # a deep queue keeps cold items away
+
+
+def test_per_item_planning_can_be_turned_off_for_llm_d_s_target_list() -> None:
+    cfg = load_config(EXAMPLES / "e-pd.yaml")
+    for plugin in cfg.picker.plugins:
+        if plugin.type == "encoder-header-handler":
+            plugin.parameters = {"encodeProfile": "encode", "perItem": False}
+    s = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=2)
+    eps = fleet("encode", "encode", "prefill-decode")
+    assert (
+        len(_headers_of(s, eps, "two", image("a" * 32), image("b" * 32))["x-encoder-hosts-ports"].split(","))
+        == 1
+    )
