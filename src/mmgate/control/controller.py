@@ -23,8 +23,10 @@ sidecar) behaves the same and only moves bytes::
 Candidates are narrowed in one place (:meth:`_narrow`): healthy endpoints that serve the model,
 within the transport's subset hint (Envoy's ``x-gateway-destination-endpoint-subset``), without
 endpoints the circuit breaker ejected, without those already tried. The clock and the deferral
-of off-path hook work are given by the caller: wall time and the event loop behind HTTP, virtual
-time and an immediate call in the discrete-event benchmark. The scheduler behind the picker stays
+of off-path hook work are given by the caller: wall time and the event loop behind HTTP (the
+gateway calls :meth:`RequestController.defer_on` when it starts: PreRequest index updates then run
+on the loop's next turn, after the request was written), virtual time and an immediate call in the
+discrete-event benchmark; without either, hooks run inline. The scheduler behind the picker stays
 pure.
 """
 
@@ -178,13 +180,23 @@ class RequestController:
         self.clock = clock
         self._parse = parse
         self._observer = observer
-        self._defer = defer if defer is not None else defer_to_loop
+        self._defer: Deferral = defer if defer is not None else run_hook
         s = self.settings
         self._budget = RetryBudget(ratio=s.retry_ratio, min_per_s=s.retry_min_per_s, clock=clock)
         on_change = observer.circuit_changed if observer is not None else None
         self._breaker = Breaker(s.breaker, clock=clock, on_change=on_change)
         self._admission = Admission(s.admission)
         endpoints.on_remove(lambda endpoint: self.forget(endpoint.name))
+
+    def defer_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run deferred PreRequest work (index updates) on ``loop``'s next turn, after the
+        request was sent, instead of inline before it."""
+        call_soon = loop.call_soon
+
+        def later(hook: Callable[[], None]) -> None:
+            call_soon(run_hook, hook)
+
+        self._defer = later
 
     # -- read-only views ---------------------------------------------------------------------
 
@@ -398,17 +410,6 @@ class RequestController:
             flight.candidates = self._breaker.filter(flight.candidates)
             return flight.candidates
         return [r for r in flight.candidates if r.name not in tried]
-
-
-def defer_to_loop(hook: Callable[[], None]) -> None:
-    """Run ``hook`` on the next event-loop iteration, after the request was sent; inline when
-    no loop runs (a synchronous caller has no later moment to offer)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        run_hook(hook)
-        return
-    loop.call_soon(run_hook, hook)
 
 
 def run_hook(hook: Callable[[], None]) -> None:

@@ -105,6 +105,7 @@ class Gateway:
         return self.controller.inflight
 
     async def start(self) -> None:
+        self.controller.defer_on(asyncio.get_running_loop())  # index hooks after the send
         await self.proxy.start()
         try:
             await self.data.start()
