@@ -20,7 +20,8 @@ sidecar) behaves the same and only moves bytes::
         controller.finished(attempt, ok=completed)
     controller.leave(flight)
 
-Candidates are narrowed in one place (:meth:`_narrow`): healthy endpoints that serve the model,
+Candidates are narrowed in one place (:meth:`_serving` at open, then :meth:`decide`): healthy
+endpoints that serve the model,
 within the transport's subset hint (Envoy's ``x-gateway-destination-endpoint-subset``), without
 endpoints the circuit breaker ejected, without those already tried. The clock and the deferral
 of off-path hook work are given by the caller: wall time and the event loop behind HTTP (the
@@ -253,7 +254,14 @@ class RequestController:
         """The next attempt over the candidates not tried yet; ``None`` when nothing is left
         (``flight.last_error`` says why)."""
         while True:
-            pending = self._narrow(flight)
+            # The one place candidates narrow: the flight's healthy, model-serving ones (open),
+            # minus the ones tried; before the first attempt, minus the breaker's ejections (all
+            # of them if it ejected all).
+            tried = flight.tried
+            if tried is None:
+                pending = flight.candidates = self._breaker.filter(flight.candidates)
+            else:
+                pending = [r for r in flight.candidates if r.name not in tried]
             if not pending:
                 return None
             started = time.perf_counter()
@@ -303,10 +311,11 @@ class RequestController:
         """The endpoint answered and sent its first body bytes (the attempt is committed)."""
         now = self.clock()
         attempt.record.health.record_success(now)
+        endpoint = attempt.decision.endpoint
         if status >= 500:  # the last attempt's error, passed through
-            self._breaker.failure(attempt.endpoint)
+            self._breaker.failure(endpoint)
         else:
-            self._breaker.success(attempt.endpoint)
+            self._breaker.success(endpoint)
         attempt.flight.first_byte_s = now - attempt.flight.received
         self.picker.first_token(attempt.decision)
 
@@ -321,8 +330,9 @@ class RequestController:
 
     def finished(self, attempt: Attempt, *, ok: bool) -> None:
         """The attempt ended (``ok``: the response completed): its load is released."""
-        self._breaker.release(attempt.endpoint)
-        self.picker.finished(attempt.decision, ok=ok)
+        decision = attempt.decision
+        self._breaker.release(decision.endpoint)
+        self.picker.finished(decision, ok=ok)
 
     def retry(
         self, attempt: Attempt, reason: str, detail: str, *, unreachable: bool = False
@@ -401,15 +411,6 @@ class RequestController:
         if subset is not None:
             out = [r for r in out if r.name in subset]
         return out
-
-    def _narrow(self, flight: Flight) -> list[EndpointRecord]:
-        """The flight's candidates without the endpoints already tried; before the first
-        attempt, without those the circuit breaker ejected (all of them if it ejected all)."""
-        tried = flight.tried
-        if tried is None:
-            flight.candidates = self._breaker.filter(flight.candidates)
-            return flight.candidates
-        return [r for r in flight.candidates if r.name not in tried]
 
 
 def run_hook(hook: Callable[[], None]) -> None:

@@ -29,11 +29,12 @@ LOST_AFTER_S = 900.0
 
 
 class _Handle:
-    __slots__ = ("request", "result")
+    __slots__ = ("request", "result", "target")
 
-    def __init__(self, request: SchedulingRequest, result: SchedulingResult) -> None:
+    def __init__(self, request: SchedulingRequest, result: SchedulingResult, target: EndpointState) -> None:
         self.request = request
         self.result = result
+        self.target = target
 
 
 class SchedulerPicker:
@@ -51,6 +52,9 @@ class SchedulerPicker:
         describe: bool = True,
     ) -> None:
         self.scheduler = scheduler
+        # Fixed by the config: read once, not per decision.
+        self._header_hooks = scheduler.has_pre_request_before_send
+        self._deferred_hooks = scheduler.has_deferred_pre_request
         self.lost_after_s = lost_after_s
         self.describe = describe
         self._last_sweep = clock()
@@ -105,12 +109,13 @@ class SchedulerPicker:
             target = result.target
         except NoEndpointsError as exc:
             raise NoEndpoint(str(exc)) from None
-        scheduler.pre_request_before_send(request, result, now)
         decision = self._describe(target.name, request, result) if self.describe else Decision(target.name)
-        if request.upstream_headers:
-            decision.headers = request.upstream_headers
-        decision.handle = _Handle(request, result)
-        if scheduler.has_deferred_pre_request:  # else nothing to run, and nothing to schedule later
+        if self._header_hooks:
+            scheduler.pre_request_before_send(request, result, now)
+            if request.upstream_headers:
+                decision.headers = request.upstream_headers
+        decision.handle = _Handle(request, result, target)
+        if self._deferred_hooks:  # else nothing to run, and nothing to schedule later
             decision.pre_request = partial(self._pre_request, request, result)
         return decision
 
@@ -168,7 +173,7 @@ class SchedulerPicker:
     def started(self, decision: Decision) -> None:
         handle = decision.handle
         assert isinstance(handle, _Handle)
-        self.scheduler.start(handle.request, handle.result, self.clock())
+        self.scheduler.start(handle.request, handle.result, self.clock(), target=handle.target)
 
     def first_token(self, decision: Decision) -> None:
         handle = decision.handle

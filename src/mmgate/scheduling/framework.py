@@ -301,6 +301,11 @@ class Scheduler:
         """Whether :meth:`pre_request_deferred` has any hook to run (callers may skip scheduling it)."""
         return bool(self._deferred)
 
+    @property
+    def has_pre_request_before_send(self) -> bool:
+        """Whether :meth:`pre_request_before_send` has any hook to run (callers may skip the call)."""
+        return bool(self._before_send)
+
     # -- the decision -------------------------------------------------------------------------
 
     def schedule(
@@ -365,17 +370,28 @@ class Scheduler:
         for plugin in self._lifecycle:
             plugin.on_started(request, endpoint, prof, now)
 
-    def start(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
+    def start(
+        self,
+        request: SchedulingRequest,
+        result: SchedulingResult,
+        now: float,
+        *,
+        target: EndpointState | None = None,
+    ) -> None:
         """The request is being sent: every profile's targets carry its load until it ends.
 
         In E/PD and E/P/D the encode and prefill pods work for the request too, so they are
         charged with it (for their profile) besides the primary target; a pod chosen by two
         profiles is charged once. llm-d charges only the primary target.
         """
-        target = result.target
+        if target is None:
+            target = result.target
         self.on_started(request, target, now)
+        profiles = result.profiles
+        if len(profiles) == 1:
+            return
         primary = result.primary_profile
-        for name, profile in result.profiles.items():
+        for name, profile in profiles.items():
             if name == primary or profile is None:
                 continue
             for endpoint in profile.targets:
