@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mmgate.disagg.cli",
         "run the routing sidecar beside a decode server (encode and prefill legs, llm-d's contract)",
     ),
+    "keys": ("mmgate.control.keys_cli", "make entries for the gateway's API-keys file (mmgate.auth)"),
     "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),

@@ -206,6 +206,15 @@ class DisaggregationSpec(_Strict):
     stageRetries: int = 1
 
 
+class AuthSpec(_Strict):
+    """API-key authentication (``mmgate.control.apikeys``): the keys file holds sha256 digests of
+    the keys with each key's tenant and limits (``mmgate keys add`` writes entries); it is re-read
+    when it changes, checked every ``reloadIntervalS``. A missing or unknown key: 401."""
+
+    keysFile: str
+    reloadIntervalS: float = 1.0
+
+
 class UpstreamTLSSpec(_Strict):
     """TLS towards ``https://`` endpoints, for forwarding and metrics scraping alike. Certificates
     and hostnames are verified against the system trust store, plus ``caFile`` (a PEM bundle) for
@@ -241,6 +250,7 @@ class MmgateSection(_Strict):
     outlierDetection: OutlierDetectionSpec = msgspec.field(default_factory=OutlierDetectionSpec)
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
     disaggregation: DisaggregationSpec = msgspec.field(default_factory=DisaggregationSpec)
+    auth: AuthSpec | None = None
     debugHeaders: bool = False
     accessLog: bool = True
     seed: int | None = None

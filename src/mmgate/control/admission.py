@@ -9,18 +9,25 @@ that finds the queue full, or waits too long, or whose client already holds
 ``per_client_inflight`` requests (in flight or queued), is refused at once.
 
 Clients are told apart by a digest of their ``Authorization`` header (the key itself is never
-kept), else by their address.
+kept), else by their address; with authentication on, by their verified tenant. A verified key may
+carry its own limits (:class:`~mmgate.control.apikeys.Identity`): requests in flight or queued at
+once, and a sustained rate with a burst (a token bucket per key). Both are checked before the
+global slots, so one tenant's burst is refused without taking a place in the shared queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import xxhash
+
+from mmgate.control.apikeys import Identity
 
 
 @dataclass(slots=True)
@@ -51,21 +58,39 @@ def client_key(headers: Mapping[str, str], remote: str | None) -> str:
 class Admission:
     """Slots, queue and per-client counts of one gateway process (one event loop)."""
 
-    def __init__(self, settings: AdmissionSettings | None = None) -> None:
+    def __init__(
+        self, settings: AdmissionSettings | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.settings = settings or AdmissionSettings()
         self.inflight = 0
+        self._clock = clock
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._per_client: dict[str, int] = {}
+        self._per_key: dict[str, int] = {}  # requests in flight or queued per verified key
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, when)
 
     @property
     def queued(self) -> int:
         return sum(1 for w in self._waiters if not w.done())
 
-    async def enter(self, limit: int, client: str) -> None:
+    async def enter(self, limit: int, client: str, identity: Identity | None = None) -> None:
         """Take a slot (waiting in the queue if allowed); raises :class:`Overloaded`.
 
-        ``limit`` is the in-flight limit (0: none). Every successful ``enter`` needs one ``leave``.
+        ``limit`` is the in-flight limit (0: none); ``identity`` the verified key, whose own
+        limits apply too. Every successful ``enter`` needs one ``leave`` with the same arguments.
         """
+        if identity is not None:
+            self._check_key(identity)
+            self._per_key[identity.key_id] = self._per_key.get(identity.key_id, 0) + 1
+            try:
+                await self._enter(limit, client)
+            except BaseException:
+                self._drop_key(identity)
+                raise
+            return
+        await self._enter(limit, client)
+
+    async def _enter(self, limit: int, client: str) -> None:
         s = self.settings
         held = self._per_client.get(client, 0)
         if s.per_client_inflight and held >= s.per_client_inflight:
@@ -103,9 +128,39 @@ class Admission:
             ) from None
         # The slot was handed over by leave(): inflight already counts it; the client's count stays.
 
-    def leave(self, client: str) -> None:
+    def leave(self, client: str, identity: Identity | None = None) -> None:
+        if identity is not None:
+            self._drop_key(identity)
         self._drop_client(client)
         self._release_slot()
+
+    def _check_key(self, identity: Identity) -> None:
+        """The key's own limits: in flight (or queued) at once, then its token bucket."""
+        retry_after = self.settings.retry_after_s
+        held = self._per_key.get(identity.key_id, 0)
+        if identity.max_inflight and held >= identity.max_inflight:
+            raise Overloaded(
+                f"this API key already has {held} requests in flight; its limit is {identity.max_inflight}",
+                retry_after,
+            )
+        rate = identity.rate_per_s
+        if not rate:
+            return
+        now = self._clock()
+        tokens, when = self._buckets.get(identity.key_id, (identity.burst, now))
+        tokens = min(identity.burst, tokens + (now - when) * rate)
+        if tokens < 1.0:
+            self._buckets[identity.key_id] = (tokens, now)
+            wait = math.ceil((1.0 - tokens) / rate)
+            raise Overloaded(f"this API key is limited to {rate:g} requests/s; retry shortly", max(1, wait))
+        self._buckets[identity.key_id] = (tokens - 1.0, now)
+
+    def _drop_key(self, identity: Identity) -> None:
+        n = self._per_key.get(identity.key_id, 0) - 1
+        if n > 0:
+            self._per_key[identity.key_id] = n
+        else:
+            self._per_key.pop(identity.key_id, None)
 
     def _take(self, client: str) -> None:
         self.inflight += 1

@@ -4,8 +4,9 @@ One object owns the order of the steps around a scheduling decision, so every tr
 HTTP gateway, the discrete-event benchmark, and next an Envoy ext_proc server and an E/PD
 sidecar) behaves the same and only moves bytes::
 
+    who     = controller.authenticate(headers)                 # with auth on; RequestError -> 401
     view    = controller.parse(body, headers, api)             # once; RequestError -> 4xx
-    flight  = controller.open(view, request_id, headers)       # candidates; NoCandidates -> 503
+    flight  = controller.open(view, request_id, headers, identity=who)  # NoCandidates -> 503
     await controller.admit(flight)                             # admission; Overloaded -> 429
     attempt = controller.decide(flight)                        # None: nothing left to try
     while attempt is not None:
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mmgate.control.admission import Admission, AdmissionSettings
+from mmgate.control.apikeys import Identity, KeyStore
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
 from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
 from mmgate.control.retry_budget import RetryBudget
@@ -103,6 +105,7 @@ class Flight:
         "errors",
         "first_byte_s",
         "headers",
+        "identity",
         "last_error",
         "received",
         "request_id",
@@ -119,6 +122,7 @@ class Flight:
         received: float,
         client: str,
         debug: bool,
+        identity: Identity | None = None,
     ) -> None:
         self.view = view
         self.request_id = request_id
@@ -127,6 +131,7 @@ class Flight:
         self.received = received
         self.client = client
         self.debug = debug
+        self.identity = identity  # the verified API key (authentication on), else None
         self.attempts = 0
         self.decision: Decision | None = None  # the latest attempt's
         self.decision_s = 0.0  # time spent deciding, over every attempt
@@ -135,6 +140,11 @@ class Flight:
         self.last_error = "no endpoint could be reached"
         self.tried: set[str] | None = None  # endpoints decided on so far (made on the first retry)
         self._admitted = False
+
+    @property
+    def tenant(self) -> str | None:
+        """The verified key's tenant (``None`` with authentication off)."""
+        return self.identity.tenant if self.identity is not None else None
 
     @property
     def endpoint(self) -> str:
@@ -174,8 +184,10 @@ class RequestController:
         clock: Callable[[], float] = time.monotonic,
         observer: ControlObserver | None = None,
         defer: Deferral | None = None,
+        keys: KeyStore | None = None,
     ) -> None:
         self.picker = picker
+        self.keys = keys  # API keys (authentication on), else None
         self.endpoints = endpoints
         self.settings = settings if settings is not None else ControlSettings()
         self.clock = clock
@@ -186,7 +198,7 @@ class RequestController:
         self._budget = RetryBudget(ratio=s.retry_ratio, min_per_s=s.retry_min_per_s, clock=clock)
         on_change = observer.circuit_changed if observer is not None else None
         self._breaker = Breaker(s.breaker, clock=clock, on_change=on_change)
-        self._admission = Admission(s.admission)
+        self._admission = Admission(s.admission, clock=clock)
         endpoints.on_remove(lambda endpoint: self.forget(endpoint.name))
 
     def defer_on(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -212,6 +224,12 @@ class RequestController:
 
     # -- the request ---------------------------------------------------------------------------
 
+    def authenticate(self, headers: Mapping[str, str]) -> Identity | None:
+        """The caller's verified key when authentication is on (``None`` when off). Raises a 401
+        :class:`RequestError` for a missing or unknown key. Transports call it before parsing so
+        an unauthenticated body costs nothing; :meth:`open` calls it when they did not."""
+        return self.keys.verify(headers) if self.keys is not None else None
+
     def parse(self, body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
         """The body decoded once (raises :class:`RequestError` for a client mistake)."""
         if self._parse is None:
@@ -228,19 +246,26 @@ class RequestController:
         debug: bool = False,
         received: float | None = None,
         subset: Collection[str] | None = None,
+        identity: Identity | None = None,
     ) -> Flight:
-        """Start following a request: its candidates now. Raises :class:`RequestError` (404)
-        when the model is served nowhere, :class:`NoCandidates` when no endpoint can take it."""
+        """Start following a request: its candidates now. Raises :class:`RequestError` (401
+        without a valid key when authentication is on, 404 when the model is served nowhere),
+        :class:`NoCandidates` when no endpoint can take it. With authentication on, admission
+        tells clients apart by their verified tenant instead of ``client``."""
+        if self.keys is not None:
+            if identity is None:
+                identity = self.keys.verify(headers)
+            client = "tenant:" + identity.tenant
         now = self.clock() if received is None else received
         candidates = self._serving(view.model, subset)
         if not candidates:
             reason = "no endpoints are configured" if not len(self.endpoints) else "no healthy endpoint"
             raise NoCandidates(f"{reason} for model '{view.model}'; try again shortly")
-        return Flight(view, request_id, headers, candidates, now, client, debug)
+        return Flight(view, request_id, headers, candidates, now, client, debug, identity)
 
     async def admit(self, flight: Flight) -> None:
         """Take an admission slot (may wait in the queue). Raises ``Overloaded`` (a 429)."""
-        await self._admission.enter(self.settings.max_inflight, flight.client)
+        await self._admission.enter(self.settings.max_inflight, flight.client, flight.identity)
         flight._admitted = True
         self._budget.on_request()
 
@@ -248,7 +273,7 @@ class RequestController:
         """The request is over: its admission slot goes to the next one."""
         if flight._admitted:
             flight._admitted = False
-            self._admission.leave(flight.client)
+            self._admission.leave(flight.client, flight.identity)
 
     def decide(self, flight: Flight) -> Attempt | None:
         """The next attempt over the candidates not tried yet; ``None`` when nothing is left
@@ -273,6 +298,7 @@ class RequestController:
                     request_id=flight.request_id,
                     headers=flight.headers,
                     debug=flight.debug,
+                    tenant=flight.tenant,
                 )
             except NoEndpoint as exc:
                 flight.last_error = str(exc) or "no endpoint passed the scheduler's filters"
@@ -374,7 +400,7 @@ class RequestController:
         try:
             decision = self.picker.decide(
                 flight.view, [record], self.clock(), request_id=flight.request_id, headers=flight.headers,
-                debug=flight.debug,
+                debug=flight.debug, tenant=flight.tenant,
             )  # fmt: skip
         except NoEndpoint:  # the scheduler's filters would not have sent it there; nothing to charge
             return None

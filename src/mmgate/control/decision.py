@@ -56,8 +56,10 @@ class EndpointPicker(Protocol):
         request_id: str,
         headers: Mapping[str, str],
         debug: bool,
+        tenant: str | None = None,
     ) -> Decision:
         """Pick an endpoint among ``candidates`` (non-empty). Raises :class:`NoEndpoint`.
+        ``tenant``: the verified API key's tenant (authentication on), for per-tenant policy.
 
         Called again with the remaining candidates when an attempt fails before the first byte,
         so the retry goes to the next best endpoint under the state of that moment.

@@ -94,6 +94,7 @@ class SchedulerPicker:
         request_id: str,
         headers: Mapping[str, str],
         debug: bool,
+        tenant: str | None = None,
     ) -> Decision:
         scheduler = self.scheduler
         if now - self._last_sweep >= SWEEP_EVERY_S:
@@ -103,7 +104,8 @@ class SchedulerPicker:
         states = [state_of(r) for r in candidates]
         # The scheduler tracks in-flight requests by id; clients choose x-request-id, so two
         # concurrent requests may share one. A per-attempt suffix keeps their accounting apart.
-        request = SchedulingRequest(view, f"{request_id}#{next(self._seq)}", headers, debug=debug)
+        rid = f"{request_id}#{next(self._seq)}"
+        request = SchedulingRequest(view, rid, headers, debug=debug, tenant=tenant)
         try:
             result = scheduler.schedule(request, states, now)
             target = result.target

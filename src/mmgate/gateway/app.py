@@ -18,6 +18,7 @@ from mmgate.config import GatewayConfig, MmgateSection
 from mmgate.config.schema import EndpointSpec
 from mmgate.config.strict import ConfigError
 from mmgate.control.admission import AdmissionSettings
+from mmgate.control.apikeys import KeyStore
 from mmgate.control.circuit_breaker import BreakerSettings
 from mmgate.control.controller import ControlSettings, Parser
 from mmgate.control.scheduler_picker import SchedulerPicker
@@ -85,6 +86,19 @@ def shared_index_of(section: MmgateSection) -> RedisIndexes | None:
     if spec is None:
         return None
     return RedisIndexes(SharedIndexSettings(spec.redis, prefix=spec.keyPrefix, outbox_limit=spec.outboxLimit))
+
+
+def keys_of(section: MmgateSection) -> KeyStore | None:
+    """The API keys when ``mmgate.auth`` is set (raises ``ConfigError`` for an unusable file)."""
+    spec = section.auth
+    if spec is None:
+        return None
+    try:
+        keys = KeyStore(Path(spec.keysFile), check_every_s=spec.reloadIntervalS)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot use the keys file: {exc}", path="mmgate.auth.keysFile") from None
+    log.info("authentication on: %d API keys from %s", len(keys), spec.keysFile)
+    return keys
 
 
 def settings_of(section: MmgateSection) -> GatewaySettings:
@@ -177,7 +191,7 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(settings, picker, make_parser(limits))
+    return Gateway(settings, picker, make_parser(limits), keys=keys_of(section))
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.control.admission import Overloaded, client_key
+from mmgate.control.apikeys import KeyStore
 from mmgate.control.controller import ControlSettings, Flight, NoCandidates, Parser, RequestController
 from mmgate.control.decision import EndpointPicker
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
@@ -82,6 +83,7 @@ class Gateway:
         parse: Parser,
         *,
         clock: Callable[[], float] = time.monotonic,
+        keys: KeyStore | None = None,
     ) -> None:
         self.settings = settings
         self.picker = picker
@@ -90,8 +92,9 @@ class Gateway:
         self.telemetry = Telemetry(self.data.registry, clock)
         self.data.register_metrics(self.telemetry.registry)
         self.controller = RequestController(
-            picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry
-        )
+            picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry,
+            keys=keys,
+        )  # fmt: skip
         stage_metrics = StageMetrics(self.telemetry.registry) if settings.orchestration is not None else None
         self.proxy = Proxy(
             self.controller, settings.proxy, clock=clock, orchestration=settings.orchestration,
@@ -185,6 +188,7 @@ class Gateway:
         status = 500
         label = ""
         try:
+            identity = controller.authenticate(headers)  # before parsing: 401 costs nothing
             view = controller.parse(request.body, headers, api)
             try:
                 flight = controller.open(
@@ -194,6 +198,7 @@ class Gateway:
                     client=client_key(headers, request.remote),
                     debug=self.proxy.wants_scores(request),
                     received=received,
+                    identity=identity,
                 )
             except NoCandidates as exc:
                 status = 503
@@ -258,6 +263,9 @@ class Gateway:
         if flight is not None and flight.decision is not None:
             fields["request_tokens"] = flight.decision.request_tokens
             fields["decision_us"] = round(flight.decision_s * 1e6, 1)
+        if flight is not None and flight.identity is not None:  # the tenant and key id, never the key
+            fields["tenant"] = flight.identity.tenant
+            fields["key_id"] = flight.identity.key_id
         if first_byte_s is not None:
             fields["ttfb_ms"] = round(first_byte_s * 1000, 3)
         if flight is not None and flight.errors:

@@ -124,7 +124,9 @@ class SchedulingRequest:
     headers the upstream request must carry with :meth:`set_upstream_header`.
     """
 
-    __slots__ = ("data", "debug", "headers", "now", "request_id", "staleness_s", "upstream_headers", "view")
+    __slots__ = (
+        "data", "debug", "headers", "now", "request_id", "staleness_s", "tenant", "upstream_headers", "view",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -133,9 +135,11 @@ class SchedulingRequest:
         headers: Mapping[str, str] | None = None,
         *,
         debug: bool = False,
+        tenant: str | None = None,
     ) -> None:
         self.view = view
         self.request_id = request_id
+        self.tenant = tenant  # the verified API key's tenant (authentication on), for per-tenant policy
         self.headers: Mapping[str, str] = headers if headers is not None else {}
         self.data: dict[str, object] = {}
         self.debug = debug
