@@ -102,7 +102,7 @@ async def test_bytes_time_redirects_and_cache_are_bounded() -> None:
         assert got.head is not None and len(got.head) == 1000 and got.head.startswith(b"\x89PNG")
         assert ranges == ["bytes=0-999"]
         again = await prober.fetch_head(base + "/big.png")
-        assert again is got and len(ranges) == 1  # cached: fetched once
+        assert again.head == got.head and again.outcome == "hit" and len(ranges) == 1  # cached: fetched once
         started = time.monotonic()
         late = await prober.fetch_head(base + "/slow.png")
         assert late.head is None and "0.5 s" in late.reason

@@ -215,6 +215,21 @@ class AuthSpec(_Strict):
     reloadIntervalS: float = 1.0
 
 
+class UrlProbeSpec(_Strict):
+    """Sizing URL media by their real headers (``mmgate.request.urlprobe``, ``urlsizing``): only
+    hosts on ``allowHosts`` (``img.example.com``, ``*.cdn.example.com``), public addresses only
+    (``allowPrivate`` lifts that, for tests), at most ``maxBytes`` read with one ``timeoutS`` for
+    the whole exchange, no redirects; answers cached per URL for ``cacheTtlS``, at most
+    ``cacheEntries``. Off unless the section is given."""
+
+    allowHosts: list[str]
+    allowPrivate: bool = False
+    maxBytes: int = 64 * 1024
+    timeoutS: float = 1.0
+    cacheEntries: int = 4096
+    cacheTtlS: float = 300.0
+
+
 class UpstreamTLSSpec(_Strict):
     """TLS towards ``https://`` endpoints, for forwarding and metrics scraping alike. Certificates
     and hostnames are verified against the system trust store, plus ``caFile`` (a PEM bundle) for
@@ -251,6 +266,7 @@ class MmgateSection(_Strict):
     admission: AdmissionSpec = msgspec.field(default_factory=AdmissionSpec)
     disaggregation: DisaggregationSpec = msgspec.field(default_factory=DisaggregationSpec)
     auth: AuthSpec | None = None
+    urlProbe: UrlProbeSpec | None = None
     debugHeaders: bool = False
     accessLog: bool = True
     seed: int | None = None

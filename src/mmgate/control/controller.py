@@ -7,7 +7,8 @@ sidecar) behaves the same and only moves bytes::
     who     = controller.authenticate(headers)                 # with auth on; RequestError -> 401
     view    = controller.parse(body, headers, api)             # once; RequestError -> 4xx
     flight  = controller.open(view, request_id, headers, identity=who)  # NoCandidates -> 503
-    await controller.admit(flight)                             # admission; Overloaded -> 429
+    await controller.admit(flight)                             # admission; Overloaded -> 429;
+                                                               # then URL media sized (opt in)
     attempt = controller.decide(flight)                        # None: nothing left to try
     while attempt is not None:
         controller.started(attempt)                            # load on every stage's pod, hooks
@@ -48,6 +49,7 @@ from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
 from mmgate.control.retry_budget import RetryBudget
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry
 from mmgate.errors import RequestError
+from mmgate.request.urlsizing import UrlSizer
 from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.control")
@@ -185,9 +187,11 @@ class RequestController:
         observer: ControlObserver | None = None,
         defer: Deferral | None = None,
         keys: KeyStore | None = None,
+        sizer: UrlSizer | None = None,
     ) -> None:
         self.picker = picker
         self.keys = keys  # API keys (authentication on), else None
+        self._sizer = sizer  # URL media sizing (mmgate.urlProbe), else None
         self.endpoints = endpoints
         self.settings = settings if settings is not None else ControlSettings()
         self.clock = clock
@@ -264,10 +268,14 @@ class RequestController:
         return Flight(view, request_id, headers, candidates, now, client, debug, identity)
 
     async def admit(self, flight: Flight) -> None:
-        """Take an admission slot (may wait in the queue). Raises ``Overloaded`` (a 429)."""
+        """Take an admission slot (may wait in the queue). Raises ``Overloaded`` (a 429). Then,
+        with URL sizing on, the request's unprobed URL media are sized (bounded by the probe's
+        timeout): after admission, so a shed request fetches nothing."""
         await self._admission.enter(self.settings.max_inflight, flight.client, flight.identity)
         flight._admitted = True
         self._budget.on_request()
+        if self._sizer is not None and flight.view.unprobed_assets:
+            await self._sizer.size(flight.view)
 
     def leave(self, flight: Flight) -> None:
         """The request is over: its admission slot goes to the next one."""

@@ -36,6 +36,7 @@ from mmgate.gateway.server import Gateway, GatewaySettings
 from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits
 from mmgate.request.parse import parse_request
+from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
 from mmgate.tls import client_context
@@ -101,6 +102,23 @@ def keys_of(section: MmgateSection) -> KeyStore | None:
     return keys
 
 
+def url_probe_of(section: MmgateSection) -> UrlProbeSettings | None:
+    spec = section.urlProbe
+    if spec is None:
+        return None
+    if spec.allowPrivate:
+        log.warning("mmgate.urlProbe.allowPrivate: URL probes may reach private and loopback addresses")
+    return UrlProbeSettings(
+        enabled=True,
+        allow_hosts=tuple(spec.allowHosts),
+        allow_private=spec.allowPrivate,
+        max_bytes=spec.maxBytes,
+        timeout_s=spec.timeoutS,
+        cache_entries=spec.cacheEntries,
+        cache_ttl_s=spec.cacheTtlS,
+    )
+
+
 def settings_of(section: MmgateSection) -> GatewaySettings:
     """The ``mmgate:`` section as runtime settings (flags were already applied to it).
 
@@ -150,6 +168,7 @@ def settings_of(section: MmgateSection) -> GatewaySettings:
         access_log=section.accessLog,
         admin_port=section.adminPort,
         orchestration=orchestration_of(section),
+        url_probe=url_probe_of(section),
     )
 
 

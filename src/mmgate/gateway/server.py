@@ -33,6 +33,8 @@ from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
 from mmgate.gateway.responses import Response, error_response, json_response, request_error_response
 from mmgate.gateway.telemetry import Telemetry
+from mmgate.request.urlprobe import UrlProber, UrlProbeSettings
+from mmgate.request.urlsizing import UrlSizer
 from mmgate.request.view import API_PATHS, Api, RequestView
 
 log = logging.getLogger("mmgate.gateway")
@@ -60,6 +62,7 @@ class GatewaySettings:
     access_log: bool = True
     admin_port: int | None = None  # serve /metrics and /ready there instead (0 picks a free port)
     orchestration: OrchestrationSettings | None = None  # run the disaggregated legs here (not a sidecar)
+    url_probe: UrlProbeSettings | None = None  # size URL media by their headers (opt in)
 
     def server_limits(self) -> ServerLimits:
         return ServerLimits(
@@ -91,9 +94,12 @@ class Gateway:
         self.data = DataLayer(settings.data, clock=clock)
         self.telemetry = Telemetry(self.data.registry, clock)
         self.data.register_metrics(self.telemetry.registry)
+        sizer = None
+        if settings.url_probe is not None:
+            sizer = UrlSizer(UrlProber(settings.url_probe, on_outcome=self.telemetry.url_probed, clock=clock))
         self.controller = RequestController(
             picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry,
-            keys=keys,
+            keys=keys, sizer=sizer,
         )  # fmt: skip
         stage_metrics = StageMetrics(self.telemetry.registry) if settings.orchestration is not None else None
         self.proxy = Proxy(

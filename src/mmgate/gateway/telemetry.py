@@ -125,6 +125,10 @@ class Telemetry:
             "mmgate_upstream_errors", "Failed attempts, by endpoint and reason",
             ["endpoint", "reason"], registry=r,
         )  # fmt: skip
+        self.url_probes = LoopCounter(
+            "mmgate_url_probe", "URL media probes by outcome (hit, miss, refused, timeout, failed)",
+            ["outcome"], registry=r,
+        )  # fmt: skip
         self.ejections = Counter(
             "mmgate_endpoint_ejections_total",
             "Times an endpoint was ejected by the circuit breaker (outlier detection)",
@@ -136,6 +140,9 @@ class Telemetry:
             ["endpoint"], registry=r,
         )  # fmt: skip
         r.register(_EndpointCollector(endpoints, clock))
+
+    def url_probed(self, outcome: str) -> None:
+        self.url_probes.labels(outcome).inc()
 
     def attempt_failed(self, endpoint: str, reason: str) -> None:
         self.upstream_errors.labels(endpoint, reason).inc()

@@ -268,6 +268,19 @@ class PromptBuilder:
             asset.fps = hints.video_fps
 
 
+def apply_head(asset: MediaAsset, head: bytes) -> bool:
+    """Fill a URL asset's size from the first bytes of its file (the opt-in URL probe), by the same
+    header readers as inline media; ``True`` when that made it complete. Bytes of another kind than
+    the part says (a page of HTML behind an image URL) leave it unprobed."""
+    fmt, result = probe(BytesReader(head))
+    if result is None or fmt not in _FORMATS_FOR[asset.modality]:
+        return False
+    asset.detected_format = fmt
+    _fill(asset, result)
+    asset.probed = _complete(asset)
+    return asset.probed
+
+
 def _fill(asset: MediaAsset, result: ProbeResult) -> None:
     asset.width = result.width if result.width and result.width > 0 else None
     asset.height = result.height if result.height and result.height > 0 else None

@@ -11,7 +11,12 @@ every fetch is bounded and guarded:
   only (a second DNS answer cannot rebind it);
 - at most ``max_bytes`` are read (a ``Range`` request, and a hard cut whatever the server sends),
   within ``timeout_s`` for the whole exchange; redirects are not followed;
-- answers (and refusals) are cached per URL, so a hot URL is fetched once.
+- answers (and refusals) are cached per URL for ``cache_ttl_s``, at most ``cache_entries`` of
+  them, so a hot URL is fetched once; requests asking for a URL being fetched share that fetch.
+
+Every answer has an ``outcome`` (``hit`` from the cache, ``miss`` fetched now, ``refused``,
+``timeout``, ``failed``) reported to ``on_outcome`` (the gateway counts them in
+``mmgate_url_probe_total``).
 
 A refusal or failure is never the client's error: the asset stays "unprobed" and is priced with
 the configured default, exactly as when probing is off.
@@ -22,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,6 +46,7 @@ class UrlProbeSettings:
     max_bytes: int = 64 * 1024
     timeout_s: float = 1.0
     cache_entries: int = 4096
+    cache_ttl_s: float = 300.0
 
 
 class ProbeRefused(Exception):
@@ -50,6 +58,7 @@ class ProbeResult:
     url: str
     head: bytes | None  # the first bytes, or None when refused / failed
     reason: str = ""  # why there are no bytes
+    outcome: str = "miss"  # hit, miss, refused, timeout, failed
 
 
 def host_allowed(host: str, allow: tuple[str, ...]) -> bool:
@@ -91,9 +100,18 @@ class _PinnedResolver(AbstractResolver):
 
 
 class UrlProber:
-    def __init__(self, settings: UrlProbeSettings) -> None:
+    def __init__(
+        self,
+        settings: UrlProbeSettings,
+        *,
+        on_outcome: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
-        self._cache: OrderedDict[str, ProbeResult] = OrderedDict()
+        self._on_outcome = on_outcome
+        self._clock = clock
+        self._cache: OrderedDict[str, tuple[float, ProbeResult]] = OrderedDict()  # url -> (expiry, result)
+        self._pending: dict[str, asyncio.Task[ProbeResult]] = {}
 
     async def check(self, url: str) -> tuple[str, int, list[ResolveResult]]:
         """Validate ``url`` and resolve its host; raises :class:`ProbeRefused`."""
@@ -132,16 +150,36 @@ class UrlProber:
         return host, port, results
 
     async def fetch_head(self, url: str) -> ProbeResult:
-        """The first ``max_bytes`` of ``url``, or a refusal/failure reason (cached either way)."""
+        """The first ``max_bytes`` of ``url``, or a refusal/failure reason (cached either way).
+
+        A caller that is cancelled (or stops waiting) leaves the fetch running for the others;
+        the fetch itself never outlives ``timeout_s``."""
         cached = self._cache.get(url)
-        if cached is not None:
+        if cached is not None and cached[0] > self._clock():
             self._cache.move_to_end(url)
-            return cached
-        result = await self._fetch(url)
-        self._cache[url] = result
+            self._report("hit")
+            return replace(cached[1], outcome="hit")
+        task = self._pending.get(url)
+        if task is None:
+            task = asyncio.ensure_future(self._fetch_and_keep(url))
+            self._pending[url] = task
+        return await asyncio.shield(task)
+
+    async def _fetch_and_keep(self, url: str) -> ProbeResult:
+        try:
+            result = await self._fetch(url)
+        finally:
+            self._pending.pop(url, None)
+        self._report(result.outcome)
+        self._cache[url] = (self._clock() + self.settings.cache_ttl_s, result)
+        self._cache.move_to_end(url)
         while len(self._cache) > self.settings.cache_entries:
             self._cache.popitem(last=False)
         return result
+
+    def _report(self, outcome: str) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
 
     async def _fetch(self, url: str) -> ProbeResult:
         s = self.settings
@@ -158,7 +196,7 @@ class UrlProber:
                     session.get(url, headers=headers, allow_redirects=False) as resp,
                 ):
                     if resp.status not in (200, 206):
-                        return ProbeResult(url, None, f"HTTP {resp.status}")
+                        return ProbeResult(url, None, f"HTTP {resp.status}", "failed")
                     head = b""
                     while len(head) < s.max_bytes:
                         chunk = await resp.content.read(s.max_bytes - len(head))
@@ -167,11 +205,11 @@ class UrlProber:
                         head += chunk
                     return ProbeResult(url, head[: s.max_bytes])
         except ProbeRefused as exc:
-            return ProbeResult(url, None, f"refused: {exc}")
+            return ProbeResult(url, None, f"refused: {exc}", "refused")
         except TimeoutError:
-            return ProbeResult(url, None, f"no answer within {s.timeout_s:g} s")
+            return ProbeResult(url, None, f"no answer within {s.timeout_s:g} s", "timeout")
         except (aiohttp.ClientError, OSError) as exc:
-            return ProbeResult(url, None, f"{type(exc).__name__}: {exc}")
+            return ProbeResult(url, None, f"{type(exc).__name__}: {exc}", "failed")
 
 
 __all__ = ["ProbeRefused", "ProbeResult", "UrlProbeSettings", "UrlProber", "address_allowed", "host_allowed"]
