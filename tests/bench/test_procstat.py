@@ -7,7 +7,15 @@ import subprocess
 import sys
 import time
 
-from mmgate.bench.procstat import cpu_seconds, descendants, own_cpu_seconds, peak_rss_mb, rss_mb
+from mmgate.bench.procstat import (
+    children,
+    cpu_seconds,
+    descendants,
+    is_running,
+    own_cpu_seconds,
+    peak_rss_mb,
+    rss_mb,
+)
 
 # A child that allocates ~64 MiB, touches it, forks a grandchild that sleeps, then spins on the CPU.
 CHILD = """
@@ -35,6 +43,8 @@ def test_a_child_tree_is_found_and_charged() -> None:
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         tree = descendants(child.pid)
         assert tree[0] == child.pid and len(tree) == 2  # the child and its grandchild
+        assert children(child.pid) == tree[1:] and children(tree[1]) == []
+        assert is_running(child.pid) and is_running(tree[1])
         assert child.stdout.readline() == "spun\n"
         assert cpu_seconds([child.pid]) >= 0.25  # it spun 0.3 s of CPU time before saying so
         assert rss_mb([child.pid]) > 60
@@ -45,6 +55,7 @@ def test_a_child_tree_is_found_and_charged() -> None:
             os.kill(pid, 9)
         child.kill()
         child.wait()
+    assert not is_running(child.pid)
 
 
 def test_a_process_that_is_gone_counts_as_zero() -> None:
@@ -52,6 +63,7 @@ def test_a_process_that_is_gone_counts_as_zero() -> None:
     assert done.returncode == 0
     gone = 2**22 + 12345  # above the default pid_max: never a live process
     assert cpu_seconds([gone]) == 0.0 and rss_mb([gone]) == 0.0 and descendants(gone) == [gone]
+    assert not is_running(gone) and children(gone) == []
 
 
 def test_own_cpu_grows_with_work() -> None:

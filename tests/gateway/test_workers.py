@@ -5,50 +5,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from mmgate.bench.processes import free_port
+from mmgate.bench.procstat import children, is_running
 from support.processes import REPO, mmgate_command, subprocess_env
 
 BODY = json.dumps({"model": "null-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:
     """True once ``pid`` has exited (no longer listed, or a zombie awaiting its reaper)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return True
-        if stat[stat.rfind(")") + 2] == "Z":
+        if not is_running(pid):
             return True
         time.sleep(0.1)
     return False
@@ -68,7 +44,7 @@ def _post(port: int) -> int:
 
 @pytest.fixture
 def upstream_port() -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable,
         "-m",
@@ -108,11 +84,11 @@ def _wait_serving(port: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def test_workers_share_the_port_and_stop_together(upstream_port: int) -> None:
-    port = _free_port()
+    port = free_port()
     gateway = _serve(port, upstream_port, workers=2)
     try:
         _wait_serving(port, gateway)
-        workers = _children(gateway.pid)
+        workers = children(gateway.pid)
         assert len(workers) == 2
         # Every worker listens: new connections are spread by the kernel, all of them answered.
         assert [_post(port) for _ in range(20)] == [200] * 20
@@ -126,11 +102,11 @@ def test_workers_share_the_port_and_stop_together(upstream_port: int) -> None:
 
 
 def test_a_dead_worker_takes_the_gateway_down(upstream_port: int) -> None:
-    port = _free_port()
+    port = free_port()
     gateway = _serve(port, upstream_port, workers=2)
     try:
         _wait_serving(port, gateway)
-        first, second = _children(gateway.pid)
+        first, second = children(gateway.pid)
         os.kill(first, signal.SIGKILL)
         assert gateway.wait(timeout=20) != 0  # the supervisor restarts all of it, not half
         assert _gone(second)

@@ -27,8 +27,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     return raw[raw.rfind(")") + 2 :].split()
 
 
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it."""
+def _children_by_parent() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -36,12 +35,29 @@ def descendants(pid: int) -> list[int]:
         fields = _stat_fields(int(entry))
         if fields:
             children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a forking server's workers)."""
+    return sorted(_children_by_parent().get(pid, ()))
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every live process below it."""
+    below = _children_by_parent()
     found, todo = [], [pid]
     while todo:
         current = todo.pop()
         found.append(current)
-        todo.extend(children.get(current, ()))
+        todo.extend(below.get(current, ()))
     return found
+
+
+def is_running(pid: int) -> bool:
+    """True while ``pid`` exists and has not exited (a zombie waiting for its parent has exited)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:
