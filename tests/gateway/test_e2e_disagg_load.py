@@ -27,7 +27,6 @@ from mmgate.control import SchedulerPicker
 from mmgate.gateway.app import build_gateway, start
 from mmgate.scheduling import EndpointState, RequestLifecycle, SchedulingRequest
 from mmgate.scheduling.framework import NoParams, Plugin, PluginHandle
-from mmgate.scheduling.plugins._roles import role_of
 from mmgate.scheduling.registry import builtin_registry
 from mmgate.sim.fleet import SimFleet
 from support.processes import REPO
@@ -55,7 +54,7 @@ class LoadProbe(Plugin[NoParams], RequestLifecycle):
 
     def on_first_token(self, request: SchedulingRequest, now: float) -> None:
         held = self.held.get(request.request_id, [])
-        self.at_first_token.append(sorted((p, role_of(e), e.inflight.requests) for p, e in held))
+        self.at_first_token.append(sorted((p, e.effective_role, e.inflight.requests) for p, e in held))
 
     def on_finished(self, request: SchedulingRequest, now: float) -> None:
         self.held.pop(request.request_id, None)

@@ -6,5 +6,7 @@ gateway; ``stack``: the simulated fleet plus a gateway built as ``mmgate serve``
 ``probes``: error-shape checks, a stack config, raw-socket clients and pod counters;
 ``redis_server``: a real redis-server on a free loopback port; ``processes``: subprocesses that run
 this checkout's code; ``h1``: raw-socket peers for the upstream HTTP/1.1 client; ``envoy``: a real
-Envoy in front of ``mmgate extproc``.
+Envoy in front of ``mmgate extproc``; ``bodies``/``media``: request bodies and media files;
+``scheduling``, ``engine``, ``views``, ``hfref``, ``kubeapi``: builders for the scheduler, the
+simulator engine, token views, the transformers reference and a fake Kubernetes API.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mmgate.config import parse_config
-from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
+from mmgate.request.view import MediaAsset
 from mmgate.scheduling import (
     EndpointState,
     Metrics,
@@ -14,6 +14,8 @@ from mmgate.scheduling import (
     SchedulingRequest,
     build_scheduler,
 )
+from support import views
+from support.views import view
 
 
 def endpoints(n: int, **metrics: Any) -> list[EndpointState]:
@@ -21,19 +23,8 @@ def endpoints(n: int, **metrics: Any) -> list[EndpointState]:
 
 
 def image(identity: str, width: int = 1280, height: int = 720) -> MediaAsset:
-    return MediaAsset(
-        modality=Modality.IMAGE,
-        source=Source.INLINE,
-        identity=identity,
-        field="messages[0].content[0]",
-        width=width,
-        height=height,
-        probed=True,
-    )
-
-
-def view(*parts: str | MediaAsset, model: str = "m") -> RequestView:
-    return RequestView(api=Api.CHAT, model=model, parts=list(parts))
+    """A probed image: the scheduling tests price it, so it always has a size."""
+    return views.image(identity, width, height)
 
 
 def request(*parts: str | MediaAsset, rid: str = "r", debug: bool = False) -> SchedulingRequest:

@@ -16,7 +16,7 @@ from mmgate.tokens import (
     price,
 )
 from mmgate.tokens.sequence import media_token_id
-from support.tokviews import audio, image, video, view
+from support.views import audio, image, video, view
 
 
 def test_qwen3_prices_probed_image_and_reports_rule() -> None:

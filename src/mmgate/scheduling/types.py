@@ -84,6 +84,11 @@ class EndpointState:
     metrics: MetricsView | None = None
     inflight: InFlight = field(default_factory=InFlight)
 
+    @property
+    def effective_role(self) -> str | None:
+        """The configured role, else the pod's ``llm-d.ai/role`` label (what role filters match)."""
+        return self.role if self.role is not None else self.labels.get(ROLE_LABEL)
+
     def metrics_age(self, now: float) -> float | None:
         """Seconds since the last scrape, or ``None`` when never scraped."""
         m = self.metrics

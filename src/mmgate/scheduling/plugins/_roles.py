@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 from mmgate.scheduling.framework import Filter, NoParams
-from mmgate.scheduling.types import ROLE_LABEL, EndpointState, SchedulingRequest
-
-
-def role_of(endpoint: EndpointState) -> str | None:
-    return endpoint.role if endpoint.role is not None else endpoint.labels.get(ROLE_LABEL)
+from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
 class RoleFilter(Filter[NoParams]):
@@ -21,7 +17,7 @@ class RoleFilter(Filter[NoParams]):
         keep_none = self.accept_unlabelled
         out = []
         for ep in endpoints:
-            role = role_of(ep)
+            role = ep.effective_role
             if (role is None and keep_none) or role in roles:
                 out.append(ep)
         return out

@@ -1,4 +1,4 @@
-"""Helpers to build request views directly (no parsing) for pricing tests."""
+"""Request views built directly (no parsing), for the pricing and scheduling tests."""
 
 from __future__ import annotations
 
@@ -49,5 +49,5 @@ def audio(identity: str, duration_s: float | None = None) -> MediaAsset:
     )
 
 
-def view(*parts: str | MediaAsset) -> RequestView:
-    return RequestView(Api.CHAT, "m", list(parts))
+def view(*parts: str | MediaAsset, model: str = "m") -> RequestView:
+    return RequestView(Api.CHAT, model, list(parts))
