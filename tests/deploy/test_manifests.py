@@ -115,9 +115,9 @@ def test_mmgate_containers_are_probed_and_not_root() -> None:
 def test_dockerfile_installs_as_the_docs_say() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     steps = re.findall(r"pip install --no-cache-dir (\S+)", dockerfile)
-    assert steps == ["'.[kubernetes]'"]
-    docs = (REPO / "docs" / "kubernetes.md").read_text()
-    assert "pip install '.[kubernetes]'" in docs
+    assert steps == ["'.[kubernetes,extproc]'"]
+    for page in (REPO / "docs" / "kubernetes.md", REPO / "README.md"):
+        assert "pip install '.[kubernetes,extproc]'" in page.read_text(), page
     assert re.search(r"^USER 10001$", dockerfile, re.M)
 
 
