@@ -84,12 +84,13 @@ async def test_measures_ttft_itl_e2e_and_tokens(server: str) -> None:
         # Lower bounds only: the server sleeps at least this long; a loaded machine adds to it.
         assert r.ttft_s >= FIRST_S
         assert len(r.itl_s) == TOKENS - 1
-        assert all(g >= GAP_S * 0.8 for g in r.itl_s)
+        # Single gaps are not bounded below: a loaded client can read two tokens in one go.
+        assert all(g >= 0 for g in r.itl_s)
         assert r.e2e_s >= FIRST_S + (TOKENS - 1) * GAP_S
         assert r.ttft_s + sum(r.itl_s) <= r.e2e_s + 1e-6  # the pieces of one stream add up
         assert r.output_tokens == TOKENS and r.cached_tokens == 64 and r.endpoint == "pod-a"
         tpot = r.tpot_s
-        assert tpot is not None and tpot >= GAP_S * 0.8
+        assert tpot is not None and tpot >= 0
     sends = sorted(r.sent_s for r in rung.records)
     # Open loop: the tenth request leaves on its schedule (0.45 s), not after nine responses
     # (closed loop: at least 9 x 0.18 s); late only by what the machine's load adds.
