@@ -4,7 +4,7 @@ the real ``kubernetes_asyncio`` client and a real kubeconfig file."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from mmgate.datalayer.kubernetes import (
     pool_target,
 )
 from support.kubeapi import FakeKubeAPI, inference_pool, pod
+from support.waiting import until
 
 APP = {"app": "vllm"}
 
@@ -34,15 +35,6 @@ def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> str:
     path = tmp_path / "kubeconfig"
     path.write_text(api.kubeconfig())
     return str(path)
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Wait for a condition the watch makes true (bounded: a stuck watch fails the test)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def names(registry: EndpointRegistry) -> set[str]:

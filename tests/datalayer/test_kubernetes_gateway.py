@@ -15,12 +15,12 @@ import msgspec
 import orjson
 import yaml
 
-from datalayer.test_kubernetes import until
 from mmgate.config import parse_config
 from mmgate.gateway.app import build_gateway, start
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.spec import PodSpec
 from support.kubeapi import FakeKubeAPI, inference_pool, pod
+from support.waiting import until
 
 CONFIG = """
 apiVersion: llm-d.ai/v1alpha1

@@ -7,6 +7,7 @@ import pytest
 from aiohttp import web
 
 from mmgate.datalayer import DataLayer, DataLayerConfig, parse_endpoint
+from support.waiting import until
 
 
 class FakePod:
@@ -60,13 +61,6 @@ async def pod() -> AsyncIterator[FakePod]:
     await p.stop()
 
 
-async def wait_for(predicate, timeout: float = 3.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_scrapes_metrics_and_models_and_tracks_health(pod: FakePod) -> None:
     layer = DataLayer(DataLayerConfig(endpoints=[parse_endpoint(pod.address)], scrape_interval_s=0.02))
     await layer.start()
@@ -74,14 +68,14 @@ async def test_scrapes_metrics_and_models_and_tracks_health(pod: FakePod) -> Non
         record = layer.registry.get(pod.address)
         assert record is not None
         pod.waiting = 5
-        await wait_for(lambda: record.metrics is not None and record.metrics.waiting == 5)
-        await wait_for(lambda: layer.models() == ["m"])
+        await until(lambda: record.metrics is not None and record.metrics.waiting == 5)
+        await until(lambda: layer.models() == ["m"])
         assert layer.ready()
         pod.status = 500
-        await wait_for(lambda: not record.health.healthy)
+        await until(lambda: not record.health.healthy)
         assert layer.routable() == [] and not layer.ready()
         pod.status = 200
-        await wait_for(lambda: record.health.healthy)
+        await until(lambda: record.health.healthy)
     finally:
         await layer.stop()
 
@@ -95,7 +89,7 @@ async def test_a_slow_pod_never_has_two_scrapes_in_flight_and_goes_stale(pod: Fa
     try:
         record = layer.registry.get(pod.address)
         assert record is not None
-        await wait_for(lambda: record.metrics is not None)
+        await until(lambda: record.metrics is not None)
         pod.delay = 0.3  # slower than the tick and than the staleness threshold, within the timeout
         await asyncio.sleep(0.25)
         assert record.fresh_metrics(layer.clock(), config.staleness_s) is None
@@ -103,7 +97,7 @@ async def test_a_slow_pod_never_has_two_scrapes_in_flight_and_goes_stale(pod: Fa
         assert pod.max_in_flight == 1
         assert record.health.healthy  # slow is not dead
         pod.delay = 1.0  # now past the timeout
-        await wait_for(lambda: not record.health.healthy, timeout=5.0)
+        await until(lambda: not record.health.healthy)
         assert "timed out" in (record.health.last_error or "")
     finally:
         await layer.stop()
@@ -113,7 +107,7 @@ async def test_removed_endpoint_stops_being_scraped(pod: FakePod) -> None:
     layer = DataLayer(DataLayerConfig(endpoints=[parse_endpoint(pod.address)], scrape_interval_s=0.01))
     await layer.start()
     try:
-        await wait_for(lambda: pod.hits > 2)
+        await until(lambda: pod.hits > 2)
         layer.registry.remove(pod.address)
         await asyncio.sleep(0.05)
         hits = pod.hits

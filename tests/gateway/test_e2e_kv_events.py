@@ -4,8 +4,7 @@ the gateway, and after a prefix-cache reset (``AllBlocksCleared``)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Hashable
 
 import aiohttp
 import orjson
@@ -22,6 +21,7 @@ from mmgate.sim.server import SimPod
 from mmgate.vllm.blocks import BlockHash, event_hash
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from support.stack import ROUND_ROBIN
+from support.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +40,6 @@ def prompt_blocks(pod: SimPod, data: bytes) -> list[BlockHash]:
     """The block keys the pod's prefix cache uses for this request's prompt."""
     seq = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2).sequence
     return list(pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None))
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ gateway; ``stack``: the simulated fleet plus a gateway built as ``mmgate serve``
 ``redis_server``: a real redis-server on a free loopback port; ``processes``: subprocesses that run
 this checkout's code; ``h1``: raw-socket peers for the upstream HTTP/1.1 client; ``envoy``: a real
 Envoy in front of ``mmgate extproc``; ``bodies``/``media``: request bodies and media files;
-``scheduling``, ``engine``, ``views``, ``hfref``, ``kubeapi``: builders for the scheduler, the
-simulator engine, token views, the transformers reference and a fake Kubernetes API.
+``waiting``: ``until``, the one poll for what a background task makes true; ``scheduling``,
+``engine``, ``views``, ``hfref``, ``kubeapi``: builders for the scheduler, the simulator engine,
+request views, the transformers reference and a fake Kubernetes API.
 """

@@ -3,7 +3,6 @@ config exactly as ``mmgate serve`` builds it, with helpers that read what a user
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import re
@@ -21,6 +20,7 @@ from mmgate.config import parse_config
 from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.app import Running, build_gateway, start
 from mmgate.sim.fleet import SimFleet
+from support.waiting import until
 
 ROUND_ROBIN = """
 apiVersion: llm-d.ai/v1alpha1
@@ -131,11 +131,11 @@ async def wait_until_scraped(running: Running, timeout: float = 10.0) -> None:
 
 async def wait_until_registry_scraped(registry: EndpointRegistry, timeout: float = 10.0) -> None:
     """Every endpoint of ``registry`` has answered a scrape and listed its models (any transport)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not all(r.metrics is not None and r.models for r in registry.records()):
-        assert loop.time() < deadline, "endpoints were not scraped in time"
-        await asyncio.sleep(0.02)
+    await until(
+        lambda: all(r.metrics is not None and r.models for r in registry.records()),
+        "every endpoint scraped",
+        timeout,
+    )
 
 
 @asynccontextmanager

@@ -3,26 +3,16 @@ goes away costs only freshness, and the views converge again when it returns."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
 
 from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexSettings
 from support.redis_server import RedisServer
+from support.waiting import until
 
 NS = "approx-prefix-cache-producer/approx-prefix-cache-producer"
-
-
-async def until(condition: Callable[[], bool], what: str, limit_s: float = 20.0) -> None:
-    """Wait for a condition the background sync makes true (the limit only catches a hang)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.01)
 
 
 def provider(url: str) -> RedisIndexes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -23,6 +23,7 @@ from mmgate.sim.engine.types import AllBlocksCleared, BlockRemoved, BlockStored,
 from mmgate.sim.kv_publisher import KVEventPublisher, to_wire
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from mmgate.vllm.kvevents import WireFormat, encode_batch, encode_seq
+from support.waiting import until
 
 EP = "127.0.0.1:18000"
 TS = 1.5
@@ -34,15 +35,6 @@ def stored(*hashes: int, medium: str = "GPU") -> BlockStored:
 
 def removed(*hashes: int, medium: str = "GPU") -> BlockRemoved:
     return BlockRemoved(list(hashes), medium)
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for the subscriber's task (the limit only catches a hang)."""
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
 
 
 @dataclass
