@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,9 +31,10 @@ from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role
 from mmgate.sim.server import SimPod
 from mmgate.sim.spec import PodSpec
+from support.processes import REPO
 from support.stack import chat_body, png, wait_until_scraped
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO / "examples"
 MODES = ["sidecar", "gateway"]
 SLOW_ENCODER = FaultSettings(slowdown=150.0)  # each item's encoding takes long enough to see overlap
 
