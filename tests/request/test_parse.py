@@ -8,7 +8,8 @@ import orjson
 import pytest
 import xxhash
 
-from mmgate.request import Api, MediaAsset, Modality, Source, parse_request, role_header
+from mmgate.errors import RequestError
+from mmgate.request import Api, Limits, MediaAsset, Modality, Source, parse_request, role_header
 from support import media
 from support.bodies import b64, chat, data_uri, image, image_part
 
@@ -204,15 +205,58 @@ def test_content_decides_the_format_not_the_label() -> None:
     assert (asset.mime, asset.detected_format, asset.width) == ("image/png", "jpeg", 20)
 
 
-def test_unknown_bytes_are_unprobed_not_an_error() -> None:
-    view = parse_request(chat(image_part(data_uri(b"not an image at all"))), {})
+UNCHECKED = Limits(check_media_content=False)
+
+
+def test_bytes_that_are_no_media_file_are_refused_naming_the_part() -> None:
+    body = chat(image_part("data:image/png;base64," + base64.b64encode(b"hello world").decode()))
+    with pytest.raises(RequestError) as err:
+        parse_request(body, {})
+    assert err.value.status == 400 and err.value.param == "messages[0].content[0].image_url.url"
+    assert "not an image file" in err.value.message and "no image, video or audio header" in err.value.message
+
+
+def test_unknown_bytes_are_unprobed_when_the_content_check_is_off() -> None:
+    view = parse_request(chat(image_part(data_uri(b"not an image at all"))), {}, limits=UNCHECKED)
     assert view.assets[0].probed is False and view.unprobed_assets == 1
 
 
-def test_video_in_an_image_part_is_not_taken_as_image_size() -> None:
+def test_video_in_an_image_part_is_refused_naming_what_it_is() -> None:
     mp4 = (media.DATA / "clip.mp4").read_bytes()
-    asset = parse_request(chat(image_part(data_uri(mp4, "image/png"))), {}).assets[0]
+    with pytest.raises(RequestError) as err:
+        parse_request(chat(image_part(data_uri(mp4, "image/png"))), {})
+    assert err.value.param == "messages[0].content[0].image_url.url"
+    assert "a video header (mp4)" in err.value.message
+
+
+def test_video_in_an_image_part_is_not_taken_as_image_size_when_unchecked() -> None:
+    mp4 = (media.DATA / "clip.mp4").read_bytes()
+    asset = parse_request(chat(image_part(data_uri(mp4, "image/png"))), {}, limits=UNCHECKED).assets[0]
     assert asset.detected_format == "mp4" and asset.width is None and not asset.probed
+
+
+def test_a_mislabelled_image_is_priced_by_what_it_is() -> None:
+    png = image("PNG", 33, 21)
+    asset = parse_request(chat(image_part(data_uri(png, "image/jpeg"))), {}).assets[0]
+    assert asset.mime == "image/jpeg" and asset.detected_format == "png"
+    assert (asset.width, asset.height) == (33, 21) and asset.probed
+
+
+def test_text_in_an_input_audio_part_is_refused() -> None:
+    part = {"type": "input_audio", "input_audio": {"data": b64(b"just some text bytes"), "format": "wav"}}
+    with pytest.raises(RequestError) as err:
+        parse_request(chat(part), {})
+    assert err.value.param == "messages[0].content[0].input_audio.data"
+
+
+def test_a_missing_or_empty_model_is_refused_when_required() -> None:
+    required = Limits(require_model=True)
+    for body in (b'{"messages": []}', b'{"model": "", "messages": []}', b'{"model": " ", "prompt": "x"}'):
+        api = Api.COMPLETIONS if b"prompt" in body else Api.CHAT
+        with pytest.raises(RequestError) as err:
+            parse_request(body, {}, api=api, limits=required)
+        assert err.value.param == "model" and err.value.status == 400
+    assert parse_request(b'{"messages": []}', {}).model == ""  # the parser alone does not require it
 
 
 def test_json_escaped_slashes_in_base64_are_unescaped() -> None:

@@ -151,7 +151,10 @@ class LimitsSpec(_Strict):
     validateBase64: bool = DEFAULT_LIMITS.validate_base64
     urlSchemes: list[str] = msgspec.field(default_factory=lambda: sorted(DEFAULT_LIMITS.url_schemes))
 
-    def to_limits(self) -> Limits:
+    def to_limits(self, validation: ValidationSpec | None = None) -> Limits:
+        """The request limits; with ``validation`` (the gateway's), its refusals switched as set."""
+        model = validation.model if validation is not None else DEFAULT_LIMITS.require_model
+        content = validation.mediaContent if validation is not None else DEFAULT_LIMITS.check_media_content
         return Limits(
             max_body_bytes=self.maxBodyBytes,
             max_assets=self.maxMediaItems,
@@ -160,7 +163,27 @@ class LimitsSpec(_Strict):
             max_duration_s=self.maxDurationS,
             validate_base64=self.validateBase64,
             url_schemes=frozenset(s.lower() for s in self.urlSchemes),
+            require_model=model,
+            check_media_content=content,
         )
+
+
+class ValidationSpec(_Strict):
+    """Requests the model server would refuse, refused by the gateway before the body is sent
+    (a 400 naming the field; docs/gateway.md "Validation"). Each check can be switched off for a
+    fleet that knows better (a server with a default model, a decoder for formats mmgate does not
+    sniff, a family mmgate prices wrongly):
+
+    - ``model``: a missing or empty ``model``;
+    - ``mediaContent``: an inline payload whose bytes are not a media file of the part's kind
+      (no known header, or an image header in a video part ...); a valid file under the wrong
+      media type is priced by what it is, not refused;
+    - ``modalities``: a part of a modality the served model's family has no rule for (audio to a
+      vision-only family, video to an image-only one)."""
+
+    model: bool = True
+    mediaContent: bool = True
+    modalities: bool = True
 
 
 class PricingSpec(_Strict):
@@ -251,6 +274,7 @@ class MmgateSection(_Strict):
     kubernetes: KubernetesSpec | None = None
     limits: LimitsSpec = msgspec.field(default_factory=LimitsSpec)
     pricing: PricingSpec = msgspec.field(default_factory=PricingSpec)
+    validation: ValidationSpec = msgspec.field(default_factory=ValidationSpec)
     scrapeIntervalMs: int = 50
     metricsStalenessMs: int = 2000
     maxRetries: int = 2

@@ -204,9 +204,11 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     scheduler = build_scheduler(
         config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks
     )
-    pricing = PricingConfig(family=section.pricing.family) if section.pricing.family else PricingConfig()
+    refuse = section.validation.modalities
+    family = section.pricing.family
+    pricing = PricingConfig(family=family, refuse_unserved=refuse) if family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
-    limits = section.limits.to_limits()
+    limits = section.limits.to_limits(section.validation)
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks

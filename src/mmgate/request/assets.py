@@ -239,7 +239,11 @@ class PromptBuilder:
         if isinstance(reader, Base64Reader):
             self.decoded_bytes += reader.decoded
         asset.detected_format = fmt
-        if result is None or fmt not in _FORMATS_FOR[asset.modality]:
+        if fmt not in _FORMATS_FOR[asset.modality]:
+            if self._limits.check_media_content:
+                raise _not_media(asset.modality, fmt, param)
+            return
+        if result is None:  # a known header, truncated or corrupt past the sniffed bytes
             return
         _fill(asset, result)
         if asset.width and asset.height:
@@ -279,6 +283,22 @@ def apply_head(asset: MediaAsset, head: bytes) -> bool:
     _fill(asset, result)
     asset.probed = _complete(asset)
     return asset.probed
+
+
+def _not_media(modality: Modality, fmt: str | None, param: str) -> RequestError:
+    """The model server cannot decode these bytes as the part says (vLLM answers 400 after the
+    upload); the sniffed kind is named so a client sees what it sent."""
+    if fmt is None:
+        found = "no image, video or audio header the gateway knows"
+    else:
+        kind = next(m for m, formats in _FORMATS_FOR.items() if fmt in formats)
+        found = f"{_ARTICLE[kind]} {kind.value} header ({fmt})"
+    return RequestError(
+        f"The {modality.value} part at '{param}' is not {_ARTICLE[modality]} {modality.value} file: "
+        f"its bytes start with {found}.",
+        param=param,
+        code="invalid_media",
+    )
 
 
 def _fill(asset: MediaAsset, result: ProbeResult) -> None:

@@ -16,6 +16,9 @@ class Limits:
     max_duration_s: float = 4 * 3600.0  # video/audio, probed or declared
     validate_base64: bool = True  # check every inline payload's alphabet (one fast pass)
     url_schemes: frozenset[str] = frozenset({"http", "https"})  # others (file:, ftp:) are refused
+    # Refusals of what the model server would refuse anyway (``mmgate.validation``):
+    require_model: bool = False  # a missing or empty "model" is a 400 naming it (on in the gateway)
+    check_media_content: bool = True  # inline bytes must be a media file of the part's kind
 
 
 DEFAULT_LIMITS = Limits()

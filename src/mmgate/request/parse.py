@@ -28,6 +28,19 @@ _URL_PARTS = {
     "audio_url": Modality.AUDIO,
 }
 _EMBEDS = ("image_embeds", "audio_embeds", "video_embeds")
+# The OpenAI and Anthropic APIs, whose specs require ``model``; vLLM's own routes (tokenize,
+# pooling, score, ...) document it as optional (the served model), so they are not refused.
+MODEL_REQUIRED = frozenset(
+    {
+        Api.CHAT,
+        Api.COMPLETIONS,
+        Api.MESSAGES,
+        Api.RESPONSES,
+        Api.EMBEDDINGS,
+        Api.TRANSCRIPTIONS,
+        Api.TRANSLATIONS,
+    }
+)
 
 
 def role_header(role: str) -> str:
@@ -67,6 +80,12 @@ def parse_request(
         from mmgate.request.apis import parser_for  # the other APIs build on this module
 
         view = parser_for(api)(body, headers, api, builder)
+    if limits.require_model and api in MODEL_REQUIRED and not view.model.strip():
+        raise RequestError(
+            "Missing required field 'model': name the model to run (GET /v1/models lists them).",
+            param="model",
+            code="missing_model",
+        )
     view.body = body
     view.unprobed_assets = builder.unprobed
     if builder.decoded_bytes:

@@ -75,7 +75,13 @@ def build_scheduler(
         rng = random.Random(seed if seed is not None else section.seed)
     if kv_blocks is None and kv_events_settings_of(section) is not None:
         kv_blocks = AffinityIndex()
-    handle = PluginHandle(rng, pricing_family=section.pricing.family, indexes=indexes, kv_blocks=kv_blocks)
+    handle = PluginHandle(
+        rng,
+        pricing_family=section.pricing.family,
+        refuse_unserved_modalities=section.validation.modalities,
+        indexes=indexes,
+        kv_blocks=kv_blocks,
+    )
     errors: list[ConfigError] = []
 
     plugins: dict[str, Plugin[Any]] = {}

@@ -42,20 +42,23 @@ ParamsT = TypeVar("ParamsT", bound=msgspec.Struct)
 class PluginHandle:
     """What a plugin may use at construction: the shared RNG, other plugins by name, the
     gateway-wide defaults from the ``mmgate:`` section (``pricing_family``: ``mmgate.pricing.family``,
-    the family ``token-producer`` prices with when its own parameters name none), and where
-    affinity indexes come from (``indexes``: in memory unless ``mmgate.sharedIndex`` makes them
-    shared; reads never wait on I/O)."""
+    the family ``token-producer`` prices with when its own parameters name none;
+    ``refuse_unserved_modalities``: ``mmgate.validation.modalities``, whether a modality the served
+    family cannot take is a 400), and where affinity indexes come from (``indexes``: in memory
+    unless ``mmgate.sharedIndex`` makes them shared; reads never wait on I/O)."""
 
     def __init__(
         self,
         rng: random.Random,
         *,
         pricing_family: str | None = None,
+        refuse_unserved_modalities: bool = True,
         indexes: IndexProvider | None = None,
         kv_blocks: AffinityStore[Any] | None = None,
     ) -> None:
         self.rng = rng
         self.pricing_family = pricing_family
+        self.refuse_unserved_modalities = refuse_unserved_modalities
         self.indexes: IndexProvider = indexes if indexes is not None else MemoryIndexes()
         self.kv_blocks = kv_blocks  # the pods' KV-event block index (None: not subscribed)
         self.plugins: dict[str, Plugin[Any]] = {}

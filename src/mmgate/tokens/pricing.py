@@ -2,9 +2,21 @@
 
 ``price(view, config)`` is what the scheduler's token producer calls for every request, so the
 configuration is resolved once (``PricingConfig.__post_init__``) and pricing an asset is a dict
-lookup and a few integer operations. Assets whose size or duration was not probed get the
-configured defaults and are marked ``defaulted``; repeats of one asset are priced every time they
-appear, because the model sees them every time.
+lookup and a few integer operations. Repeats of one asset are priced every time they appear,
+because the model sees them every time.
+
+Where an asset's size, duration or frame rate comes from, first match wins (one order for every
+pricing mode; docs/tokens.md "Defaults"):
+
+1. the media's own header (probed inline payloads);
+2. the request's ``x-llm-d-video-*`` / ``x-llm-d-audio-duration-seconds`` headers (video, audio);
+3. the configured default: ``PricingConfig.default_*`` (the token-producer's ``exact`` block),
+   else the ``estimate`` block's ``defaultResolution`` / ``defaultDuration`` /
+   ``strided.defaultSourceFPS``;
+4. llm-d's built-in defaults (640x360, 10 s, 24 fps source; 10 s of audio).
+
+Steps 3 and 4 mark the asset ``defaulted``. The rule that counts the resolved size is the
+configured one (family, provider or estimate) in every case.
 """
 
 from __future__ import annotations
@@ -12,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, TypeVar
 
 from mmgate.errors import RequestError
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView
@@ -30,6 +42,7 @@ from mmgate.tokens.rules import (
 )
 from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
 
+T = TypeVar("T")
 IMAGE_CACHE_SIZE = 4096  # distinct (width, height) counts kept per pricing config
 
 
@@ -94,12 +107,18 @@ class PricingConfig:
     estimate: EstimateConfig | None = None
     provider: str | None = None
     audio_family: str | None = None
-    default_image: tuple[int, int] = (640, 360)
-    default_video: tuple[int, int] = (640, 360)
-    default_video_duration_s: float = 10.0
-    default_video_fps: float = 24.0
-    default_audio_duration_s: float = 10.0
+    # Configured defaults for what the media does not say; None: the estimate block's, then llm-d's.
+    default_image: tuple[int, int] | None = None
+    default_video: tuple[int, int] | None = None
+    default_video_duration_s: float | None = None
+    default_video_fps: float | None = None
+    default_audio_duration_s: float | None = None
     tokenizer: str | None = None  # path of a local tokenizer.json for exact text counts
+    # Refuse (400) a modality the served family has no rule for, rather than price it by estimate.
+    # The served family is ``served_family``, else ``family`` when pricing by family; with
+    # neither (estimate, provider) nothing is refused.
+    refuse_unserved: bool = False
+    served_family: str | None = None
     max_total_tokens: int = 16_777_216  # beyond any model's context: refused before building a sequence
     _resolved: _Resolved = field(init=False, repr=False, compare=False)
 
@@ -118,12 +137,17 @@ class _Resolved:
         chosen = [n for n, v in (("estimate", cfg.estimate), ("provider", cfg.provider)) if v is not None]
         if len(chosen) > 1:
             raise ValueError("PricingConfig: set at most one of estimate or provider")
-        check_size(*cfg.default_image, param="default_image")
-        check_size(*cfg.default_video, param="default_video")
-        check_duration(cfg.default_video_duration_s, param="default_video_duration_s")
-        check_duration(cfg.default_audio_duration_s, param="default_audio_duration_s")
         self.cfg = cfg
-        self.estimator = Estimator(cfg.estimate)
+        self.estimator = est = Estimator(cfg.estimate)
+        self.default_image = check_size(*_first(cfg.default_image, est.image_default), param="default_image")
+        self.default_video = check_size(*_first(cfg.default_video, est.video_default), param="default_video")
+        self.default_video_s = check_duration(
+            _first(cfg.default_video_duration_s, est.video_default_s), param="default_video_duration_s"
+        )
+        self.default_fps = check_fps(_first(cfg.default_video_fps, est.source_fps), param="default_video_fps")
+        self.default_audio_s = check_duration(
+            _first(cfg.default_audio_duration_s, est.audio_default_s), param="default_audio_duration_s"
+        )
         self.family: Family[Any] | None = None
         self.family_image: Callable[[int, int], Count] = _no_image
         self.provider: Provider | None = None
@@ -147,12 +171,29 @@ class _Resolved:
             self.audio_family = get_family(cfg.audio_family)
             if self.audio_family.audio is None:
                 raise UnknownNameError(f"audio_family {cfg.audio_family!r} has no audio rule")
+        self.accepts: frozenset[Modality] | None = None
+        self.served_name = ""
+        served = self.family if cfg.served_family is None else get_family(cfg.served_family)
+        if cfg.refuse_unserved and served is not None:
+            takes = {Modality(m) for m in served.modalities} | {Modality.EMBEDS}
+            if self.audio_family is not None:
+                takes.add(Modality.AUDIO)
+            self.accepts = frozenset(takes)
+            self.served_name = served.name
         self.text: TextCounter = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else estimate_runs
         self.estimate_image_rule = (
             "llm-d:static" if self.estimator.image_static is not None else "llm-d:dynamic"
         )
 
-    def price_asset(self, a: MediaAsset) -> AssetPrice:
+    def price_asset(self, a: MediaAsset, model: str) -> AssetPrice:
+        if self.accepts is not None and a.modality not in self.accepts:
+            raise RequestError(
+                f"The model '{model}' ({self.served_name} family) does not take {a.modality.value} "
+                f"input; remove the {a.modality.value} part at '{a.field}' or send it to a model that "
+                f"takes {a.modality.value}.",
+                param=a.field,
+                code="unsupported_modality",
+            )
         try:
             return self._price_asset(a)
         except RequestError as exc:  # a rule refused the media (e.g. Qwen's 200:1 aspect limit)
@@ -161,13 +202,12 @@ class _Resolved:
             raise
 
     def _price_asset(self, a: MediaAsset) -> AssetPrice:
-        cfg = self.cfg
         mod = a.modality
         if mod is Modality.AUDIO:
             duration = a.duration_s
             defaulted = not duration or duration <= 0
             if defaulted:
-                duration = cfg.default_audio_duration_s
+                duration = self.default_audio_s
             assert duration is not None
             count, rule = self._audio(duration, a.field)
             return AssetPrice(
@@ -177,10 +217,10 @@ class _Resolved:
             w, h, dur = a.width, a.height, a.duration_s
             defaulted = w is None or h is None or not dur or dur <= 0
             if w is None or h is None:
-                w, h = cfg.default_video
+                w, h = self.default_video
             if not dur or dur <= 0:
-                dur = cfg.default_video_duration_s
-            fps = a.fps if a.fps and a.fps > 0 else cfg.default_video_fps
+                dur = self.default_video_s
+            fps = a.fps if a.fps and a.fps > 0 else self.default_fps
             self._check(w, h, a.field)
             check_duration(dur, param=a.field)
             check_fps(fps, param=a.field)
@@ -190,7 +230,7 @@ class _Resolved:
         w, h = a.width, a.height
         defaulted = mod is Modality.EMBEDS or w is None or h is None
         if w is None or h is None:
-            w, h = cfg.default_image
+            w, h = self.default_image
         self._check(w, h, a.field)
         count, rule = self._image(w, h, a.detail)
         return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
@@ -224,6 +264,10 @@ class _Resolved:
         return self.estimator.audio(duration), "llm-d:audio"
 
 
+def _first(configured: T | None, fallback: T) -> T:
+    return configured if configured is not None else fallback
+
+
 def _no_image(width: int, height: int) -> Count:
     raise AssertionError("family_image is only called when the family has an image rule")
 
@@ -255,7 +299,7 @@ def price(view: RequestView, config: PricingConfig) -> Pricing:
     """Price every part of ``view`` under ``config`` (raises RequestError on impossible media)."""
     resolved = config._resolved
     runs, media_parts = _split(view)
-    assets = [resolved.price_asset(p) for p in media_parts] if media_parts else []
+    assets = [resolved.price_asset(p, view.model) for p in media_parts] if media_parts else []
     ids = view.prompt_token_ids
     text = len(ids) if ids is not None else resolved.text(runs)
     by_modality: dict[Modality, int] = {}

@@ -55,7 +55,7 @@ def test_mmgate_section_family_is_the_default() -> None:
     s = build_scheduler(cfg.picker, mmgate=cfg.mmgate)
     producer = s.plugins["token-producer"]
     assert isinstance(producer, TokenProducer)
-    assert producer.pricing.family == "qwen2-vl"
+    assert producer.pricing.for_model("any").family == "qwen2-vl"
 
 
 def test_tokenizer_alias_and_auto_creation() -> None:

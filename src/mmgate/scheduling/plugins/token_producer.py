@@ -5,11 +5,16 @@ token load, encoder-cache affinity. Pricing is :func:`mmgate.tokens.price` and t
 :func:`mmgate.tokens.build_sequence`, so every media identity is part of the stream and two
 requests that differ only in an image hash differently from that image on.
 
-Parameters keep llm-d's ``estimate`` block (image/video modes, default resolution, frames). mmgate
-adds ``family`` (an exact model-family rule such as ``qwen3-vl``, with ``familyParams``
-overrides) and ``provider`` (a hosted API rule). With none set, the ``mmgate.pricing.family`` of
-the config applies, and without that llm-d's estimate defaults. llm-d's ``vllm`` render backend
-is not offered: it puts a network call on the routing hot path, which mmgate avoids.
+Parameters keep llm-d's ``estimate`` block (image/video modes, default resolution, frames), for
+configs brought from llm-d. mmgate adds ``exact`` (:mod:`mmgate.tokens.served`: the served model
+family's own rules, with ``defaultResolution`` / ``defaultDuration`` for media it cannot measure),
+``family`` (shorthand for ``exact: {family: ...}``, with ``familyParams``) and ``provider`` (a
+hosted API rule). With none set, the ``mmgate.pricing.family`` of the config applies, and without
+that llm-d's estimate defaults. llm-d's ``vllm`` render backend is not offered: it puts a network
+call on the routing hot path, which mmgate avoids.
+
+A modality the served family cannot take (audio to a vision-only model) is refused with a 400
+naming the part and the model unless ``mmgate.validation.modalities`` is off.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from mmgate.scheduling.framework import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, build_stream, price
+from mmgate.tokens.served import ExactConfig, ServedPricing, exact_pricing
 
 
 class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):
     estimate: EstimateConfig | None = None
+    exact: ExactConfig | None = None
     family: str | None = None
     familyParams: dict[str, Any] = msgspec.field(default_factory=dict)
     provider: str | None = None
@@ -36,29 +43,41 @@ class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):
     udsTokenizerConfig: Any = None
 
 
-def pricing_config(params: TokenProducerParams, default_family: str | None) -> PricingConfig:
-    """Resolve the parameters to one pricing rule (raises ValueError on a conflict)."""
+def pricing_config(
+    params: TokenProducerParams, default_family: str | None, *, refuse_unserved: bool = True
+) -> ServedPricing:
+    """Resolve the parameters to the pricing of each served model (raises ValueError on a conflict)."""
     if params.vllm is not None or params.modelName is not None or params.udsTokenizerConfig is not None:
         raise ValueError(
             "the vllm / modelName / udsTokenizerConfig render backends are not supported by mmgate "
-            "(a render call on the routing path); use estimate, family or provider"
+            "(a render call on the routing path); use estimate, exact, family or provider"
         )
-    chosen = [
-        k
-        for k, v in (("estimate", params.estimate), ("family", params.family), ("provider", params.provider))
-        if v
-    ]
+    modes = (
+        ("estimate", params.estimate),
+        ("exact", params.exact),
+        ("family", params.family),
+        ("provider", params.provider),
+    )
+    chosen = [k for k, v in modes if v is not None and v != ""]
     if len(chosen) > 1:
-        raise ValueError(f"set only one of estimate, family, provider (got {', '.join(chosen)})")
+        raise ValueError(f"set only one of estimate, exact, family, provider (got {', '.join(chosen)})")
     if params.familyParams and not params.family:
         raise ValueError("familyParams needs family")
     if params.provider:
-        return PricingConfig(family=None, provider=params.provider)
+        return ServedPricing(PricingConfig(family=None, provider=params.provider))
+    exact = params.exact
     if params.family:
-        return PricingConfig(family=params.family, params=params.familyParams)
+        exact = ExactConfig(family=params.family, familyParams=params.familyParams)
+    if exact is not None:
+        if exact.familyParams and not exact.family:
+            raise ValueError("exact.familyParams needs exact.family")
+        return exact_pricing(exact, exact.family or default_family, refuse_unserved=refuse_unserved)
     if params.estimate is None and default_family:
-        return PricingConfig(family=default_family)
-    return PricingConfig(family=None, estimate=params.estimate or EstimateConfig())
+        return ServedPricing(PricingConfig(family=default_family, refuse_unserved=refuse_unserved))
+    estimate = PricingConfig(
+        family=None, estimate=params.estimate or EstimateConfig(), refuse_unserved=refuse_unserved
+    )
+    return ServedPricing(estimate)
 
 
 class TokenProducer(Producer[TokenProducerParams]):
@@ -67,7 +86,9 @@ class TokenProducer(Producer[TokenProducerParams]):
 
     def __init__(self, name: str, params: TokenProducerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        self.pricing = pricing_config(params, handle.pricing_family)
+        self.pricing = pricing_config(
+            params, handle.pricing_family, refuse_unserved=handle.refuse_unserved_modalities
+        )
         self._keys = self.own_keys(TOKENIZED_PROMPT)
 
     def produces(self) -> tuple[DataKey[Any], ...]:
@@ -75,7 +96,7 @@ class TokenProducer(Producer[TokenProducerParams]):
 
     def tokenize(self, request: SchedulingRequest) -> TokenizedPrompt:
         view = request.view
-        pricing = price(view, self.pricing)
+        pricing = price(view, self.pricing.for_model(view.model))
         total, media = pricing.total_tokens, pricing.total_tokens - pricing.text_tokens
         if view.prompt_token_ids is None:  # the byte form: what block hashing reads
             stream = build_stream(view, pricing)

@@ -57,6 +57,7 @@ ALIASES = {
     "llava-v1.6": "llava-next",
     "llama-4": "llama4",
     "phi-3-vision": "phi-3.5-vision",
+    "llava-v1.5": "llava-1.5",
 }
 
 
