@@ -213,7 +213,10 @@ def test_bytes_that_are_no_media_file_are_refused_naming_the_part() -> None:
     with pytest.raises(RequestError) as err:
         parse_request(body, {})
     assert err.value.status == 400 and err.value.param == "messages[0].content[0].image_url.url"
-    assert "not an image file" in err.value.message and "no image, video or audio header" in err.value.message
+    assert (
+        "not an image file" in err.value.message
+        and "no image, video, audio or PDF header" in err.value.message
+    )
 
 
 def test_unknown_bytes_are_unprobed_when_the_content_check_is_off() -> None:

@@ -16,6 +16,7 @@ from mmgate.request.limits import Limits
 from mmgate.request.payload import Buffer, check_base64, identity_of, parse_data_uri, unescape
 from mmgate.request.probe import (
     AUDIO_FORMATS,
+    DOCUMENT_FORMATS,
     IMAGE_FORMATS,
     VIDEO_FORMATS,
     Base64Reader,
@@ -30,10 +31,16 @@ _FORMATS_FOR = {
     Modality.IMAGE: IMAGE_FORMATS,
     Modality.VIDEO: VIDEO_FORMATS,
     Modality.AUDIO: AUDIO_FORMATS | VIDEO_FORMATS,
+    Modality.DOCUMENT: DOCUMENT_FORMATS,
 }
-_MIME_PREFIX = {Modality.IMAGE: "image/", Modality.VIDEO: "video/", Modality.AUDIO: "audio/"}
+_MIME_PREFIX = {
+    Modality.IMAGE: "image/",
+    Modality.VIDEO: "video/",
+    Modality.AUDIO: "audio/",
+    Modality.DOCUMENT: "application/pdf",
+}
 
-_ARTICLE = {Modality.IMAGE: "an", Modality.VIDEO: "a", Modality.AUDIO: "an"}
+_ARTICLE = {Modality.IMAGE: "an", Modality.VIDEO: "a", Modality.AUDIO: "an", Modality.DOCUMENT: "a"}
 
 VIDEO_FPS = "x-llm-d-video-fps"
 VIDEO_DURATION = "x-llm-d-video-duration-seconds"
@@ -230,7 +237,7 @@ class PromptBuilder:
             return
         raise RequestError(
             f"Unsupported media type {mime!r} for {_ARTICLE[modality]} {modality.value} part at '{param}'; "
-            f"expected {_MIME_PREFIX[modality]}*.",
+            f"expected {_MIME_PREFIX[modality]}{'' if modality is Modality.DOCUMENT else '*'}.",
             param=param,
         )
 
@@ -289,12 +296,13 @@ def _not_media(modality: Modality, fmt: str | None, param: str) -> RequestError:
     """The model server cannot decode these bytes as the part says (vLLM answers 400 after the
     upload); the sniffed kind is named so a client sees what it sent."""
     if fmt is None:
-        found = "no image, video or audio header the gateway knows"
+        found = "no image, video, audio or PDF header the gateway knows"
     else:
         kind = next(m for m, formats in _FORMATS_FOR.items() if fmt in formats)
         found = f"{_ARTICLE[kind]} {kind.value} header ({fmt})"
+    what = "PDF" if modality is Modality.DOCUMENT else modality.value
     return RequestError(
-        f"The {modality.value} part at '{param}' is not {_ARTICLE[modality]} {modality.value} file: "
+        f"The {modality.value} part at '{param}' is not {_ARTICLE[modality]} {what} file: "
         f"its bytes start with {found}.",
         param=param,
         code="invalid_media",
@@ -308,6 +316,7 @@ def _fill(asset: MediaAsset, result: ProbeResult) -> None:
     asset.fps = result.fps or None
     asset.sample_rate = result.sample_rate or None
     asset.channels = result.channels or None
+    asset.pages = result.pages or None
 
 
 def _complete(asset: MediaAsset) -> bool:
@@ -318,4 +327,6 @@ def _complete(asset: MediaAsset) -> bool:
         return asset.width is not None and asset.height is not None and asset.duration_s is not None
     if asset.modality is Modality.AUDIO:
         return asset.duration_s is not None
+    if asset.modality is Modality.DOCUMENT:
+        return asset.pages is not None
     return False

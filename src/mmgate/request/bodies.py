@@ -24,6 +24,16 @@ class InputAudio(msgspec.Struct):
     format: str | None = None
 
 
+class FileRef(msgspec.Struct):
+    """``{"file_data": "data:application/pdf;base64,...", "file_id": ..., "filename": ...}`` of a
+    chat ``file`` part (OpenAI); ``input_file`` parts carry the same fields beside ``type``."""
+
+    file_data: msgspec.Raw = _ABSENT
+    file_id: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+
+
 class ChatPart(msgspec.Struct):
     type: str | None = None
     text: str | None = None
@@ -37,6 +47,11 @@ class ChatPart(msgspec.Struct):
     video_embeds: msgspec.Raw = _ABSENT
     detail: str | None = None  # input_image carries it beside image_url
     uuid: str | int | None = None
+    file: FileRef | None = None
+    file_data: msgspec.Raw = _ABSENT  # input_file: the FileRef fields sit on the part itself
+    file_id: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
 
 
 class ToolFunction(msgspec.Struct):
@@ -77,6 +92,7 @@ class AnthropicSource(msgspec.Struct):
     data: msgspec.Raw = _ABSENT
     url: str | None = None
     file_id: str | None = None
+    content: str | list[AnthropicBlock] | None = None  # document source of type "content"
 
 
 class AnthropicBlock(msgspec.Struct):

@@ -31,6 +31,7 @@ _ASSET_KEYS = (
     "fps",
     "sample_rate",
     "channels",
+    "pages",
     "probed",
     "payload_size",
     "url",
@@ -63,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_argument(parser)
 
 
+_ANTHROPIC_BLOCKS = frozenset({"image", "document", "tool_result", "tool_use"})
+
+
 def guess_api(body: bytes) -> Api:
     """From the fields: ``prompt`` is completions, ``system`` or Anthropic blocks messages,
     ``query`` + ``documents`` rerank, ``text_1`` score, ``input`` embeddings when it asks for
@@ -87,7 +91,12 @@ def guess_api(body: bytes) -> Api:
     for msg in doc.get("messages") or []:
         content = msg.get("content") if isinstance(msg, dict) else None
         for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and block.get("type") in ("image", "tool_result", "tool_use"):
+            if isinstance(block, dict) and block.get("type") in (
+                "image",
+                "document",
+                "tool_result",
+                "tool_use",
+            ):
                 return Api.MESSAGES
     return Api.CHAT
 
@@ -134,6 +143,8 @@ def _size(a: MediaAsset) -> str:
         bits.append(f"{a.fps:g} fps")
     if a.sample_rate:
         bits.append(f"{a.sample_rate} Hz" + (f" x{a.channels}" if a.channels else ""))
+    if a.pages:
+        bits.append(f"{a.pages} page" + ("s" if a.pages != 1 else ""))
     return ", ".join(bits) or "—"
 
 
@@ -169,7 +180,7 @@ def table(view: RequestView, title: str, *, short_ids: bool = True) -> Table:
         how = " ".join(x for x in (p.source.value, p.detected_format) if x)
         repeat = ", repeat" if p.identity in seen else ""
         seen.add(p.identity)
-        size = _size(p) if p.probed or p.width or p.duration_s else "unprobed"
+        size = _size(p) if p.probed or p.width or p.duration_s or p.pages else "unprobed"
         ident = p.identity if not short_ids or len(p.identity) <= 12 else p.identity[:12] + "…"
         out.add(i, f"{p.modality.value} ({how}{repeat})", size, ident, _bytes(p.payload_size), p.field)
     return out

@@ -17,7 +17,7 @@ from mmgate.request import bodies
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.decode import CutMediaRef, decode_body, decode_chat, require_utf8
 from mmgate.request.limits import DEFAULT_LIMITS, Limits
-from mmgate.request.payload import json_string
+from mmgate.request.payload import json_string, unescape
 from mmgate.request.view import Api, Modality, RequestView
 
 _TEXT_TYPES = frozenset({"text", "input_text", "refusal"})
@@ -180,11 +180,40 @@ def chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
         fmt = audio.format if audio is not None else None
         mime = f"audio/{fmt.lower()}" if fmt else None
         b.media(Modality.AUDIO, where if data is not None else param, base64=data, mime=mime, uuid=part.uuid)
+    elif kind == "file" or kind == "input_file":
+        _file_part(part.file if kind == "file" else part, param, kind, b, part.uuid)
     elif kind in _EMBEDS:
         raw = getattr(part, kind)
         b.media(Modality.EMBEDS, f"{param}.{kind}", base64=memoryview(raw), uuid=part.uuid)
     else:
         raise RequestError(f"Unsupported content part type {kind!r} at '{param}'.", param=f"{param}.type")
+
+
+def _file_part(
+    ref: bodies.FileRef | bodies.ChatPart | None,
+    param: str,
+    kind: str,
+    b: PromptBuilder,
+    uuid: str | int | None,
+) -> None:
+    """A document: ``file.file_data`` (chat) or ``file_data`` (``input_file``), a data URI or bare
+    base64; ``file_id`` / ``file_url`` name one the gateway cannot read (priced by default)."""
+    base = f"{param}.file" if kind == "file" else param
+    if ref is None:
+        raise RequestError(f"Missing '{base}'.", param=base)
+    where = f"{base}.file_data"
+    data = json_string(ref.file_data, where)
+    if data is not None:
+        if bytes(data[:5]).lower() == b"data:":
+            b.media(Modality.DOCUMENT, where, uri=data, uuid=uuid)
+        else:
+            b.media(Modality.DOCUMENT, where, base64=data, mime="application/pdf", uuid=uuid)
+    elif ref.file_url:
+        b.media(Modality.DOCUMENT, f"{base}.file_url", uri=memoryview(ref.file_url.encode()), uuid=uuid)
+    elif ref.file_id:
+        b.media(Modality.DOCUMENT, f"{base}.file_id", uuid=uuid if uuid is not None else ref.file_id)
+    else:
+        raise RequestError(f"Missing '{base}.file_data' (or file_id).", param=f"{base}.file_data")
 
 
 # --- OpenAI completions ------------------------------------------------------------------------
@@ -268,7 +297,9 @@ def _blocks(blocks: list[bodies.AnthropicBlock], param: str, b: PromptBuilder) -
         if block.type == "text":
             b.text(block.text or "")
         elif block.type == "image":
-            _anthropic_image(block, where, b)
+            _anthropic_media(block, where, b, Modality.IMAGE)
+        elif block.type == "document":
+            _anthropic_media(block, where, b, Modality.DOCUMENT)
         elif block.type == "tool_use":
             b.text(f"{block.name or ''}({bytes(block.input).decode('utf-8', 'replace')})")
         elif block.type == "tool_result":
@@ -276,19 +307,31 @@ def _blocks(blocks: list[bodies.AnthropicBlock], param: str, b: PromptBuilder) -
                 b.text(block.content)
             elif block.content is not None:
                 _blocks(block.content, f"{where}.content", b)
-        # other block types (thinking, document, ...) carry nothing the router prices
+        # other block types (thinking, redacted_thinking, ...) carry nothing the router prices
 
 
-def _anthropic_image(block: bodies.AnthropicBlock, where: str, b: PromptBuilder) -> None:
+def _anthropic_media(block: bodies.AnthropicBlock, where: str, b: PromptBuilder, kind: Modality) -> None:
+    """An ``image`` or ``document`` block: base64, URL or Files API id; a document may also carry
+    plain text or content blocks, which are prompt text."""
     src = block.source
     if src is None:
         raise RequestError(f"Missing '{where}.source'.", param=f"{where}.source")
     if src.type == "base64":
         data = json_string(src.data, f"{where}.source.data")
-        b.media(Modality.IMAGE, f"{where}.source.data", base64=data, mime=src.media_type)
+        b.media(kind, f"{where}.source.data", base64=data, mime=src.media_type)
     elif src.type == "url":
-        b.media(Modality.IMAGE, f"{where}.source.url", uri=memoryview((src.url or "").encode()))
+        b.media(kind, f"{where}.source.url", uri=memoryview((src.url or "").encode()))
     elif src.type == "file":
-        b.media(Modality.IMAGE, f"{where}.source.file_id", uuid=src.file_id)
+        b.media(kind, f"{where}.source.file_id", uuid=src.file_id)
+    elif src.type == "text" and kind is Modality.DOCUMENT:
+        text = json_string(src.data, f"{where}.source.data")
+        b.text(unescape(text).decode("utf-8", "replace") if text is not None else "")
+    elif src.type == "content" and kind is Modality.DOCUMENT:
+        if isinstance(src.content, str):
+            b.text(src.content)
+        elif src.content is not None:
+            _blocks(src.content, f"{where}.source.content", b)
     else:
-        raise RequestError(f"Unsupported image source type {src.type!r}.", param=f"{where}.source.type")
+        raise RequestError(
+            f"Unsupported {kind.value} source type {src.type!r}.", param=f"{where}.source.type"
+        )

@@ -16,6 +16,7 @@ class Modality(StrEnum):
     VIDEO = "video"
     AUDIO = "audio"
     EMBEDS = "embeds"  # precomputed embeddings (image_embeds): no encoder work
+    DOCUMENT = "document"  # a PDF (Anthropic document blocks, OpenAI file / input_file parts)
 
 
 class Source(StrEnum):
@@ -99,6 +100,8 @@ class MediaAsset:
     payload_size: int = 0  # bytes of the payload as sent (base64 text length for inline media)
     url: str | None = None  # for Source.URL only; never fetched by the parser
     detail: str | None = None  # OpenAI image "detail" when given
+    pages: int | None = None  # documents: pages counted from the PDF's page tree
+    text_bytes: int | None = None  # documents: UTF-8 bytes of the text layer, when extracted (CLI)
 
 
 @dataclass(slots=True)

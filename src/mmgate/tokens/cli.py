@@ -1,7 +1,8 @@
 """``mmgate tokens``: visual/audio token counts for images, videos, audio or bare sizes, side by side.
 
-Inputs are media files (size and duration read from their headers, nothing decoded) or literals:
-``1280x720`` (an image), ``1280x720:10s`` or ``1280x720:10s:30fps`` (a video), ``30s`` (audio).
+Inputs are media files (size and duration read from their headers, nothing decoded), PDF
+documents (pages and text layer read with pypdf) or literals: ``1280x720`` (an image),
+``1280x720:10s`` or ``1280x720:10s:30fps`` (a video), ``30s`` (audio).
 """
 
 from __future__ import annotations
@@ -38,9 +39,18 @@ class Input:
     height: int | None = None
     duration_s: float | None = None
     fps: float | None = None
+    pages: int | None = None  # documents
+    text_bytes: int = 0  # documents: UTF-8 bytes of the extracted text layer
+
+    @property
+    def text_tokens(self) -> int:
+        """The text layer counted as mmgate counts text without a tokenizer (4 bytes a token)."""
+        return -(-self.text_bytes // 4)
 
     @property
     def shape(self) -> str:
+        if self.modality is Modality.DOCUMENT:
+            return f"{self.pages} pages, {self.text_bytes:,} B of text"
         if self.modality is Modality.AUDIO:
             return f"{self.duration_s:g} s"
         size = f"{self.width}x{self.height}"
@@ -68,9 +78,15 @@ def parse_input(text: str) -> Input:
 
 
 def _probe_file(path: Path) -> Input:
-    from mmgate.request.probe import AUDIO_FORMATS, IMAGE_FORMATS, probe_bytes
+    from mmgate.request.probe import AUDIO_FORMATS, IMAGE_FORMATS, probe_bytes, sniff
 
-    result = probe_bytes(path.read_bytes())
+    data = path.read_bytes()
+    if sniff(data[:64]) == "pdf":
+        from mmgate.tokens.documents import read_pdf
+
+        doc = read_pdf(data, name=str(path))
+        return Input(str(path), Modality.DOCUMENT, pages=doc.pages, text_bytes=doc.text_bytes)
+    result = probe_bytes(data)
     if result is None:
         raise ValueError(f"{path}: not a media file mmgate can read the header of")
     label = str(path)
@@ -109,6 +125,9 @@ class Column:
             if item.modality is Modality.AUDIO and fam.audio is not None:
                 return fam.count_audio(d)  # type: ignore[arg-type]
             return None
+        if item.modality is Modality.DOCUMENT:  # only hosted APIs with a documented page rule
+            doc = self.provider.document if self.provider is not None else None
+            return doc(item.pages or 1, item.text_tokens) if doc is not None else None
         if self.provider is not None:
             p = self.provider
             if item.modality is Modality.IMAGE:
@@ -216,9 +235,23 @@ def count_all(inputs: list[Input], columns: list[Column]) -> list[dict[str, Any]
                 row.update(duration_s=item.duration_s)
             if item.modality is Modality.VIDEO:
                 row.update(fps=item.fps)
+            if item.modality is Modality.DOCUMENT:
+                row = {k: v for k, v in row.items() if k not in ("width", "height", "duration_s")}
+                row.update(pages=item.pages, text_bytes=item.text_bytes)
             row.update(tokens=count.tokens, extra_tokens=count.extra)
             rows.append(row)
     return rows
+
+
+def check_documents_priced(inputs: list[Input], rows: list[dict[str, Any]]) -> None:
+    """A document no selected rule prices is a usage error, not an empty table."""
+    priced = {r["input"] for r in rows}
+    for item in inputs:
+        if item.modality is Modality.DOCUMENT and item.label not in priced:
+            raise ValueError(
+                f"{item.label}: documents are priced by hosted APIs that document a page rule; "
+                "add --provider anthropic (model families here take no PDFs)"
+            )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -228,7 +261,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "INPUT is a media file (only its header is read) or a literal:\n"
         "  1280x720              an image of that size\n"
         "  1280x720:10s[:30fps]  a video (default 24 fps)\n"
-        "  30s                   an audio clip\n\n"
+        "  30s                   an audio clip\n"
+        "  report.pdf            a PDF: pages and text layer (--provider anthropic)\n\n"
         "examples:\n"
         "  mmgate tokens 1920x1080 photo.png --family qwen3-vl,gemma4,llava-next\n"
         "  mmgate tokens 1280x720 --provider anthropic --provider openai:gpt-4o --estimate\n"
@@ -296,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
         )
         inputs = [parse_input(i) for i in args.inputs]
         rows = count_all(inputs, rules)
+        check_documents_priced(inputs, rows)
     except (RequestError, ValueError) as exc:
         print(f"mmgate tokens: error: {exc}", file=sys.stderr)
         return 2

@@ -31,10 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "later one reads it (cache_read x input price), assuming they arrive within the cache TTL.\n\n"
         "example:\n"
         "  mmgate cost --prefix-tokens 12000 --question-tokens 40 --output-tokens 300 --questions 10 \\\n"
-        "      --price-table examples/prices.yaml"
+        "      --price-table examples/prices.yaml\n"
+        "  mmgate cost --document report.pdf --question-tokens 40 --output-tokens 300"
     )
     parser.add_argument(
-        "--prefix-tokens", type=int, required=True, metavar="T", help="tokens of the shared prefix"
+        "--prefix-tokens", type=int, default=0, metavar="T", help="tokens of the shared prefix"
+    )
+    parser.add_argument(
+        "--document",
+        action="append",
+        default=[],
+        metavar="FILE.pdf",
+        help="a PDF in the shared prefix (repeatable): its pages and text layer priced by Claude's "
+        "document rule, added to --prefix-tokens",
     )
     parser.add_argument(
         "--question-tokens", type=int, default=0, metavar="Q", help="new input tokens per question"
@@ -80,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
         path = args.price_table or EXAMPLE_TABLE
         table: PriceTable = load_price_table(path)
         models = [table.get(m) for m in args.model] if args.model else list(table.models.values())
-        w = Workload(args.prefix_tokens, args.question_tokens, args.output_tokens, args.questions)
+        if not args.prefix_tokens and not args.document:
+            raise ValueError("give the shared prefix: --prefix-tokens T and/or --document FILE.pdf")
+        prefix = args.prefix_tokens + sum(document_tokens(Path(d)) for d in args.document)
+        w = Workload(prefix, args.question_tokens, args.output_tokens, args.questions)
     except ValueError as exc:
         print(f"mmgate cost: error: {exc}", file=sys.stderr)
         return 2
@@ -95,6 +107,17 @@ def run(args: argparse.Namespace) -> int:
     notes = ["break-even: the fewest questions (within the cache TTL) for which caching costs no more."]
     emit(tables, args.format, data=data, notes=notes)
     return 0
+
+
+def document_tokens(path: Path) -> int:
+    """A PDF's tokens on Claude (page images + text layer; docs/tokens.md "Documents")."""
+    from mmgate.tokens.cli import parse_input
+    from mmgate.tokens.providers import anthropic_document
+
+    item = parse_input(str(path))
+    if item.pages is None:
+        raise ValueError(f"{path}: --document takes a PDF")
+    return anthropic_document(item.pages, item.text_tokens).total
 
 
 def _workload(w: Workload) -> dict[str, int]:

@@ -44,6 +44,7 @@ from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
 
 T = TypeVar("T")
 IMAGE_CACHE_SIZE = 4096  # distinct (width, height) counts kept per pricing config
+DEFAULT_DOCUMENT_PAGES = 1  # a document whose page count is unknown (URL, file id, compressed tree)
 
 
 @dataclass(slots=True)
@@ -57,6 +58,7 @@ class AssetPrice:
     width: int | None = None
     height: int | None = None
     duration_s: float | None = None
+    pages: int | None = None  # documents (``tokens``: page images, ``extra_tokens``: text layer)
 
     @property
     def total(self) -> int:
@@ -85,6 +87,10 @@ class Pricing:
     @property
     def media_tokens(self) -> int:
         return self.total_tokens - self.text_tokens
+
+    @property
+    def document_tokens(self) -> int:
+        return self.by_modality.get(Modality.DOCUMENT, 0)
 
     @property
     def defaulted_assets(self) -> int:
@@ -175,18 +181,33 @@ class _Resolved:
         self.served_name = ""
         served = self.family if cfg.served_family is None else get_family(cfg.served_family)
         if cfg.refuse_unserved and served is not None:
-            takes = {Modality(m) for m in served.modalities} | {Modality.EMBEDS}
+            takes = {Modality(m) for m in served.modalities} | {Modality.EMBEDS, Modality.DOCUMENT}
             if self.audio_family is not None:
                 takes.add(Modality.AUDIO)
             self.accepts = frozenset(takes)
             self.served_name = served.name
+        # No open-weight family here reads PDFs (vLLM's chat API takes no file parts); hosted APIs
+        # with a documented page rule do.
+        self.documents = self.provider is not None and self.provider.document is not None
+        self.refuse_documents = cfg.refuse_unserved and not self.documents
         self.text: TextCounter = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else estimate_runs
         self.estimate_image_rule = (
             "llm-d:static" if self.estimator.image_static is not None else "llm-d:dynamic"
         )
 
     def price_asset(self, a: MediaAsset, model: str) -> AssetPrice:
-        if self.accepts is not None and a.modality not in self.accepts:
+        if a.modality is Modality.DOCUMENT and self.refuse_documents:
+            raise RequestError(
+                f"The model '{model}' does not take document input; remove the document at "
+                f"'{a.field}', send its text instead, or send it to a model that reads PDFs.",
+                param=a.field,
+                code="unsupported_modality",
+            )
+        if (
+            self.accepts is not None
+            and a.modality not in self.accepts
+            and a.modality is not Modality.DOCUMENT
+        ):
             raise RequestError(
                 f"The model '{model}' ({self.served_name} family) does not take {a.modality.value} "
                 f"input; remove the {a.modality.value} part at '{a.field}' or send it to a model that "
@@ -226,6 +247,11 @@ class _Resolved:
             check_fps(fps, param=a.field)
             count, rule = self._video(w, h, dur, fps)
             return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h, dur)
+        if mod is Modality.DOCUMENT:
+            pages = a.pages if a.pages else DEFAULT_DOCUMENT_PAGES
+            text = -(-a.text_bytes // 4) if a.text_bytes else 0  # the text estimate: 4 bytes a token
+            count, rule = self._document(pages, text)
+            return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, not a.pages, pages=pages)
         # images, and precomputed embeddings (their length is not known without decoding them)
         w, h = a.width, a.height
         defaulted = mod is Modality.EMBEDS or w is None or h is None
@@ -253,6 +279,13 @@ class _Resolved:
         if self.provider is not None and self.provider.video is not None:
             return self.provider.video(w, h, dur, fps), self.name
         return self.estimator.video(w, h, dur, fps), "llm-d:video"
+
+    def _document(self, pages: int, text_tokens: int) -> tuple[Count, str]:
+        if self.provider is not None and self.provider.document is not None:
+            return self.provider.document(pages, text_tokens), self.name
+        # Not refused (validation off): each page as one image of the default size.
+        page, rule = self._image(*self.default_image, None)
+        return Count(pages * page.total, text_tokens), f"{rule}:pages"
 
     def _audio(self, duration: float, param: str) -> tuple[Count, str]:
         check_duration(duration, param=param)

@@ -1,4 +1,4 @@
-"""Hosted API image/audio rules (Anthropic, OpenAI, Google Gemini), table-driven.
+"""Hosted API image/audio/document rules (Anthropic, OpenAI, Google Gemini), table-driven.
 
 A provider is named ``anthropic``, ``gemini`` or ``openai:MODEL``, or by a model name as users
 write it (``claude-sonnet-4-5``, ``gpt-4o-2024-08-06``, ``gemini-2.5-pro``; see :func:`get_provider`).
@@ -45,6 +45,18 @@ def anthropic_image(width: int, height: int, detail: str | None = None) -> Count
             s *= 0.995
         w, h = nw, nh
     return Count(_patches(w, h, ANTHROPIC_PATCH), ANTHROPIC_EXTRA)
+
+
+# Claude renders each PDF page as an image and adds the page's extracted text beside it (Anthropic,
+# "PDF support"). A page image is scaled down to the vision limit before it is counted (Anthropic,
+# "Vision": beyond ~1,600 tokens an image is scaled down, aspect kept), so an image-only page costs
+# the same whatever its paper size; measured at 1,592-1,600 tokens for a scanned page.
+ANTHROPIC_PAGE_TOKENS = 1600
+
+
+def anthropic_document(pages: int, text_tokens: int) -> Count:
+    """``pages`` page images at a fixed cost, plus the text layer's tokens (as ``extra``)."""
+    return Count(pages * ANTHROPIC_PAGE_TOKENS, text_tokens)
 
 
 # --- OpenAI -----------------------------------------------------------------------------------
@@ -142,6 +154,7 @@ class Provider:
     image: Callable[[int, int, str | None], Count]
     audio: Callable[[float], Count] | None = None
     video: Callable[[int, int, float, float], Count] | None = None
+    document: Callable[[int, int], Count] | None = None  # (pages, text-layer tokens)
 
 
 PROVIDERS = ("anthropic", "gemini", "openai:MODEL")
@@ -180,7 +193,7 @@ def get_provider(name: str) -> Provider:
     vendor = _VENDOR.match(name.strip().lower())
     key = base_model_name(name)
     if key in ("anthropic", "claude") or key.startswith("claude-"):
-        return Provider("anthropic", anthropic_image)
+        return Provider("anthropic", anthropic_image, document=anthropic_document)
     if key in ("gemini", "google") or key.startswith("gemini-"):
         return Provider("gemini", gemini_image, audio=gemini_audio, video=gemini_video)
     model_name = openai_model(key)

@@ -1,4 +1,4 @@
-"""Header-only media probing: format by content, then dimensions, duration, frame/sample rate.
+"""Header-only media probing: format by content, then dimensions, duration, frame/sample rate, pages.
 
 ``probe(reader)`` never raises: a payload it cannot read (unknown format, truncated, corrupt) gives
 ``None``, which the caller records as an unprobed asset. Pixels and samples are never decoded.
@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mmgate.request.probe import audio, ebml, image, isobmff
+from mmgate.request.probe import audio, document, ebml, image, isobmff
 from mmgate.request.probe.reader import Base64Reader, BytesReader, Reader, ReaderFile, Truncated
 from mmgate.request.probe.result import ProbeResult
-from mmgate.request.probe.sniff import AUDIO_FORMATS, HEAD_BYTES, IMAGE_FORMATS, VIDEO_FORMATS, sniff
+from mmgate.request.probe.sniff import (
+    AUDIO_FORMATS,
+    DOCUMENT_FORMATS,
+    HEAD_BYTES,
+    IMAGE_FORMATS,
+    VIDEO_FORMATS,
+    sniff,
+)
 
 __all__ = [
     "AUDIO_FORMATS",
+    "DOCUMENT_FORMATS",
     "IMAGE_FORMATS",
     "PROBERS",
     "VIDEO_FORMATS",
@@ -45,6 +53,7 @@ PROBERS: dict[str, Callable[[Reader], ProbeResult]] = {
     "flac": audio.flac,
     "mp3": audio.mp3,
     "ogg": audio.ogg,
+    "pdf": document.pdf,
 }
 
 

@@ -16,3 +16,4 @@ class ProbeResult:
     fps: float | None = None
     sample_rate: int | None = None
     channels: int | None = None
+    pages: int | None = None  # documents

@@ -12,12 +12,15 @@ HEAD_BYTES = 64  # enough for every signature below, including ftyp compatible b
 IMAGE_FORMATS = frozenset({"png", "jpeg", "gif", "webp", "bmp", "tiff", "avif", "heic"})
 VIDEO_FORMATS = frozenset({"mp4", "mov", "webm"})
 AUDIO_FORMATS = frozenset({"wav", "mp3", "flac", "ogg"})
+DOCUMENT_FORMATS = frozenset({"pdf"})
 
 
 def sniff(head: bytes) -> str | None:
     """The container/codec family of a payload whose first bytes are ``head``, or ``None``."""
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return "png"
+    if head.startswith(b"%PDF-"):  # ISO 32000-1 7.5.2: the header is the file's first line
+        return "pdf"
     if head.startswith(b"\xff\xd8\xff"):
         return "jpeg"
     if head[:6] in (b"GIF87a", b"GIF89a"):
