@@ -6,12 +6,12 @@ from __future__ import annotations
 import base64
 
 import orjson
-from e2e_support import ENCODER_AFFINITY, stack
 
 from mmgate.request import parse_request
 from mmgate.tokens import EstimateConfig, PricingConfig, price
 from mmgate.tokens.providers import ANTHROPIC_PAGE_TOKENS
-from request.media import pdf
+from support.documents import pdf
+from support.stack import ENCODER_AFFINITY, stack
 
 QWEN3 = "Qwen/Qwen3-VL-32B-Instruct"
 SERVED = "vllm:request_success_total"

@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 import pytest
-from e2e_support import stack
 
 from mmgate.config import load_config
 from mmgate.request import Api, parse_request
@@ -20,6 +19,7 @@ from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.plugins.token_producer import TokenProducer
 from mmgate.scheduling.types import SchedulingRequest
 from mmgate.tokens import EstimateConfig, PricingConfig, price
+from support.stack import stack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 QWEN3 = "Qwen/Qwen3-VL-32B-Instruct"

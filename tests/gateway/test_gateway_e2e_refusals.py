@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
-from e2e_support import ENCODER_AFFINITY, Stack, png, stack
+
+from support.stack import ENCODER_AFFINITY, Stack, png, stack
 
 QWEN3 = "Qwen/Qwen3-VL-32B-Instruct"  # images and video, no audio
 GEMMA3 = "google/gemma-3-4b-it"  # images only

@@ -13,8 +13,7 @@ from conftest import mmgate_command, subprocess_env
 from mmgate.errors import RequestError
 from mmgate.request import Api, Modality, parse_request
 from mmgate.request.probe.document import page_count
-
-from .media import pdf
+from support.documents import pdf
 
 REPORT = pdf(["Revenue grew by twelve percent.", "", "Appendix: tables"])
 B64 = base64.b64encode(REPORT).decode()

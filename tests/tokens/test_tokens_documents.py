@@ -16,7 +16,7 @@ from mmgate.request.view import MediaAsset, Modality, RequestView, Source
 from mmgate.tokens import PricingConfig, price
 from mmgate.tokens.documents import read_pdf
 from mmgate.tokens.providers import ANTHROPIC_PAGE_TOKENS
-from request.media import pdf
+from support.documents import pdf
 
 TEXT = "Revenue grew by twelve percent in the third quarter."  # 52 bytes -> 13 text tokens
 
