@@ -9,6 +9,7 @@ conversation prefixes always give equal part sequences, which prefix-affinity ro
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 import msgspec
 
@@ -181,7 +182,12 @@ def chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
         mime = f"audio/{fmt.lower()}" if fmt else None
         b.media(Modality.AUDIO, where if data is not None else param, base64=data, mime=mime, uuid=part.uuid)
     elif kind == "file" or kind == "input_file":
-        _file_part(part.file if kind == "file" else part, param, kind, b, part.uuid)
+        if kind == "input_file":
+            file_part(part, param, b, part.uuid)
+        elif part.file is None:
+            raise RequestError(f"Missing '{param}.file'.", param=f"{param}.file")
+        else:
+            file_part(part.file, f"{param}.file", b, part.uuid)
     elif kind in _EMBEDS:
         raw = getattr(part, kind)
         b.media(Modality.EMBEDS, f"{param}.{kind}", base64=memoryview(raw), uuid=part.uuid)
@@ -189,18 +195,18 @@ def chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
         raise RequestError(f"Unsupported content part type {kind!r} at '{param}'.", param=f"{param}.type")
 
 
-def _file_part(
-    ref: bodies.FileRef | bodies.ChatPart | None,
-    param: str,
-    kind: str,
-    b: PromptBuilder,
-    uuid: str | int | None,
-) -> None:
-    """A document: ``file.file_data`` (chat) or ``file_data`` (``input_file``), a data URI or bare
-    base64; ``file_id`` / ``file_url`` name one the gateway cannot read (priced by default)."""
-    base = f"{param}.file" if kind == "file" else param
-    if ref is None:
-        raise RequestError(f"Missing '{base}'.", param=base)
+class FileFields(Protocol):
+    """What a file reference carries, in chat's ``file`` object, on an ``input_file`` part (chat
+    and Responses) alike."""
+
+    file_data: msgspec.Raw
+    file_id: str | None
+    file_url: str | None
+
+
+def file_part(ref: FileFields, base: str, b: PromptBuilder, uuid: str | int | None = None) -> None:
+    """A document at JSON path ``base``: ``file_data`` as a data URI or bare base64 (a PDF), or a
+    ``file_url`` / ``file_id`` naming one the gateway does not read (priced by default)."""
     where = f"{base}.file_data"
     data = json_string(ref.file_data, where)
     if data is not None:
@@ -213,7 +219,7 @@ def _file_part(
     elif ref.file_id:
         b.media(Modality.DOCUMENT, f"{base}.file_id", uuid=uuid if uuid is not None else ref.file_id)
     else:
-        raise RequestError(f"Missing '{base}.file_data' (or file_id).", param=f"{base}.file_data")
+        raise RequestError(f"'{base}' needs 'file_data' (a data URI), 'file_url' or 'file_id'.", param=where)
 
 
 # --- OpenAI completions ------------------------------------------------------------------------

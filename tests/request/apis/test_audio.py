@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.request import Api, Modality, Source, parse_request
+from mmgate.errors import RequestError
+from mmgate.request import Api, Limits, Modality, Source, parse_request
 from support import media
 from support.apis import refused
 from support.bodies import form, form_headers
@@ -40,9 +41,13 @@ def test_an_uploaded_wav_is_one_audio_asset_with_its_duration_from_its_header(ap
 
 def test_an_upload_without_a_duration_in_its_header_takes_the_llm_d_header() -> None:
     body = form(("model", "whisper"), ("file", ("x.bin", b"\x00" * 64, "application/octet-stream")))
-    view = parse_request(
-        body, {**form_headers(), "x-llm-d-audio-duration-seconds": "12"}, api=Api.TRANSCRIPTIONS
-    )
+    headers = {**form_headers(), "x-llm-d-audio-duration-seconds": "12"}
+    # Bytes with no known header are refused by default (mmgate.validation.mediaContent); with
+    # the check off, such an upload is unprobed and the header supplies its duration.
+    with pytest.raises(RequestError) as err:
+        parse_request(body, headers, api=Api.TRANSCRIPTIONS)
+    assert err.value.param == "file" and err.value.code == "invalid_media"
+    view = parse_request(body, headers, api=Api.TRANSCRIPTIONS, limits=Limits(check_media_content=False))
     assert view.assets[0].duration_s == 12.0 and view.stream is False
 
 

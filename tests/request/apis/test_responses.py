@@ -87,9 +87,14 @@ def test_responses_string_input_urls_file_ids_files_and_function_calls() -> None
         ],
     }
     view = parse(Api.RESPONSES, doc)
-    url, file = view.assets
+    url, file, pdf = view.assets
     assert (url.source, url.url, url.detail) == (Source.URL, "https://example.com/a.png", "high")
     assert (file.source, file.identity) == (Source.UUID, "file-123")
+    assert (pdf.modality, pdf.detected_format, pdf.field) == (
+        Modality.DOCUMENT,
+        "pdf",
+        "input[0].content[2].file_data",
+    )
     text = "".join(view.texts)
     assert "r.pdf" in text and 'lookup({"q": 1})' in text and f"{role_header('tool')}42" in text
 

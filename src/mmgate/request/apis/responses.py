@@ -17,7 +17,7 @@ import msgspec
 from mmgate.errors import RequestError
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.decode import decode_body, require_utf8
-from mmgate.request.parse import role_header
+from mmgate.request.parse import file_part, role_header
 from mmgate.request.payload import json_string
 from mmgate.request.view import Api, Modality, RequestView
 
@@ -130,12 +130,8 @@ def _content(content: str | list[ResponsesPart] | None, param: str, b: PromptBui
 
 
 def _file(part: ResponsesPart, where: str, b: PromptBuilder) -> None:
-    """A file the model reads (a PDF, mostly). It must name its bytes; the model server extracts
-    what it reads from it, which the gateway does not price yet: the file name stands in."""
-    data = json_string(part.file_data, f"{where}.file_data")
-    if data is None and part.file_url is None and part.file_id is None:
-        raise RequestError(
-            f"'{where}' needs 'file_data' (a data URI), 'file_url' or 'file_id'.", param=f"{where}.file_data"
-        )
+    """A file the model reads (a PDF): a document asset, priced per page where the served model
+    takes documents (docs/tokens.md "Documents"); its file name is text the model sees."""
+    file_part(part, where, b)
     if part.filename:
         b.text(part.filename)
