@@ -9,11 +9,11 @@ import json
 import orjson
 import pytest
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.errors import RequestError
 from mmgate.request import Api, Modality, parse_request
 from mmgate.request.probe.document import page_count
 from support.documents import pdf
+from support.processes import mmgate_command, subprocess_env
 
 REPORT = pdf(["Revenue grew by twelve percent.", "", "Appendix: tables"])
 B64 = base64.b64encode(REPORT).decode()

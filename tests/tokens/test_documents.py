@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mmgate_command, subprocess_env
 from mmgate.errors import RequestError
 from mmgate.request import Api
 from mmgate.request.view import MediaAsset, Modality, RequestView, Source
@@ -17,6 +16,7 @@ from mmgate.tokens import PricingConfig, price
 from mmgate.tokens.documents import read_pdf
 from mmgate.tokens.providers import ANTHROPIC_PAGE_TOKENS
 from support.documents import pdf
+from support.processes import mmgate_command, subprocess_env
 
 TEXT = "Revenue grew by twelve percent in the third quarter."  # 52 bytes -> 13 text tokens
 
