@@ -20,18 +20,8 @@ from mmgate.gateway.app import build_gateway, start
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.spec import PodSpec
 from support.kubeapi import FakeKubeAPI, inference_pool, pod
+from support.stack import ROUND_ROBIN
 from support.waiting import until
-
-CONFIG = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: round-robin-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: round-robin-picker
-"""
 
 
 def shared_port(hosts: list[str]) -> int:
@@ -70,7 +60,7 @@ async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path)
     for i, host in enumerate(hosts):
         await api.put("pods", pod(f"vllm-{i}", host, labels={"app": "vllm"}))
 
-    doc = yaml.safe_load(CONFIG)
+    doc = yaml.safe_load(ROUND_ROBIN)
     doc["mmgate"] = {
         "port": 0,
         "kubernetes": {"namespace": "ns", "inferencePool": "vlm", "kubeconfig": str(kubeconfig)},
