@@ -143,6 +143,30 @@ def test_every_stage_pod_carries_the_request_until_it_ends() -> None:
     assert all(s.inflight.requests == 0 for s in picker.states.values())
 
 
+@pytest.mark.parametrize(("decode_pods", "last"), [(1, True), (2, False)])
+def test_only_pods_that_pass_the_serving_filters_count_as_retry_targets(decode_pods: int, last: bool) -> None:
+    """A prefill pod is a candidate the decode filter drops: with one decode pod the first
+    attempt is the last, so its error answer (a sidecar's 503) is what the client gets."""
+    registry = EndpointRegistry()
+    registry.add(parse_endpoint("10.0.0.1:8000", role="prefill"))
+    registry.add(parse_endpoint("10.0.0.9:8000", role="prefill"))
+    for i in range(decode_pods):
+        registry.add(parse_endpoint(f"10.0.0.{2 + i}:8000", role="decode"))
+    config = load_config_text(EPD)
+    picker = SchedulerPicker(build_scheduler(config.picker, mmgate=config.mmgate, seed=1), clock=lambda: 0.0)
+    ctl = RequestController(picker, registry, clock=lambda: 0.0)
+    flight = ctl.open(VIEW, "r", {})
+    attempt = ctl.decide(flight)
+    assert attempt is not None and attempt.is_last is last
+    ctl.started(attempt)
+    ctl.finished(attempt, ok=False)
+    again = ctl.retry(attempt, "503", "HTTP 503")
+    if last:
+        assert again is None
+    else:
+        assert again is not None and again.is_last and again.endpoint != attempt.endpoint
+
+
 async def test_admission_slots_are_taken_and_given_back() -> None:
     ctl, _, _, _ = controller(ControlSettings(max_inflight=1))
     flight = ctl.open(VIEW, "r", {}, client="c")

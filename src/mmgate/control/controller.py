@@ -324,7 +324,8 @@ class RequestController:
             record = self.endpoints.get(decision.endpoint)
             if record is None:  # removed between the decision and now
                 continue
-            is_last = flight.attempts >= self.settings.max_attempts or len(pending) <= 1
+            eligible = decision.eligible if decision.eligible is not None else len(pending)
+            is_last = flight.attempts >= self.settings.max_attempts or eligible <= 1
             return Attempt(flight, decision, record, is_last)
 
     def fallbacks(self, attempt: Attempt) -> list[str]:

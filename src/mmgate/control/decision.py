@@ -27,7 +27,10 @@ class Decision:
     was sent (index updates). ``encoder_items``/``encoder_hits`` are per modality, for the chosen
     endpoint: the media items queried and those the picker believed that endpoint had encoded.
     ``prefix_match`` is the fraction of the prompt's blocks believed cached there (``None`` when
-    not computed).
+    not computed). ``eligible`` is how many candidates could serve the request, the chosen one
+    included: those that passed the serving stage's filters (in E/PD the encode pods are
+    candidates the decode filter drops, so they are no retry target); ``None`` when the picker
+    does not say, and every candidate counts.
     """
 
     endpoint: str
@@ -38,6 +41,7 @@ class Decision:
     encoder_items: dict[str, int] = field(default_factory=dict)
     encoder_hits: dict[str, int] = field(default_factory=dict)
     prefix_match: float | None = None
+    eligible: int | None = None
     pre_request: Callable[[], None] | None = None
     handle: object = None
 

@@ -112,6 +112,7 @@ class SchedulerPicker:
         except NoEndpointsError as exc:
             raise NoEndpoint(str(exc)) from None
         decision = self._describe(target.name, request, result) if self.describe else Decision(target.name)
+        decision.eligible = len(result.primary.candidates)
         if self._header_hooks:
             scheduler.pre_request_before_send(request, result, now)
             if request.upstream_headers:
