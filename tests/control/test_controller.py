@@ -122,7 +122,9 @@ schedulingProfiles:
 """
 
 
-def test_every_stage_pod_carries_the_request_until_it_ends() -> None:
+def test_every_stage_pod_carries_the_request_until_its_leg_is_over() -> None:
+    """The decode pod until the request ends; the prefill pod until the first byte (its leg
+    returned before the decode pod could answer)."""
     registry = EndpointRegistry()
     registry.add(parse_endpoint("10.0.0.1:8000", role="prefill"))
     registry.add(parse_endpoint("10.0.0.2:8000", role="decode"))
@@ -138,6 +140,10 @@ def test_every_stage_pod_carries_the_request_until_it_ends() -> None:
         "10.0.0.2:8000": 1,
     }
     ctl.first_byte(attempt, 200)
+    assert {n: s.inflight.requests for n, s in picker.states.items()} == {
+        "10.0.0.1:8000": 0,
+        "10.0.0.2:8000": 1,
+    }
     ctl.usage(attempt, Usage(prompt_tokens=5, completion_tokens=3))
     ctl.finished(attempt, ok=True)
     assert all(s.inflight.requests == 0 for s in picker.states.values())

@@ -293,7 +293,7 @@ class Scheduler:
         self._deferred = [p for p in hooks if not p.before_send]
         self._lifecycle = [p for p in every if isinstance(p, RequestLifecycle)]
         self._endpoint_aware = [p for p in every if isinstance(p, EndpointAware)]
-        self._active: dict[str, tuple[SchedulingRequest, list[EndpointState], float]] = {}
+        self._active: dict[str, _Active] = {}
         self._primary = _primary_name(self) if profiles else ""
         self._one_profile = (
             next(iter(profiles.items())) if len(profiles) == 1 and handler.runs_one_profile() else None
@@ -365,11 +365,10 @@ class Scheduler:
         """The request is being sent to ``endpoint`` (for ``profile``, default the primary one)."""
         held = self._active.get(request.request_id)
         if held is None:
-            held = (request, [], now)
-            self._active[request.request_id] = held
-        held[1].append(endpoint)
-        endpoint.inflight.requests += 1
+            held = self._active[request.request_id] = _Active(request, now)
         prof = profile or self._primary
+        (held.serving if prof == self._primary else held.stages).append(endpoint)
+        endpoint.inflight.requests += 1
         for plugin in self._lifecycle:
             plugin.on_started(request, endpoint, prof, now)
 
@@ -381,11 +380,12 @@ class Scheduler:
         *,
         target: EndpointState | None = None,
     ) -> None:
-        """The request is being sent: every profile's targets carry its load until it ends.
+        """The request is being sent: every profile's targets carry its load.
 
         In E/PD and E/P/D the encode and prefill pods work for the request too, so they are
-        charged with it (for their profile) besides the primary target; a pod chosen by two
-        profiles is charged once. llm-d charges only the primary target.
+        charged with it (for their profile) besides the primary target, until the first token
+        (:meth:`on_first_token`); a pod chosen by two profiles is charged once. llm-d charges
+        only the primary target.
         """
         if target is None:
             target = result.target
@@ -402,23 +402,25 @@ class Scheduler:
                     self.on_started(request, endpoint, now, profile=name)
 
     def on_first_token(self, request_id: str, now: float) -> None:
-        """The first response chunk arrived: prefill is done."""
+        """The first response chunk arrived: prefill is done, and so is every stage leg (the
+        decode pod answers only after the encode and prefill legs returned, in the sidecar as in
+        the gateway), so the stage pods stop counting the request once the plugins saw it."""
         held = self._active.get(request_id)
         if held is None:
             return
         for plugin in self._lifecycle:
-            plugin.on_first_token(held[0], now)
+            plugin.on_first_token(held.request, now)
+        _release(held.stages)
 
     def on_finished(self, request_id: str, now: float) -> None:
         """The response ended (successfully or not, after streaming started)."""
         held = self._active.pop(request_id, None)
         if held is None:
             return
-        for ep in held[1]:
-            if ep.inflight.requests > 0:
-                ep.inflight.requests -= 1
+        _release(held.serving)
+        _release(held.stages)
         for plugin in self._lifecycle:
-            plugin.on_finished(held[0], now)
+            plugin.on_finished(held.request, now)
 
     def on_failed(self, request_id: str, now: float) -> None:
         """The attempt failed before the first byte; releases everything the request held."""
@@ -428,7 +430,7 @@ class Scheduler:
         """Release requests started more than ``older_than_s`` ago that were never finished (a
         lost callback must not hold load forever; llm-d has a janitor for the same). Returns how
         many were released."""
-        stale = [rid for rid, (_, _, started) in self._active.items() if now - started > older_than_s]
+        stale = [rid for rid, held in self._active.items() if now - held.started > older_than_s]
         for rid in stale:
             self.on_finished(rid, now)
         return len(stale)
@@ -443,6 +445,26 @@ class Scheduler:
         """The data layer dropped an endpoint: forget every per-endpoint index entry for it."""
         for plugin in self._endpoint_aware:
             plugin.remove_endpoint(name)
+
+
+class _Active:
+    """A started request: the pods it holds, the serving one(s) until it ends, the stage pods
+    (encode, prefill) until its first token."""
+
+    __slots__ = ("request", "serving", "stages", "started")
+
+    def __init__(self, request: SchedulingRequest, started: float) -> None:
+        self.request = request
+        self.started = started
+        self.serving: list[EndpointState] = []
+        self.stages: list[EndpointState] = []
+
+
+def _release(held: list[EndpointState]) -> None:
+    for ep in held:
+        if ep.inflight.requests > 0:
+            ep.inflight.requests -= 1
+    held.clear()
 
 
 def _primary_name(scheduler: Scheduler) -> str:

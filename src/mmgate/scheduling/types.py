@@ -178,7 +178,10 @@ class ProfileResult:
     """The outcome of one profile: chosen ``targets`` (best first) and every candidate's score.
 
     ``candidates``/``scores`` are aligned and cover the endpoints that passed the filters;
-    ``by_scorer`` holds each scorer's raw scores when the request asked for debug output.
+    ``by_scorer`` holds each scorer's raw scores when the request asked for debug output. A
+    routing-header hook that splits a stage over several pods (``encoder-header-handler``'s
+    per-item plan) makes those pods the targets before the request is sent, so every pod that
+    works for the request is charged with it.
     """
 
     targets: list[EndpointState]

@@ -218,3 +218,35 @@ def test_per_item_planning_can_be_turned_off_for_llm_d_s_target_list() -> None:
         len(_headers_of(s, eps, "two", image("a" * 32), image("b" * 32))["x-encoder-hosts-ports"].split(","))
         == 1
     )
+
+
+def test_every_encoder_of_a_per_item_plan_is_charged_at_once_until_the_first_token() -> None:
+    s = load("e-pd.yaml")
+    eps = fleet("encode", "encode", "prefill-decode")
+    req = SchedulingRequest(view("four", *(image(c * 32) for c in "abcd")), "r")
+    result = s.schedule(req, eps, 0.0)
+    s.pre_request_before_send(req, result, 0.0)
+    planned = set((req.upstream_headers or {})["x-encoder-hosts-ports"].split(","))
+    assert planned == {eps[0].name, eps[1].name}
+    s.start(req, result, 0.0)
+    assert [e.inflight.requests for e in eps] == [1, 1, 1]  # both encoders, before any scrape
+    s.on_first_token("r", 0.1)
+    assert [e.inflight.requests for e in eps] == [0, 0, 1]  # their legs are over
+    s.on_finished("r", 0.2)
+    assert [e.inflight.requests for e in eps] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_a_cold_item_goes_to_the_encoder_the_request_before_it_did_not_plan(n: int) -> None:
+    """Two one-image requests, the second while the first is in flight and before any scrape:
+    the first's planned encoder carries it, so the second's cold item goes to the other one."""
+    s = load("e-pd.yaml")
+    eps = fleet("encode", "encode", "prefill-decode")
+    chosen = []
+    for rid, identity in (("a", f"{n:032d}"), ("b", f"{n + 1000:032d}")):
+        req = SchedulingRequest(view("one", image(identity)), rid)
+        result = s.schedule(req, eps, 0.0)
+        s.pre_request_before_send(req, result, 0.0)
+        s.start(req, result, 0.0)
+        chosen.append((req.upstream_headers or {})["x-encoder-hosts-ports"])
+    assert sorted(chosen) == sorted([eps[0].name, eps[1].name])

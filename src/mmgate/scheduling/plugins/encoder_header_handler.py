@@ -10,7 +10,10 @@ least loaded encode pod among the profile's candidates (queue depth plus in-flig
 items this request already gave it; stable tie-break), see :func:`mmgate.disagg.plan.assign_encoders`.
 llm-d's sidecar sends item ``i`` to entry ``i % n``, so it follows the plan as mmgate's does. The
 plan is left in the request (``ENCODER_PLAN``) so ``mm-embeddings-cache-producer`` records each item
-on its own encoder. ``perItem: false`` lists the profile's targets, as llm-d does.
+on its own encoder, and the encoders it uses become the encode profile's targets, so that
+:meth:`Scheduler.start` charges each of them with the request at once (a second encoder would
+otherwise carry no load until its scraped queue showed the items, and the next request's cold items
+would pile onto it). ``perItem: false`` lists the profile's targets, as llm-d does.
 """
 
 from __future__ import annotations
@@ -58,3 +61,5 @@ class EncoderHeaderHandler(HeaderHandler[EncoderHeaderParams]):
         chosen = assign_encoders(match.identities, names, holders=holders, load=load)
         request.set_upstream_header(ENCODERS_HEADER, ",".join(chosen))
         request.put(ENCODER_PLAN, dict(zip(match.identities, chosen, strict=True)))
+        by_name = dict(zip(names, pool, strict=True))
+        ran.targets = [by_name[name] for name in dict.fromkeys(chosen)]
