@@ -1,26 +1,30 @@
 """Running the encode and prefill legs of one request, before its decode pod gets it.
 
-The sidecar beside a decode pod and the gateway (``orchestrator: gateway``) both call
-:meth:`Orchestrator.prepare`: the encode legs go out in parallel, one per distinct media item, to
-the encoder :mod:`mmgate.disagg.plan` names for it; their ``ec_transfer_params`` are merged; then,
-when a prefill pod was named, the prefill leg runs and its ``kv_transfer_params`` go to the decode
-request unchanged. What comes back is the body the decode (or PD) pod serves, which the caller
-sends and relays as any request.
+The sidecar beside a decode pod, the gateway (``orchestrator: gateway``) and the discrete-event
+benchmark all call :meth:`Orchestrator.prepare`: the encode legs go out in parallel, one per
+distinct media item, to the encoder :mod:`mmgate.disagg.plan` names for it; their
+``ec_transfer_params`` are merged; then, when a prefill pod was named, the prefill leg runs and its
+``kv_transfer_params`` go to the decode request unchanged. What comes back is the body the decode
+(or PD) pod serves, which the caller sends and relays as any request.
 
 Each leg has its own timeout. A transient failure (no connection, a reset, a timeout, 429 or a
 5xx) is retried on another pod of the same pool, a bounded number of times. When a stage cannot
 be done the configured fallback decides: ``local`` sends the request on with what the stage did not
 provide left to the decode pod (it encodes the media, or prefills, itself), ``fail`` answers 503
 naming the stage. A request is never dropped.
+
+How a leg travels is a seam, :class:`LegTransport`: :class:`PoolTransport` posts it over the
+upstream pool (sidecar and gateway), the DES runs it on simulated pods in virtual time
+(:mod:`mmgate.bench.routing.des`). The orchestration above it is one piece of code for all three.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
@@ -36,6 +40,8 @@ TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_LEG_RESPONSE = 16 * 1024 * 1024  # an encode or prefill answer is small JSON; more is not one
 
 _DROPPED_LEG_HEADERS = frozenset({"content-type", "x-request-id", "content-length"})
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -73,6 +79,60 @@ class Prepared:
     fallbacks: list[str] = field(default_factory=list)  # stages left to the decode pod
 
 
+@dataclass(frozen=True, slots=True)
+class Leg:
+    """One encode or prefill request to one pod. ``request_id`` is the client request's (the
+    leg's own ``x-request-id``, in ``headers``, adds ``-enc-N`` or ``-prefill`` to it)."""
+
+    stage: str  # "encode" or "prefill"
+    host: str  # host:port, as the routing header names it
+    path: str
+    headers: Sequence[tuple[str, str]]
+    body: bytes
+    timeout_s: float
+    request_id: str
+
+
+class LegTransport(Protocol):
+    """How legs reach their pods: ``send`` one leg and return its status and body (raising
+    ``OSError``, ``TimeoutError``, ``ValueError`` or :class:`UpstreamError` when it did not get
+    an answer); ``together`` awaits several legs at once, each one's result or exception in order
+    (``asyncio.gather(..., return_exceptions=True)`` over sockets; an event queue in the DES)."""
+
+    async def send(self, leg: Leg) -> tuple[int, bytes]: ...
+
+    async def together(self, calls: Sequence[Awaitable[T]]) -> list[T | BaseException]: ...
+
+
+class PoolTransport:
+    """Legs over a keep-alive :class:`UpstreamPool`, each within its timeout (connect to last
+    byte), an answer larger than ``MAX_LEG_RESPONSE`` refused."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+
+    async def send(self, leg: Leg) -> tuple[int, bytes]:
+        name, port = plan.split_host(leg.host)
+        async with asyncio.timeout(leg.timeout_s):
+            upstream = await self.pool.request(name, port, "POST", leg.path, leg.headers, leg.body)
+            pieces: list[bytes] = []
+            size = 0
+            try:
+                while chunk := await upstream.read():
+                    size += len(chunk)
+                    if size > MAX_LEG_RESPONSE:
+                        raise ValueError(f"answer larger than {MAX_LEG_RESPONSE} bytes")
+                    pieces.append(chunk)
+            except BaseException:
+                upstream.close()
+                raise
+            upstream.release()
+        return upstream.status, b"".join(pieces)
+
+    async def together(self, calls: Sequence[Awaitable[T]]) -> list[T | BaseException]:
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+
 class StageFailed(Exception):
     """A stage could not be done and the fallback is ``fail``: a 503 with this message."""
 
@@ -104,9 +164,9 @@ class StageMetrics:
 
 class Orchestrator:
     def __init__(
-        self, pool: UpstreamPool, settings: OrchestrationSettings, *, metrics: StageMetrics | None = None
+        self, transport: LegTransport, settings: OrchestrationSettings, *, metrics: StageMetrics | None = None
     ) -> None:
-        self.pool = pool
+        self.transport = transport
         self.settings = settings
         self.metrics = metrics
 
@@ -156,10 +216,11 @@ class Orchestrator:
                 plan.encode_body(request, item),
                 [*headers, ("x-request-id", f"{request_id}-enc-{i}")],
                 self.settings.encode_timeout_s,
+                request_id,
             )
             for i, (item, host) in enumerate(zip(items, chosen, strict=True))
         ]
-        answers = await asyncio.gather(*legs, return_exceptions=True)
+        answers = await self.transport.together(legs)
         ok: list[Mapping[str, Any]] = []
         failed: list[str] = []
         for answer in answers:
@@ -193,6 +254,7 @@ class Orchestrator:
                 plan.prefill_body(request, ec),
                 [*headers, ("x-request-id", f"{request_id}-prefill")],
                 self.settings.prefill_timeout_s,
+                request_id,
             )
         except LegFailed as exc:
             self._fall_back("prefill", exc.detail)
@@ -223,6 +285,7 @@ class Orchestrator:
         body: plan.Body,
         headers: Sequence[tuple[str, str]],
         timeout_s: float,
+        request_id: str,
     ) -> dict[str, Any]:
         """POST ``body`` to ``hosts[0]``; on a transient failure to the next host, up to
         ``stage_retries`` more times. Raises :class:`LegFailed` with the last reason."""
@@ -232,7 +295,8 @@ class Orchestrator:
             if n and self.metrics is not None:
                 self.metrics.legs.labels(stage, "retried").inc()
             try:
-                status, answer = await self._post(host, data, headers, timeout_s)
+                leg = Leg(stage, host, self.settings.path, headers, data, timeout_s, request_id)
+                status, answer = await self.transport.send(leg)
             except (UpstreamError, OSError, ValueError) as exc:
                 detail = f"{host}: {type(exc).__name__}: {exc}"
                 continue
@@ -257,26 +321,6 @@ class Orchestrator:
         if self.metrics is not None:
             self.metrics.legs.labels(stage, "failed").inc()
         raise LegFailed(stage, detail)
-
-    async def _post(
-        self, host: str, data: bytes, headers: Sequence[tuple[str, str]], timeout_s: float
-    ) -> tuple[int, bytes]:
-        name, port = plan.split_host(host)
-        async with asyncio.timeout(timeout_s):
-            upstream = await self.pool.request(name, port, "POST", self.settings.path, headers, data)
-            pieces: list[bytes] = []
-            size = 0
-            try:
-                while chunk := await upstream.read():
-                    size += len(chunk)
-                    if size > MAX_LEG_RESPONSE:
-                        raise ValueError(f"answer larger than {MAX_LEG_RESPONSE} bytes")
-                    pieces.append(chunk)
-            except BaseException:
-                upstream.close()
-                raise
-            upstream.release()
-        return upstream.status, b"".join(pieces)
 
 
 def strip_transfer_fields(body: bytes) -> bytes:

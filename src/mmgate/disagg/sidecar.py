@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from mmgate.disagg.orchestrate import (
     OrchestrationSettings,
     Orchestrator,
+    PoolTransport,
     StageFailed,
     StageMetrics,
     strip_transfer_fields,
@@ -89,7 +90,8 @@ class Sidecar:
     async def start(self) -> None:
         s = self.settings
         self._pool = UpstreamPool(connect_timeout_s=s.connect_timeout_s, read_timeout_s=s.read_timeout_s)
-        self._orchestrator = Orchestrator(self._pool, s.orchestration, metrics=self.stage_metrics)
+        transport = PoolTransport(self._pool)
+        self._orchestrator = Orchestrator(transport, s.orchestration, metrics=self.stage_metrics)
         api = HttpServer(self._handle, s.limits)
         admin = HttpServer(self._admin, s.limits)
         self._servers = [api, admin]

@@ -11,8 +11,11 @@ import ipaddress
 import logging
 from collections.abc import Container, Iterable, Mapping
 
+from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.disagg.orchestrate import StageMetrics, Stages
 from mmgate.disagg.plan import parse_hosts, split_host
+from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER
 
 log = logging.getLogger("mmgate.disagg")
@@ -73,3 +76,18 @@ def stages_from(
                 hosts = [h for h in hosts if h in allow]
         found[stage] = hosts
     return Stages(encoders=found["encode"], prefillers=found["prefill"])
+
+
+def stages_with_spares(routing: Mapping[str, str], records: Iterable[EndpointRecord]) -> Stages:
+    """The stages the scheduler chose (its routing headers), with the fleet's other healthy encode
+    and prefill pods as spares for a leg's retry: what the gateway-orchestrated mode runs."""
+    stages = stages_from(routing)
+    for record in records:
+        role = record.endpoint.role
+        if not record.health.healthy or role is None:
+            continue
+        if role in EncodeFilter.roles:
+            stages.encoder_spares.append(record.name)
+        if role in PrefillFilter.roles and stages.prefillers:
+            stages.prefiller_spares.append(record.name)
+    return stages

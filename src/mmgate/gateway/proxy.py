@@ -21,12 +21,12 @@ from mmgate.control.controller import Attempt, Flight, RequestController
 from mmgate.disagg.orchestrate import (
     OrchestrationSettings,
     Orchestrator,
+    PoolTransport,
     StageFailed,
     StageMetrics,
-    Stages,
     strip_transfer_fields,
 )
-from mmgate.disagg.stages import stages_from
+from mmgate.disagg.stages import stages_with_spares
 from mmgate.gateway.h1.client import (
     UpstreamConnectError,
     UpstreamError,
@@ -46,8 +46,6 @@ from mmgate.gateway.headers import (
 )
 from mmgate.gateway.responses import error_response
 from mmgate.request.view import Api
-from mmgate.scheduling.plugins.encode_filter import EncodeFilter
-from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
@@ -112,7 +110,8 @@ class Proxy:
             ssl_context=s.ssl_context,
         )
         if self.orchestration is not None:
-            self._orchestrator = Orchestrator(self._pool, self.orchestration, metrics=self._stage_metrics)
+            transport = PoolTransport(self._pool)
+            self._orchestrator = Orchestrator(transport, self.orchestration, metrics=self._stage_metrics)
 
     async def stop(self) -> None:
         self._orchestrator = None
@@ -130,20 +129,6 @@ class Proxy:
             tls = parts.scheme == "https"
             origin = self._origins[url] = (parts.hostname or "", parts.port or (443 if tls else 80), tls)
         return origin
-
-    def _stages(self, routing: dict[str, str]) -> Stages:
-        """The stages the scheduler chose, with the fleet's other healthy encode and prefill pods
-        as spares for a leg's retry."""
-        stages = stages_from(routing)
-        for record in self.controller.endpoints.records():
-            role = record.endpoint.role
-            if not record.health.healthy or role is None:
-                continue
-            if role in EncodeFilter.roles:
-                stages.encoder_spares.append(record.name)
-            if role in PrefillFilter.roles and stages.prefillers:
-                stages.prefiller_spares.append(record.name)
-        return stages
 
     def wants_scores(self, request: Request) -> bool:
         """Debug scores are returned only when the config allows it and the client asks."""
@@ -187,7 +172,8 @@ class Proxy:
             if self._orchestrator is not None:
                 send_headers = headers  # the stages run here: no sidecar reads the headers
                 view = attempt.flight.view
-                stages = self._stages(routing) if routing and view.api is Api.CHAT else None
+                records = self.controller.endpoints.records()
+                stages = stages_with_spares(routing, records) if routing and view.api is Api.CHAT else None
                 if stages is not None and stages.any:
                     try:
                         prepared = await self._orchestrator.prepare(

@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from mmgate.errors import RequestError
+from mmgate.vllm.blocks import MediaSpanLike
 
 
 class Role(StrEnum):
@@ -76,6 +78,27 @@ def read_transfer(kv: Any, ec: Any) -> Transfer:
             )
         encoded = frozenset(str(k) for k in ec)
     return Transfer(remote_decode, remote_prefill, remote_tokens, encoded)
+
+
+def transfer_seconds(
+    transfer: Transfer,
+    prompt_tokens: int,
+    mm_items: Sequence[MediaSpanLike],
+    *,
+    kv_s_per_token: float,
+    ec_s_per_token: float,
+) -> float:
+    """Simulated seconds a pod waits for what arrives over the wire before its engine sees the
+    request: the prompt's KV (``remote_num_tokens``, else the whole prompt) from a prefill pod,
+    or else the encoder outputs of the remotely encoded items (a pod that receives the KV needs
+    no encoder outputs). The HTTP simulator sleeps it; the DES schedules it."""
+    if transfer.remote_prefill:
+        n = transfer.remote_num_tokens if transfer.remote_num_tokens is not None else prompt_tokens
+        return n * kv_s_per_token
+    if transfer.remote_encoded:
+        remote = sum(item.length for item in mm_items if item.identity in transfer.remote_encoded)
+        return remote * ec_s_per_token
+    return 0.0
 
 
 def _flag(params: dict[str, Any], name: str) -> bool:

@@ -35,7 +35,7 @@ from mmgate.sim.metrics import PodMetrics
 from mmgate.sim.output import Usage, Writer
 from mmgate.sim.pooling_output import pooling_body, tokenizer_body
 from mmgate.sim.profiles import family_of, load_profile
-from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params
+from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params, transfer_seconds
 from mmgate.sim.spec import PodSpec, engine_config
 from mmgate.tokens import PricingConfig
 
@@ -263,15 +263,17 @@ class SimPod:
         reason = "length" if transfer.remote_decode else job.reason
         prompt_tokens = len(job.sequence)
         block_size = self.engine.block_size
-        if transfer.remote_prefill:
-            # The KV cache arrives over the wire instead of being computed here.
-            n = transfer.remote_num_tokens if transfer.remote_num_tokens is not None else prompt_tokens
-            await asyncio.sleep(n * self.spec.kv_transfer_s_per_token * self.spec.time_scale)
         seq = job.sequence
-        if transfer.remote_encoded and not transfer.remote_prefill:
-            # Encoder outputs arrive from the encode pods instead of being computed here.
-            remote = sum(item.length for item in seq.mm_items if item.identity in transfer.remote_encoded)
-            await asyncio.sleep(remote * self.spec.ec_transfer_s_per_token * self.spec.time_scale)
+        # The KV cache, or the encoder outputs, arrive over the wire instead of being computed here.
+        wire_s = transfer_seconds(
+            transfer,
+            prompt_tokens,
+            seq.mm_items,
+            kv_s_per_token=self.spec.kv_transfer_s_per_token,
+            ec_s_per_token=self.spec.ec_transfer_s_per_token,
+        )
+        if wire_s > 0:
+            await asyncio.sleep(wire_s * self.spec.time_scale)
         sim = SimRequest(
             engine_id,
             seq.token_ids,

@@ -14,7 +14,13 @@ simulated server runs. Only the clock and the transport differ:
 - every ``scrape_interval_s`` the gateway's view of each pod (waiting, running, KV usage) is
   refreshed from the engine's stats: between scrapes the scheduler sees stale numbers, as it
   does over HTTP, and numbers older than the config's staleness threshold are ignored;
-- a one-way network delay separates gateway and pods (requests in, tokens out).
+- a one-way network delay separates gateway and pods (requests in, tokens out);
+- a decision with routing headers (an E/PD, E/P/D or P/D config) runs its legs through the
+  gateway's own :class:`~mmgate.disagg.orchestrate.Orchestrator` (the gateway-orchestrated mode)
+  over a virtual transport: an encode leg waits its turn on an encode pod (``role: encode``, the
+  ``mmgate sim --mm-encoder-only`` model), a prefill leg runs on the prefill pod's engine, and the
+  decode pod waits for the KV or the encoder outputs the transfer parameters name
+  (:func:`mmgate.sim.roles.transfer_seconds`, as the HTTP simulator does) before its engine runs.
 
 The output is the same :class:`~mmgate.bench.routing.records.RungResult` the HTTP mode produces. ITL is
 kept as (step duration, tokens) pairs rather than one number per token: every decoding request
@@ -26,28 +32,47 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from mmgate.bench.routing.loadgen import RungProgress
 from mmgate.bench.routing.records import CacheCounters, Ladder, RequestRecord, RungResult, arrival_times
 from mmgate.bench.routing.systems import System
+from mmgate.bench.routing.virtual import Outcome, Pending, VirtualTasks
+from mmgate.bench.workloads.media import MediaReferences
 from mmgate.bench.workloads.synthetic import RawItem, WorkItem, Workload
 from mmgate.config import load_config
 from mmgate.control import Attempt, NoCandidates, RequestController, SchedulerPicker, Usage
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
-from mmgate.request.view import RequestView
+from mmgate.disagg import plan
+from mmgate.disagg.orchestrate import Leg, OrchestrationSettings, Orchestrator, Prepared, StageFailed
+from mmgate.disagg.stages import stages_with_spares
+from mmgate.errors import RequestError
+from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import Scheduler, build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
+from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.engine import Engine, SimRequest, StepOutput
 from mmgate.sim.profiles import family_of, load_profile
+from mmgate.sim.roles import (
+    Transfer,
+    encoder_response_params,
+    prefill_response_params,
+    read_transfer,
+    transfer_seconds,
+)
 from mmgate.sim.spec import PodSpec, engine_config
 from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
+from mmgate.tokens.sequence import MMItem
+
+T = TypeVar("T")
 
 # Event kinds, in the order they are handled when simultaneous.
-_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE = range(7)
+_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE, _ENCODE, _ANSWER, _LEG_TIMEOUT = range(10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +80,9 @@ class DesOptions:
     """``profile``: sim timing profile; ``pods``: engines; delays in seconds. ``scrape_interval_s``
     None uses the config's ``mmgate.scrapeIntervalMs``. ``roles``: each pod's llm-d role in
     order (``encode``, ``prefill``, ``decode``, ``prefill-decode``...); pods beyond the list have
-    none. Requests run on the primary (decode) target's engine only: the other stages' pods carry
-    the load the controller charges them with, but no sidecar orchestrates E→P→D here yet."""
+    none. An ``encode`` pod runs the encoder only. ``pod_settings``: :class:`PodSpec` fields for
+    every pod (``kv_transfer_s_per_token``, ``ec_transfer_s_per_token``); ``orchestration``: the
+    legs' timeouts, retries and fallback, as ``mmgate.disaggregation`` configures the gateway."""
 
     profile: str = "qwen3-vl-32b-h200-tp2"
     pods: int = 8
@@ -65,6 +91,8 @@ class DesOptions:
     scrape_interval_s: float | None = None
     engine: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    pod_settings: dict[str, Any] = field(default_factory=dict)
+    orchestration: OrchestrationSettings = field(default_factory=OrchestrationSettings)
 
 
 @dataclass(slots=True, eq=False)
@@ -72,8 +100,37 @@ class _Pod:
     index: int
     engine: Engine
     endpoint: EndpointRecord
+    spec: PodSpec
+    encoder: EncodeOnly | None = None  # an encode-only pod: legs queue for its encoder
     busy: bool = False
     pending: StepOutput | None = None
+    encode_free_at: float = 0.0  # when the encode-only pod's encoder is next free
+    encoder_s: float = 0.0  # encoder time: the engine's own items, or the encode-only pod's legs
+    legs: int = 0  # encode or prefill legs it was sent
+
+
+@dataclass(frozen=True, slots=True)
+class PodReport:
+    """What one pod did over the simulation: its role, the engine's encoder seconds and cache
+    counters (an encode pod's: its encoder's), and the legs it served."""
+
+    name: str
+    role: str | None
+    encoder_seconds: float
+    encoded_items: int
+    encoder_cache_queries: int
+    encoder_cache_hits: int
+    legs: int
+
+
+@dataclass(slots=True, eq=False)
+class _LegFlight:
+    """An encode or prefill leg on a pod, until its answer reaches the orchestration."""
+
+    answer: Pending[tuple[int, bytes]]
+    pod: _Pod
+    rung: int
+    prompt_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -83,6 +140,7 @@ class _Flight:
     arrival: float
     pod: _Pod
     rung: int
+    item: WorkItem | RawItem | None = None  # kept while its legs run (they read its media)
 
 
 class _MemoHasher:
@@ -114,6 +172,7 @@ class _Prepared:
         self.pricing = pricing
         self.model = model
         self._cache: dict[str, tuple[RequestView, TokenSequence, int]] = {}
+        self._bodies: dict[str, tuple[bytes, dict[bytes, MMItem]]] = {}
         self.hashes: dict[tuple[int, str | None], list[Any]] = {}
 
     def get(self, item: WorkItem | RawItem) -> tuple[RequestView, TokenSequence, int]:
@@ -126,29 +185,79 @@ class _Prepared:
             self._cache[item.id] = hit
         return hit
 
+    def body(self, item: WorkItem | RawItem) -> tuple[bytes, dict[bytes, MMItem]]:
+        """The chat body the orchestration splits into legs (media as references, see
+        :class:`MediaReferences`; a replayed body as it is), and its media items by the JSON of
+        the content part that carries each: an encode leg's part names its item."""
+        hit = self._bodies.get(item.id)
+        if hit is None:
+            view, seq, _ = self.get(item)
+            if isinstance(item, WorkItem):
+                body = msgspec.json.encode(item.body(MediaReferences(), model=self.model))
+            else:
+                body = item.body_bytes()
+            spans = {m.identity: m for m in reversed(seq.mm_items)}
+            located = ((a.identity, a.field) for a in view.assets)
+            parts = {
+                msgspec.json.encode(media.part): spans[media.identity]
+                for media in plan.media_items(msgspec.json.decode(body), located)
+                if media.identity in spans
+            }
+            hit = self._bodies[item.id] = (body, parts)
+        return hit
+
 
 def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod], PricingConfig, str]:
     """Engines configured exactly as ``mmgate sim`` configures its pods, named like endpoints."""
     profile = load_profile(opts.profile)
     pods = []
     for i in range(opts.pods):
-        spec = PodSpec(name=f"pod-{i}", profile=opts.profile, seed=opts.seed, engine=dict(opts.engine))
+        try:
+            spec = PodSpec(
+                name=f"pod-{i}", profile=opts.profile, seed=opts.seed, engine=dict(opts.engine),
+                **opts.pod_settings,
+            )  # fmt: skip
+        except TypeError as exc:
+            raise ValueError(f"pod settings: {exc}") from None
+        spec.validate()
         # Block keys never leave the process here, so the fast process-local hash is enough.
         config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
         role = opts.roles[i] if i < len(opts.roles) else None
         record = registry.add(parse_endpoint(f"http://10.0.0.{i + 1}:8000", role=role))
-        pods.append(_Pod(i, Engine(profile, config), record))
+        encoder = EncodeOnly(profile) if role == "encode" else None
+        pods.append(_Pod(i, Engine(profile, config), record, spec, encoder))
     return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
 
 
 def _cache_totals(pods: Sequence[_Pod]) -> CacheCounters:
     total = CacheCounters()
     for pod in pods:
-        s = pod.engine.stats()
+        s = _stats(pod)
         total = total + CacheCounters(
             s.prefix_cache_queries, s.prefix_cache_hits, s.encoder_cache_queries, s.encoder_cache_hits
         )
     return total
+
+
+def _stats(pod: _Pod) -> Any:
+    """The pod's stats as its ``/metrics`` shows them (an encode pod: its encoder's counters)."""
+    stats = pod.engine.stats()
+    return stats if pod.encoder is None else pod.encoder.merge_stats(stats)
+
+
+class _VirtualLegs:
+    """The orchestration's transport in the DES: a leg goes to the simulation's pods and its
+    answer comes back in virtual time (:class:`mmgate.disagg.orchestrate.LegTransport`)."""
+
+    def __init__(self, sim: Simulation, tasks: VirtualTasks) -> None:
+        self._sim = sim
+        self._tasks = tasks
+
+    async def send(self, leg: Leg) -> tuple[int, bytes]:
+        return await self._sim.start_leg(leg)
+
+    async def together(self, calls: Sequence[Awaitable[T]]) -> list[T | BaseException]:
+        return await self._tasks.together(calls)
 
 
 class Simulation:
@@ -180,6 +289,11 @@ class Simulation:
         self.picker = SchedulerPicker(self.scheduler, clock=clock, describe=False)
         self.controller = RequestController(self.picker, endpoints, clock=clock, defer=_at_once)
         self._pod_of = {p.endpoint.name: p for p in self.pods}
+        self._registry = endpoints
+        self.tasks = VirtualTasks()
+        self.orchestrator = Orchestrator(_VirtualLegs(self, self.tasks), opts.orchestration)
+        self._legs: dict[str, _LegFlight] = {}
+        self._leg_ids = itertools.count()
         self.prepared = prepared or _Prepared(pricing, model)
         for pod in self.pods:
             engine: Any = pod.engine
@@ -212,7 +326,7 @@ class Simulation:
     def _scrape_all(self) -> None:
         now = self.now
         for pod in self.pods:
-            s = pod.engine.stats()
+            s = _stats(pod)
             pod.endpoint.metrics = MetricsSnapshot(
                 engine="vllm",
                 waiting=s.num_waiting,
@@ -242,9 +356,152 @@ class Simulation:
         controller.started(attempt)
         pod = self._pod_of[attempt.endpoint]
         record.endpoint = attempt.endpoint
-        self._flights[rid] = _Flight(record, attempt, now, pod, rung)
+        flight = self._flights[rid] = _Flight(record, attempt, now, pod, rung)
+        routing = attempt.headers
+        if routing and view.api is Api.CHAT:
+            stages = stages_with_spares(routing, self._registry.records())
+            if stages.any:
+                flight.item = item
+                body, _ = self.prepared.body(item)
+                work = self.orchestrator.prepare(body, view, stages, (), rid)
+                self.tasks.spawn(work, lambda outcome: self._orchestrated(rid, outcome))
+                return
         sim = SimRequest.from_sequence(rid, seq, out_tokens, view.cache_salt)
         self._push(now + self.delay, _RECEIVE, (pod, sim))
+
+    # -- disaggregation: the legs before the decode pod -----------------------------------------
+
+    def _orchestrated(self, rid: str, outcome: Outcome) -> None:
+        """The orchestration ended: send the decode request, or answer 503 (``fallback: fail``)."""
+        flight = self._flights.get(rid)
+        if flight is None:
+            return  # the rung's drain timeout ended it
+        prepared, error = outcome
+        if isinstance(error, StageFailed):
+            del self._flights[rid]
+            flight.record.error = "http_503"
+            self.controller.finished(flight.attempt, ok=False)
+            self._done(flight.rung, flight.record)
+            return
+        if error is not None:
+            raise error
+        assert isinstance(prepared, Prepared) and flight.item is not None
+        view, seq, out_tokens = self.prepared.get(flight.item)
+        flight.item = None
+        transfer = _transfer_of(prepared.body)
+        sim = SimRequest(
+            rid, seq.token_ids, seq.mm_items, out_tokens, view.cache_salt,
+            remote_prefill=transfer.remote_prefill, remote_encoded=transfer.remote_encoded,
+        )  # fmt: skip
+        wire = self._wire_s(flight.pod, transfer, sim)
+        self._push(self.now + self.delay + wire, _RECEIVE, (flight.pod, sim))
+
+    def _wire_s(self, pod: _Pod, transfer: Transfer, sim: SimRequest) -> float:
+        spec = pod.spec
+        return transfer_seconds(
+            transfer, len(sim.token_ids), sim.mm_items,
+            kv_s_per_token=spec.kv_transfer_s_per_token, ec_s_per_token=spec.ec_transfer_s_per_token,
+        )  # fmt: skip
+
+    def start_leg(self, leg: Leg) -> Pending[tuple[int, bytes]]:
+        """Send ``leg`` to its pod; the answer is settled when it would arrive back. A host the
+        fleet does not have refuses the connection, as a closed port would."""
+        answer: Pending[tuple[int, bytes]] = Pending()
+        pod = self._pod_of.get(leg.host)
+        flight = self._flights.get(leg.request_id)
+        if pod is None or flight is None or flight.item is None:
+            self.tasks.settle(answer, error=ConnectionRefusedError(f"{leg.host}: no such pod"))
+            return answer
+        leg_id = f"{leg.request_id}~{leg.stage}{next(self._leg_ids)}"
+        self._legs[leg_id] = _LegFlight(answer, pod, flight.rung)
+        pod.legs += 1
+        self._push(self.now + leg.timeout_s, _LEG_TIMEOUT, leg_id)
+        body = msgspec.json.decode(leg.body)
+        if pod.encoder is not None:
+            _, parts = self.prepared.body(flight.item)
+            self._push(self.now + self.delay, _ENCODE, (leg_id, _encode_items(body, parts)))
+            return answer
+        view, seq, _ = self.prepared.get(flight.item)
+        try:
+            transfer = _transfer_of(leg.body)
+        except RequestError as exc:
+            self._answer_leg(leg_id, 400, msgspec.json.encode({"error": {"message": str(exc)}}))
+            return answer
+        n_out = 1 if transfer.remote_decode else max(1, int(body.get("max_tokens") or 1))
+        sim = SimRequest(
+            leg_id, seq.token_ids, seq.mm_items, n_out, view.cache_salt,
+            remote_prefill=transfer.remote_prefill, remote_encoded=transfer.remote_encoded,
+        )  # fmt: skip
+        self._legs[leg_id].prompt_tokens = len(seq.token_ids)
+        self._push(self.now + self.delay + self._wire_s(pod, transfer, sim), _RECEIVE, (pod, sim))
+        return answer
+
+    def _encode(self, payload: tuple[str, list[MMItem]]) -> None:
+        """An encode leg reached its encode pod: it waits for the encoder (one leg at a time, in
+        arrival order, as ``mmgate sim --mm-encoder-only`` serves them), then answers."""
+        leg_id, items = payload
+        leg = self._legs.get(leg_id)
+        if leg is None:
+            return
+        pod = leg.pod
+        assert pod.encoder is not None
+        start = max(self.now, pod.encode_free_at)
+        seconds = pod.encoder.seconds([(m.identity, m.length) for m in items])
+        pod.encoder_s += seconds
+        done = pod.encode_free_at = start + seconds
+        triples = [(m.identity, m.modality.value, m.length) for m in items]
+        host, _, port = pod.endpoint.name.rpartition(":")
+        params = encoder_response_params(triples, host=host, port=int(port))
+        self._push(
+            done + self.delay, _ANSWER, (leg_id, 200, msgspec.json.encode({"ec_transfer_params": params}))
+        )
+
+    def _answer(self, payload: tuple[str, int, bytes]) -> None:
+        self._answer_leg(*payload)
+
+    def _answer_leg(self, leg_id: str, status: int, body: bytes) -> None:
+        leg = self._legs.pop(leg_id, None)
+        if leg is not None:
+            self.tasks.settle(leg.answer, (status, body))
+
+    def _leg_timeout(self, leg_id: str) -> None:
+        """The leg's timeout passed first: the orchestration retries or falls back; the pod
+        drops the work (the connection was closed)."""
+        leg = self._legs.pop(leg_id, None)
+        if leg is None:
+            return
+        if leg.pod.encoder is None:
+            leg.pod.engine.abort(leg_id)
+        self.tasks.settle(leg.answer, error=TimeoutError(f"{leg.pod.endpoint.name}: no answer in time"))
+
+    def _prefilled(self, fin: Any) -> bool:
+        """A prefill leg finished on its engine: answer it with the KV parameters."""
+        leg = self._legs.get(fin.request_id)
+        if leg is None:
+            return False
+        host, _, port = leg.pod.endpoint.name.rpartition(":")
+        block_size = leg.pod.engine.block_size
+        kv = prefill_response_params(
+            engine_id=f"des-{leg.pod.index}", request_id=fin.request_id, host=host, port=int(port),
+            block_ids=list(range(-(-leg.prompt_tokens // block_size))), num_tokens=leg.prompt_tokens,
+        )  # fmt: skip
+        self._answer_leg(fin.request_id, 200, msgspec.json.encode({"kv_transfer_params": kv}))
+        return True
+
+    def pod_reports(self) -> list[PodReport]:
+        """Per pod: role, encoder work and cache counters, legs served (for tests and reports)."""
+        out = []
+        for pod in self.pods:
+            s = _stats(pod)
+            enc = pod.encoder
+            out.append(
+                PodReport(
+                    pod.endpoint.name, pod.endpoint.endpoint.role,
+                    pod.encoder_s, 0 if enc is None else enc.encoded_items,
+                    s.encoder_cache_queries, s.encoder_cache_hits, pod.legs,
+                )
+            )  # fmt: skip
+        return out
 
     def _receive(self, payload: tuple[_Pod, SimRequest]) -> None:
         """The pod's frontend preprocesses (processor cache, HF processor) before the engine sees it."""
@@ -255,7 +512,11 @@ class Simulation:
         pod, sim = payload
         try:
             pod.engine.add_request(sim, self.now)
-        except ValueError:
+        except ValueError as exc:
+            if sim.request_id in self._legs:  # the pod answers the leg 400, as over HTTP
+                error = msgspec.json.encode({"error": {"message": str(exc)}})
+                self._push(self.now + self.delay, _ANSWER, (sim.request_id, 400, error))
+                return
             flight = self._flights.pop(sim.request_id, None)
             if flight is not None:
                 flight.record.error = "http_400"
@@ -278,6 +539,7 @@ class Simulation:
             return
         out = engine.step(now)
         self.steps += 1
+        pod.encoder_s += out.encoder_seconds
         if out.duration > 0:
             pod.pending = out
             self._push(now + out.duration, _STEP, pod)
@@ -306,6 +568,8 @@ class Simulation:
         self.controller.first_byte(flight.attempt, 200)
 
     def _finish(self, fin: Any) -> None:
+        if self._prefilled(fin):
+            return
         flight = self._flights.pop(fin.request_id, None)
         if flight is None:
             return
@@ -360,6 +624,9 @@ class Simulation:
             _STEP: self._step,
             _FIRST: self._first,
             _FINISH: self._finish,
+            _ENCODE: self._encode,
+            _ANSWER: self._answer,
+            _LEG_TIMEOUT: self._leg_timeout,
         }
         events = self._events
         while events and self._open > 0:
@@ -391,11 +658,16 @@ class Simulation:
         for rid, flight in list(self._flights.items()):
             if flight.rung != rung:
                 continue
-            flight.pod.engine.abort(rid)
+            flight.pod.engine.abort(rid)  # (a flight still in its legs is in no engine yet)
             del self._flights[rid]
             self.controller.finished(flight.attempt, ok=False)
             flight.record.error = "timeout"
             self._done(rung, flight.record)
+        for leg_id, leg in list(self._legs.items()):
+            if leg.rung == rung:
+                del self._legs[leg_id]  # its orchestration is dropped with the flight
+                if leg.pod.encoder is None:
+                    leg.pod.engine.abort(leg_id)
         # Arrivals of this rung not yet sent: count them as timeouts too.
         kept = []
         for ev in self._events:
@@ -408,6 +680,25 @@ class Simulation:
 
 
 _NO_HEADERS: dict[str, str] = {}
+_TRANSFER_FIELDS = msgspec.json.Decoder(dict[str, Any])
+
+
+def _transfer_of(body: bytes) -> Transfer:
+    """What a leg's or decode request's transfer parameters ask of the pod (``RequestError`` for
+    malformed ones, as the simulated pod reads them)."""
+    doc = _TRANSFER_FIELDS.decode(body)
+    return read_transfer(doc.get("kv_transfer_params"), doc.get("ec_transfer_params"))
+
+
+def _encode_items(body: plan.Body, parts: dict[bytes, MMItem]) -> list[MMItem]:
+    """The media items of an encode leg: the parts of its one user message, by their JSON."""
+    out = []
+    for message in body.get("messages") or ():
+        for part in message.get("content") or () if isinstance(message, dict) else ():
+            item = parts.get(msgspec.json.encode(part))
+            if item is not None:
+                out.append(item)
+    return out
 
 
 def _at_once(hook: Callable[[], None]) -> None:

@@ -207,3 +207,15 @@ class MediaCache:
 
     def data_uri(self, spec: MediaSpec) -> str:
         return f"data:{spec.mime};base64,{self.b64(spec)}"
+
+
+class MediaReferences(MediaCache):
+    """Media named by key instead of rendered: the bodies the discrete-event mode hands to the
+    orchestration carry each asset as a short reference (its identity comes from the item's
+    sizes and key, never from bytes), so nothing is ever rendered or base64-encoded."""
+
+    def b64(self, spec: MediaSpec) -> str:
+        return spec.key
+
+    def data_uri(self, spec: MediaSpec) -> str:
+        return f"mmgate-des:{spec.key}"
