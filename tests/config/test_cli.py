@@ -81,3 +81,15 @@ def test_python_dash_m_mmgate_config_is_the_same_command(tmp_path: Path) -> None
     )
     assert out.returncode == 2
     assert out.stderr.startswith(f"{bad}:2: not valid YAML: while parsing a flow node")
+
+
+def test_engine_tokens_without_a_tokenizer_folder_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "engine.yaml"
+    config.write_text(
+        "plugins:\n- type: token-producer\n  parameters:\n    tokens:\n"
+        f"    - {{model: '*', mode: engine, tokenizerDir: {tmp_path}}}\n"
+    )
+    out = check(str(config))
+    assert out.returncode == 2
+    assert "no tokenizer.json" in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,11 +1,15 @@
 """Precise prefix routing end to end: simulated pods publish KV events, the gateway's
 ``precise-prefix-cache-producer`` computes the engine's block keys for each request, and routing
-follows what the pods really hold, including a prefix that reached a pod without the gateway."""
+follows what the pods really hold, including a prefix that reached a pod without the gateway; with
+pseudo tokens, and with engine-exact tokens from a model folder built in the test (pods started
+with ``--tokenizer``, the gateway's token-producer in engine mode)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -21,6 +25,8 @@ from mmgate.sim.ingest import ingest
 from mmgate.sim.server import SimPod
 from mmgate.vllm.blocks import event_hash
 from mmgate.vllm.kv_events_config import parse_kv_events_config
+from support.stack import data_url, png
+from support.tokenizer_dir import model_dir
 
 pytestmark = pytest.mark.slow
 
@@ -44,9 +50,15 @@ schedulingProfiles:
 """
 
 
-def body(model: str, doc: int, question: str) -> bytes:
+def body(model: str, doc: int, question: str, image: bytes | None = None) -> bytes:
     system = f"Document {doc}: " + " ".join(f"clause {doc}.{k} applies." for k in range(50))
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    user: Any = question
+    if image is not None:
+        user = [
+            {"type": "image_url", "image_url": {"url": data_url(image)}},
+            {"type": "text", "text": question},
+        ]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return orjson.dumps({"model": model, "messages": messages, "max_tokens": 2})
 
 
@@ -66,7 +78,20 @@ async def fleet() -> AsyncIterator[SimFleet]:
 
 @pytest.fixture
 async def running(fleet: SimFleet) -> AsyncIterator[Running]:
+    up = await gateway_for(fleet)
+    yield up
+    await up.stop()
+
+
+def first_block(pod: SimPod, data: bytes) -> int:
+    seq = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2, tokenizer=pod.tokenizer).sequence
+    return int(event_hash(pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None)[0]))
+
+
+def gateway_for(fleet: SimFleet, params: dict[str, Any] | None = None) -> Running | Any:
     doc = yaml.safe_load(PRECISE)
+    if params is not None:
+        doc["plugins"][0]["parameters"] = params
     doc["mmgate"] = {
         "port": 0,
         "endpoints": [
@@ -76,14 +101,7 @@ async def running(fleet: SimFleet) -> AsyncIterator[Running]:
     }
     gateway = build_gateway(parse_config(doc, source="<test>"))
     gateway.settings.access_log = False
-    up = await start(gateway, port=0)
-    yield up
-    await up.stop()
-
-
-def first_block(pod: SimPod, data: bytes) -> int:
-    seq = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2).sequence
-    return int(event_hash(pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None)[0]))
+    return start(gateway, port=0)
 
 
 async def test_routing_follows_what_each_pod_reports(fleet: SimFleet, running: Running) -> None:
@@ -113,3 +131,42 @@ def test_precise_routing_without_kv_events_is_a_config_error() -> None:
     doc["mmgate"] = {"endpoints": ["127.0.0.1:9"]}
     with pytest.raises(ConfigError, match=r"mmgate\.kvEvents"):
         build_gateway(parse_config(doc, source="<test>"))
+
+
+async def test_engine_exact_tokens_end_to_end(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path / "model")
+    transformers = pytest.importorskip("transformers")
+    engine = {"family": "qwen3-vl", "tokens": [{"model": "*", "mode": "engine", "tokenizerDir": str(folder)}]}
+    kv = parse_kv_events_config(KV)
+    async with SimFleet(pods=3, profile="fast", kv_events=kv, tokenizer=str(folder)) as fleet:
+        up = await gateway_for(fleet, engine)
+        try:
+            sub = up.gateway.data.kv_events
+            assert sub is not None
+            model = fleet.pods[0].model
+            reference = transformers.AutoTokenizer.from_pretrained(str(folder))
+            async with aiohttp.ClientSession() as http:
+                for doc, pod in enumerate(fleet.pods):
+                    data = body(model, doc, "Summarise it.", png(doc, (448, 448)))
+                    async with http.post(pod.url + "/v1/chat/completions", data=data) as r:
+                        assert r.status == 200
+                    name = pod.url.removeprefix("http://")
+                    # The pod's first block is the hash of the model's own first 16 token ids.
+                    system = orjson.loads(data)["messages"][:1]
+                    text = reference.apply_chat_template(system, tokenize=False)
+                    ids = reference.encode(text, add_special_tokens=False)
+                    real = int(event_hash(pod.engine.hasher.block_hashes(ids[:16])[0]))
+                    assert first_block(pod, data) == real
+                    await until(lambda name=name, key=real: sub.index.holds(name, key), f"{name} reported")
+                    pseudo = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2).sequence
+                    assert not sub.index.holds(
+                        name, int(event_hash(pod.engine.hasher.block_hashes(pseudo.token_ids)[0]))
+                    )
+                # Follow-ups with the same document and image go where it is.
+                for doc, pod in enumerate(fleet.pods):
+                    data = body(model, doc, "And the second clause?", png(doc, (448, 448)))
+                    async with http.post(up.url + "/v1/chat/completions", data=data) as r:
+                        assert r.status == 200
+                        assert r.headers["x-mmgate-endpoint"] == pod.url.removeprefix("http://")
+        finally:
+            await up.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import time
@@ -15,6 +16,7 @@ from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role
 from mmgate.sim.spec import load_fleet
 from support.processes import mmgate_command, subprocess_env
+from support.tokenizer_dir import model_dir
 
 FLEET = """
 base_port: 9100
@@ -118,8 +120,6 @@ def test_fleet_file_mistakes_name_the_field(tmp_path: Path, text: str, needle: s
 
 
 def test_flags_become_pod_settings() -> None:
-    import argparse
-
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(
@@ -150,3 +150,20 @@ def test_flags_become_pod_settings() -> None:
     assert specs_from_args(args)[0].role is Role.DECODE
     args = parser.parse_args(["--ec-transfer-time-per-token", "1e-6"])
     assert specs_from_args(args)[0].ec_transfer_s_per_token == 1e-6
+
+
+def test_tokenizer_flag_reaches_the_pods_and_a_bad_folder_exits_2(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    folder = model_dir(tmp_path / "model")
+    (spec,) = specs_from_args(parser.parse_args(["--tokenizer", str(folder), "--pods", "1"]))
+    assert spec.tokenizer == str(folder)
+    out = subprocess.run(
+        mmgate_command("sim", "--tokenizer", str(tmp_path / "missing"), "--duration", "0"),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert out.returncode == 2
+    assert "tokenizer" in out.stderr and "does not exist" in out.stderr
+    assert "Traceback" not in out.stderr

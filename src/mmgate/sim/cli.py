@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fleet.add_argument("--model", help="served model name (default: the profile's model)")
     fleet.add_argument("--family", help="model family for media token counts (default: the profile's)")
     fleet.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="local model folder (tokenizer.json + chat template): engine-exact token ids, so KV events "
+        "carry the block hashes a real vLLM would publish (default: mmgate's pseudo-token stream)",
+    )
+    fleet.add_argument(
         "--time-scale",
         metavar="X",
         type=float,
@@ -182,7 +188,16 @@ ENGINE_FLAGS = (
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The pod settings the flags set (only those given, so a fleet file's defaults survive)."""
     out: dict[str, Any] = {}
-    for name in ("profile", "host", "model", "family", "time_scale", "seed", "natural_output_tokens"):
+    for name in (
+        "profile",
+        "host",
+        "model",
+        "family",
+        "tokenizer",
+        "time_scale",
+        "seed",
+        "natural_output_tokens",
+    ):
         value = getattr(args, name)
         if value is not None:
             out[name] = value

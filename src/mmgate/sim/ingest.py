@@ -3,6 +3,10 @@
 The pod tokenizes with mmgate's pricing layer (text estimate + the pod's model-family counts per
 media item), so a simulated pod sees the sequence lengths, media spans and identities that a real
 vLLM with that model would, and its prefix-cache block keys match what the scheduler computes.
+Given a model folder (``--tokenizer``) the ids are the engine-exact ones instead, laid out by the
+code the gateway's engine mode runs (:class:`~mmgate.tokens.engine.tokenizer.EngineTokenizer`), so
+the pod's KV events carry block hashes of real token ids; what that layout does not model keeps the
+pseudo-token stream, as in the gateway.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -19,6 +23,9 @@ from mmgate.request import parse_request
 from mmgate.request.view import Api, Modality, RequestView
 from mmgate.sim.roles import Transfer, read_transfer
 from mmgate.tokens import Pricing, PricingConfig, TokenSequence, build_sequence, price
+
+if TYPE_CHECKING:
+    from mmgate.tokens.engine.tokenizer import EngineTokenizer
 
 
 class _StreamOptions(msgspec.Struct):
@@ -82,6 +89,7 @@ def ingest(
     pricing: PricingConfig,
     *,
     natural_output_tokens: int,
+    tokenizer: EngineTokenizer | None = None,
 ) -> Ingested:
     """Parse, price and lay out one request; raises :class:`RequestError` for client mistakes.
 
@@ -110,7 +118,8 @@ def ingest(
         if isinstance(exc, RequestError):
             raise
         raise RequestError(str(exc)) from None
-    sequence = build_sequence(view, priced)
+    exact = tokenizer.sequence(view, priced, pricing.family) if tokenizer is not None else None
+    sequence = exact if exact is not None else build_sequence(view, priced)
     if not api.generates:
         return Ingested(view, knobs, transfer, priced, sequence, 1, "stop")
     if api in _FORM_APIS:  # a transcript is as long as the speech, not the pod's usual answer

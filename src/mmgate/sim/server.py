@@ -16,7 +16,7 @@ import struct
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
@@ -39,6 +39,9 @@ from mmgate.sim.roles import Role, encoder_response_params, prefill_response_par
 from mmgate.sim.spec import PodSpec, engine_config
 from mmgate.tokens import PricingConfig
 
+if TYPE_CHECKING:
+    from mmgate.tokens.engine.tokenizer import EngineTokenizer
+
 POD_HEADER = "x-mmgate-sim-pod"
 _ID_PREFIX = {Api.CHAT: "chatcmpl", Api.COMPLETIONS: "cmpl"}  # the others' writers add their own
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -58,6 +61,7 @@ class SimPod:
         self.profile = load_profile(spec.profile)
         self.model = spec.model or self.profile.model or self.profile.name
         self.pricing = PricingConfig(family=spec.family or family_of(self.profile))
+        self.tokenizer = self._tokenizer(spec)
         self.config = engine_config(spec)
         self.engine = Engine(self.profile, self.config)
         self.encoder = EncodeOnly(self.profile) if spec.role is Role.ENCODE else None
@@ -69,6 +73,19 @@ class SimPod:
         self.port = spec.port
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count()
+
+    def _tokenizer(self, spec: PodSpec) -> EngineTokenizer | None:
+        """The model folder's tokenizer (``--tokenizer``), checked against the pod's family."""
+        if not spec.tokenizer:
+            return None
+        from mmgate.tokens.engine.tokenizer import load_engine_tokenizer
+
+        try:
+            tokenizer = load_engine_tokenizer(spec.tokenizer)
+            tokenizer.placeholder_ids(self.pricing.family)
+        except ValueError as exc:
+            raise ValueError(f"pod {spec.name}: tokenizer: {exc}") from None
+        return tokenizer
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -220,6 +237,7 @@ class SimPod:
                 api,
                 self.pricing,
                 natural_output_tokens=self.spec.natural_output_tokens,
+                tokenizer=self.tokenizer,
             )
             if job.view.model and job.view.model != self.model:
                 raise RequestError(

@@ -24,6 +24,7 @@ import yaml
 from mmgate.sim.engine.types import EngineConfig
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.roles import Role
+from mmgate.tokens.engine.files import ModelFilesError, load_model_files
 from mmgate.vllm.kv_events_config import KVEventsConfig
 from mmgate.vllm.kvevents import WireFormat
 
@@ -37,6 +38,9 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     profile: str = "fast"
     model: str | None = None  # served model name; the profile's model when unset
     family: str | None = None  # pricing family for media tokens; the profile's when unset
+    # A local model folder (tokenizer.json + chat template): engine-exact token ids, as the gateway's
+    # engine mode computes them, instead of the pseudo-token stream (mmgate.tokens.engine).
+    tokenizer: str | None = None
     role: Role = Role.BOTH
     time_scale: float = 1.0  # wall seconds per simulated second (0.5 = twice as fast)
     seed: int = 0
@@ -63,6 +67,11 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         if self.ec_transfer_s_per_token < 0:
             raise ValueError(f"pod {self.name}: ec_transfer_s_per_token must be >= 0")
         self.faults.validate()
+        if self.tokenizer:
+            try:
+                load_model_files(self.tokenizer)
+            except ModelFilesError as exc:
+                raise ValueError(f"pod {self.name}: tokenizer: {exc}") from None
 
 
 class FleetFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import orjson
 import pytest
 
 from mmgate.config import ConfigError, parse_config
+from mmgate.request import parse_request
 from mmgate.request.view import MediaAsset
-from mmgate.scheduling import build_scheduler
+from mmgate.scheduling import SchedulingRequest, build_scheduler
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.plugins.token_producer import TokenProducer
+from mmgate.tokens.engine.tokenizer import load_engine_tokenizer
 from support.scheduling import endpoints, image, request, scheduler
+from support.tokenizer_dir import model_dir
 
 ESTIMATE = {"estimate": {"image": {"mode": "dynamic", "dynamic": {"factor": 1024}}}}
 
@@ -78,3 +84,56 @@ def test_bad_parameters(params: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as err:
         scheduler([{"type": "token-producer", "parameters": params}])
     assert message in str(err.value)
+
+
+# --- tokens: pseudo or engine-exact ids per served model ------------------------------------------
+
+QWEN = "Qwen/Qwen2.5-VL-7B-Instruct"
+
+
+def chat_request(model: str, text: str) -> SchedulingRequest:
+    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
+    return SchedulingRequest(parse_request(body, {}), "r")
+
+
+def test_engine_mode_publishes_the_models_own_ids(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path / "qwen")
+    tokens = [{"model": "Qwen/*", "mode": "engine", "tokenizerDir": str(folder)}]
+    s = scheduler([{"type": "token-producer", "parameters": {"tokens": tokens}}, {"type": "random-picker"}])
+    want = load_engine_tokenizer(folder).encode(
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi there<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )
+    for model, engine in ((QWEN, True), ("other-model", False)):
+        req = chat_request(model, "hi there")
+        s.schedule(req, endpoints(1), 0.0)
+        tp = req.get(TOKENIZED_PROMPT)
+        assert tp is not None
+        assert (list(tp.token_ids) == want) is engine
+        assert tp.stream is None if engine else tp.stream is not None
+        if engine:
+            assert tp.total_tokens == len(want)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"mode": "engine"}, "mode engine needs tokenizerDir"),
+        ({"mode": "engine", "tokenizerDir": "/nonexistent/model"}, "does not exist"),
+        ({"mode": "pseudo", "tokenizerDir": "/x"}, "tokenizerDir is read in mode engine only"),
+        ({"mode": "exact"}, "mode 'exact' is not one of pseudo, engine"),
+    ],
+)
+def test_engine_mode_without_a_usable_folder_is_a_config_error(entry: dict[str, str], message: str) -> None:
+    doc = {"plugins": [{"type": "token-producer", "parameters": {"tokens": [{"model": QWEN, **entry}]}}]}
+    with pytest.raises(ConfigError, match=message):
+        build_scheduler(parse_config(doc).picker)
+
+
+def test_engine_mode_checks_the_familys_placeholders(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path / "plain", special=("<|im_start|>", "<|im_end|>"))
+    entry = {"model": QWEN, "mode": "engine", "tokenizerDir": str(folder)}
+    doc = {"plugins": [{"type": "token-producer", "parameters": {"exact": {}, "tokens": [entry]}}]}
+    with pytest.raises(ConfigError, match=r"no '<\|image_pad\|>' token, the image placeholder of qwen2.5-vl"):
+        build_scheduler(parse_config(doc).picker)

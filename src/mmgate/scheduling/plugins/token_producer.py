@@ -15,6 +15,11 @@ call on the routing hot path, which mmgate avoids.
 
 A modality the served family cannot take (audio to a vision-only model) is refused with a 400
 naming the part and the model unless ``mmgate.validation.modalities`` is off.
+
+``tokens`` chooses the ids per served model (:mod:`mmgate.tokens.engine.modes`): the pseudo-token
+stream (the default), or ``mode: engine`` with ``tokenizerDir``, the ids a vLLM server serving that
+model computes from its tokenizer.json and chat template, which precise prefix routing against
+real pods needs. Requests engine mode does not model keep the pseudo layout.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from mmgate.scheduling.framework import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, build_stream, price
+from mmgate.tokens.engine import TokenMode, TokenModes
 from mmgate.tokens.served import ExactConfig, ServedPricing, exact_pricing
 
 
@@ -37,6 +43,7 @@ class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):
     family: str | None = None
     familyParams: dict[str, Any] = msgspec.field(default_factory=dict)
     provider: str | None = None
+    tokens: list[TokenMode] = msgspec.field(default_factory=list)  # mmgate: pseudo or engine ids per model
     # llm-d backends mmgate does not run; accepted only to say so clearly.
     vllm: Any = None
     modelName: str | None = None
@@ -89,6 +96,7 @@ class TokenProducer(Producer[TokenProducerParams]):
         self.pricing = pricing_config(
             params, handle.pricing_family, refuse_unserved=handle.refuse_unserved_modalities
         )
+        self.modes = TokenModes(params.tokens, lambda model: self.pricing.for_model(model).family)
         self._keys = self.own_keys(TOKENIZED_PROMPT)
 
     def produces(self) -> tuple[DataKey[Any], ...]:
@@ -96,8 +104,13 @@ class TokenProducer(Producer[TokenProducerParams]):
 
     def tokenize(self, request: SchedulingRequest) -> TokenizedPrompt:
         view = request.view
-        pricing = price(view, self.pricing.for_model(view.model))
+        config = self.pricing.for_model(view.model)
+        pricing = price(view, config)
         total, media = pricing.total_tokens, pricing.total_tokens - pricing.text_tokens
+        engine = self.modes.for_model(view.model)
+        if engine is not None and (exact := engine.sequence(view, pricing, config.family)) is not None:
+            ids, items = exact.token_ids, exact.mm_items
+            return TokenizedPrompt(ids, items, len(ids), media, view.cache_salt, pricing)
         if view.prompt_token_ids is None:  # the byte form: what block hashing reads
             stream = build_stream(view, pricing)
             return TokenizedPrompt(
