@@ -21,7 +21,8 @@ import orjson
 import yaml
 
 from mmgate.cli import port
-from mmgate.config import parse_config
+from mmgate.config import ConfigError, parse_config
+from mmgate.config.schema import TracingSpec
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.telemetry import configure_logging
 from mmgate.sim.profiles import ProfileError, load_profile
@@ -69,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.1,
         help="wall seconds per simulated second (default 0.1: ten times faster than real)",
+    )
+    parser.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="trace requests with OpenTelemetry, exporting to this OTLP/HTTP collector "
+        "(e.g. http://localhost:4318); needs the tracing extra",
     )
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
@@ -159,7 +166,15 @@ async def _main(args: argparse.Namespace, folder: Path) -> int:
         section = msgspec.structs.replace(
             config.mmgate, host=args.host, port=args.port, endpoints=list(fleet.urls)
         )
-        gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+        if args.otlp_traces_endpoint is not None:
+            section = msgspec.structs.replace(
+                section, tracing=TracingSpec(endpoint=args.otlp_traces_endpoint)
+            )
+        try:
+            gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+        except ConfigError as exc:
+            print(f"mmgate demo: {exc}", file=sys.stderr)
+            return 2
 
         def ready(running: Running) -> None:
             print(banner(running, args.pods, args.profile, model, paths), flush=True)

@@ -1,6 +1,9 @@
-"""Telemetry's one-call request accounting matches the per-metric updates it replaces."""
+"""Telemetry's one-call request accounting matches the per-metric updates it replaces; the parse
+histogram is fed by every request the controller parses."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -9,6 +12,7 @@ from mmgate.control.decision import Decision
 from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.loopmetrics import LoopCounter, LoopHistogram
 from mmgate.gateway.telemetry import Telemetry
+from support.stack import ROUND_ROBIN, chat_body, png, stack
 
 
 def _page(t: Telemetry) -> str:
@@ -94,3 +98,16 @@ def test_inflight_can_be_read_at_scrape_time() -> None:
     assert "mmgate_inflight_requests 3.0" in _page(t)
     held[0] = 0
     assert "mmgate_inflight_requests 0.0" in _page(t)
+
+
+async def test_parse_seconds_counts_every_body_parsed_refusals_included() -> None:
+    async with stack(ROUND_ROBIN, pods=1) as s:
+        assert (await s.post(chat_body(s.model, "one"))).status == 200
+        assert (await s.post(chat_body(s.model, "two", [png(1)]))).status == 200
+        assert (await s.post(b'{"messages": []}')).status == 400  # parsed, then refused: it cost a parse
+        async with s.session.get(s.url + "/metrics") as r:
+            page = await r.text()
+    count = re.search(r"^mmgate_parse_seconds_count (\S+)$", page, re.M)
+    total = re.search(r"^mmgate_parse_seconds_sum (\S+)$", page, re.M)
+    assert count is not None and float(count.group(1)) == 3.0
+    assert total is not None and float(total.group(1)) > 0.0

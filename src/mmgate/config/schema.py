@@ -253,6 +253,20 @@ class UrlProbeSpec(_Strict):
     cacheTtlS: float = 300.0
 
 
+class TracingSpec(_Strict):
+    """OpenTelemetry traces (``mmgate.gateway.tracing``; needs ``pip install 'mmgate[tracing]'``),
+    exported over OTLP/HTTP to ``endpoint`` (a collector's base URL such as
+    ``http://otel-collector:4318``, or its full ``/v1/traces`` URL). Unset keys fall back to the
+    standard ``OTEL_*`` variables (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_SERVICE_NAME``,
+    ``OTEL_TRACES_SAMPLER``), then to ``http://localhost:4318``, ``mmgate`` and every trace.
+    ``sampleRatio`` (0..1) samples new traces; a client's sampled flag is followed. Off unless the
+    section is given (or ``--otlp-traces-endpoint``)."""
+
+    endpoint: str | None = None
+    serviceName: str | None = None
+    sampleRatio: float | None = None
+
+
 class UpstreamTLSSpec(_Strict):
     """TLS towards ``https://`` endpoints, for forwarding and metrics scraping alike. Certificates
     and hostnames are verified against the system trust store, plus ``caFile`` (a PEM bundle) for
@@ -291,6 +305,7 @@ class MmgateSection(_Strict):
     disaggregation: DisaggregationSpec = msgspec.field(default_factory=DisaggregationSpec)
     auth: AuthSpec | None = None
     urlProbe: UrlProbeSpec | None = None
+    tracing: TracingSpec | None = None
     debugHeaders: bool = False
     accessLog: bool = True
     seed: int | None = None

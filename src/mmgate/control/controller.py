@@ -4,23 +4,25 @@ One object owns the order of the steps around a scheduling decision, so every tr
 HTTP gateway, the discrete-event benchmark, and next an Envoy ext_proc server and an E/PD
 sidecar) behaves the same and only moves bytes::
 
+    trace   = controller.trace(headers, api)                   # None unless tracing is on
     who     = controller.authenticate(headers)                 # with auth on; RequestError -> 401
-    view    = controller.parse(body, headers, api)             # once; RequestError -> 4xx
-    flight  = controller.open(view, request_id, headers, identity=who)  # NoCandidates -> 503
+    view    = controller.parse(body, headers, api, trace)      # once; RequestError -> 4xx
+    flight  = controller.open(view, request_id, headers, identity=who, trace=trace)  # NoCandidates -> 503
     await controller.admit(flight)                             # admission; Overloaded -> 429;
                                                                # then URL media sized (opt in)
     attempt = controller.decide(flight)                        # None: nothing left to try
     while attempt is not None:
         controller.started(attempt)                            # load on every stage's pod, hooks
-        ... send attempt.headers to attempt.endpoint ...
+        ... send attempt.headers (and attempt.propagation) to attempt.endpoint ...
         on a failure before the first byte:
             controller.finished(attempt, ok=False)
             attempt = controller.retry(attempt, reason, detail)  # next best, failed ones excluded
             continue
         controller.first_byte(attempt, status)
         ... relay; controller.usage(attempt, ...) when the transport sees usage ...
-        controller.finished(attempt, ok=completed)
+        controller.finished(attempt, ok=completed, sent=body_bytes)
     controller.leave(flight)
+    ... trace.end(status) when the client has its answer ...
 
 Candidates are narrowed in one place (:meth:`_serving` at open, then :meth:`decide`): healthy
 endpoints that serve the model,
@@ -31,6 +33,10 @@ gateway calls :meth:`RequestController.defer_on` when it starts: PreRequest inde
 on the loop's next turn, after the request was written), virtual time and an immediate call in the
 discrete-event benchmark; without either, hooks run inline. The scheduler behind the picker stays
 pure.
+
+Tracing is one more seam (:class:`RequestTracer`): with a tracer, each step reports to the
+request's :class:`RequestTrace` (``mmgate.gateway.tracing`` makes OpenTelemetry spans of them);
+without one, :meth:`RequestController.trace` returns ``None`` and no step does tracing work.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from mmgate.request.view import Api, RequestView
 log = logging.getLogger("mmgate.control")
 
 Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
+_NO_HEADERS: list[tuple[str, str]] = []  # shared, never written: an attempt without trace headers
 Deferral = Callable[[Callable[[], None]], None]
 
 
@@ -73,10 +80,43 @@ class ControlSettings:
 class ControlObserver(Protocol):
     """What the controller reports as it goes (the gateway's Prometheus metrics implement it)."""
 
+    def record_parse(self, seconds: float) -> None: ...
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None: ...
     def attempt_failed(self, endpoint: str, reason: str) -> None: ...
     def retried(self, reason: str) -> None: ...
     def circuit_changed(self, endpoint: str, state: State) -> None: ...
+
+
+class RequestTrace(Protocol):
+    """One request's trace: the controller reports each step as it ends. Attributes come from
+    the view and the decision only (never bodies, media payloads or headers)."""
+
+    def parsed(self, view: RequestView | None, seconds: float, error: RequestError | None) -> None: ...
+    def decided(self, decision: Decision, seconds: float, candidates: int) -> None: ...
+    def undecided(self, reason: str) -> None: ...
+    def sending(self, endpoint: str, attempt: int) -> list[tuple[str, str]]:
+        """An attempt starts: the headers that carry the trace upstream (W3C ``traceparent``)."""
+        ...
+
+    def first_byte(self, status: int) -> None: ...
+    def broke(self, detail: str) -> None: ...
+    def attempt_done(self, ok: bool, sent: int) -> None: ...
+    def failed(self, endpoint: str, reason: str, detail: str) -> None:
+        """The attempt on ``endpoint`` failed before its first byte (reported after
+        :meth:`attempt_done`)."""
+        ...
+
+    def end(self, status: str) -> None:
+        """The client has its answer (``status``: the HTTP status or a label such as
+        ``client_closed``)."""
+        ...
+
+
+class RequestTracer(Protocol):
+    """Starts a :class:`RequestTrace` for each request, continuing the client's trace when its
+    headers carry one."""
+
+    def begin(self, headers: Mapping[str, str], api: Api, path: str) -> RequestTrace: ...
 
 
 class NoCandidates(Exception):
@@ -111,6 +151,7 @@ class Flight:
         "last_error",
         "received",
         "request_id",
+        "trace",
         "tried",
         "view",
     )  # fmt: skip
@@ -125,6 +166,7 @@ class Flight:
         client: str,
         debug: bool,
         identity: Identity | None = None,
+        trace: RequestTrace | None = None,
     ) -> None:
         self.view = view
         self.request_id = request_id
@@ -134,6 +176,7 @@ class Flight:
         self.client = client
         self.debug = debug
         self.identity = identity  # the verified API key (authentication on), else None
+        self.trace = trace  # tracing on: the request's trace, else None
         self.attempts = 0
         self.decision: Decision | None = None  # the latest attempt's
         self.decision_s = 0.0  # time spent deciding, over every attempt
@@ -157,13 +200,16 @@ class Flight:
 class Attempt:
     """One try of a flight on one endpoint: the decision and whether a retry may follow."""
 
-    __slots__ = ("decision", "flight", "is_last", "record")
+    __slots__ = ("decision", "flight", "is_last", "propagation", "record")
 
     def __init__(self, flight: Flight, decision: Decision, record: EndpointRecord, is_last: bool) -> None:
         self.flight = flight
         self.decision = decision
         self.record = record
         self.is_last = is_last  # no retry after this one: its error answer goes to the client
+        # Tracing on: the trace headers this attempt carries upstream (set when it starts), in
+        # place of the client's; else empty and the client's pass through.
+        self.propagation: list[tuple[str, str]] = _NO_HEADERS
 
     @property
     def endpoint(self) -> str:
@@ -188,8 +234,10 @@ class RequestController:
         defer: Deferral | None = None,
         keys: KeyStore | None = None,
         sizer: UrlSizer | None = None,
+        tracer: RequestTracer | None = None,
     ) -> None:
         self.picker = picker
+        self._tracer = tracer  # tracing on, else None
         self.keys = keys  # API keys (authentication on), else None
         self._sizer = sizer  # URL media sizing (mmgate.urlProbe), else None
         self.endpoints = endpoints
@@ -226,6 +274,11 @@ class RequestController:
         """The circuit breaker's state for ``endpoint``."""
         return self._breaker.state(endpoint)
 
+    @property
+    def tracing(self) -> bool:
+        """Whether requests are traced."""
+        return self._tracer is not None
+
     # -- the request ---------------------------------------------------------------------------
 
     def authenticate(self, headers: Mapping[str, str]) -> Identity | None:
@@ -234,11 +287,34 @@ class RequestController:
         an unauthenticated body costs nothing; :meth:`open` calls it when they did not."""
         return self.keys.verify(headers) if self.keys is not None else None
 
-    def parse(self, body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
-        """The body decoded once (raises :class:`RequestError` for a client mistake)."""
+    def trace(self, headers: Mapping[str, str], api: Api, path: str = "") -> RequestTrace | None:
+        """A new request's trace when tracing is on (a child of the client's ``traceparent``, if
+        any), else ``None``. Transports call it first, so the trace covers every step."""
+        return self._tracer.begin(headers, api, path) if self._tracer is not None else None
+
+    def parse(
+        self, body: bytes, headers: Mapping[str, str], api: Api, trace: RequestTrace | None = None
+    ) -> RequestView:
+        """The body decoded once (raises :class:`RequestError` for a client mistake). Its time
+        goes to the observer (``mmgate_parse_seconds``), refusals included: they cost it too."""
         if self._parse is None:
             raise RuntimeError("this controller was built without a parser")
-        return self._parse(body, headers, api)
+        started = time.perf_counter()
+        try:
+            view = self._parse(body, headers, api)
+        except RequestError as exc:
+            self._parsed(time.perf_counter() - started, trace, None, exc)
+            raise
+        self._parsed(time.perf_counter() - started, trace, view, None)
+        return view
+
+    def _parsed(
+        self, seconds: float, trace: RequestTrace | None, view: RequestView | None, error: RequestError | None
+    ) -> None:
+        if self._observer is not None:
+            self._observer.record_parse(seconds)
+        if trace is not None:
+            trace.parsed(view, seconds, error)
 
     def open(
         self,
@@ -251,6 +327,7 @@ class RequestController:
         received: float | None = None,
         subset: Collection[str] | None = None,
         identity: Identity | None = None,
+        trace: RequestTrace | None = None,
     ) -> Flight:
         """Start following a request: its candidates now. Raises :class:`RequestError` (401
         without a valid key when authentication is on, 404 when the model is served nowhere),
@@ -265,7 +342,7 @@ class RequestController:
         if not candidates:
             reason = "no endpoints are configured" if not len(self.endpoints) else "no healthy endpoint"
             raise NoCandidates(f"{reason} for model '{view.model}'; try again shortly")
-        return Flight(view, request_id, headers, candidates, now, client, debug, identity)
+        return Flight(view, request_id, headers, candidates, now, client, debug, identity, trace)
 
     async def admit(self, flight: Flight) -> None:
         """Take an admission slot (may wait in the queue). Raises ``Overloaded`` (a 429). Then,
@@ -310,11 +387,15 @@ class RequestController:
                 )
             except NoEndpoint as exc:
                 flight.last_error = str(exc) or "no endpoint passed the scheduler's filters"
+                if flight.trace is not None:
+                    flight.trace.undecided(flight.last_error)
                 return None
             elapsed = time.perf_counter() - started
             flight.decision_s += elapsed
             if self._observer is not None:
                 self._observer.record_decision(decision, elapsed, first_attempt=flight.attempts == 0)
+            if flight.trace is not None:
+                flight.trace.decided(decision, elapsed, len(pending))
             flight.decision = decision
             flight.attempts += 1
             if flight.tried is None:
@@ -341,6 +422,9 @@ class RequestController:
         self._breaker.begin(decision.endpoint)
         if decision.pre_request is not None:
             self._defer(decision.pre_request)
+        trace = attempt.flight.trace
+        if trace is not None:
+            attempt.propagation = trace.sending(decision.endpoint, attempt.flight.attempts)
 
     def first_byte(self, attempt: Attempt, status: int) -> None:
         """The endpoint answered and sent its first body bytes (the attempt is committed)."""
@@ -353,6 +437,8 @@ class RequestController:
             self._breaker.success(endpoint)
         attempt.flight.first_byte_s = now - attempt.flight.received
         self.picker.first_token(attempt.decision)
+        if attempt.flight.trace is not None:
+            attempt.flight.trace.first_byte(status)
 
     def usage(self, attempt: Attempt, usage: Usage) -> None:
         """Tokens the endpoint reported for the attempt. No plugin reads them yet; the seam is
@@ -362,12 +448,17 @@ class RequestController:
         """The stream broke after the first byte: counts against the endpoint."""
         attempt.flight.errors.append(f"{attempt.endpoint}: stream broke: {detail}")
         self._breaker.failure(attempt.endpoint)
+        if attempt.flight.trace is not None:
+            attempt.flight.trace.broke(detail)
 
-    def finished(self, attempt: Attempt, *, ok: bool) -> None:
-        """The attempt ended (``ok``: the response completed): its load is released."""
+    def finished(self, attempt: Attempt, *, ok: bool, sent: int = 0) -> None:
+        """The attempt ended (``ok``: the response completed; ``sent``: body bytes the client
+        got from it): its load is released."""
         decision = attempt.decision
         self._breaker.release(decision.endpoint)
         self.picker.finished(decision, ok=ok)
+        if attempt.flight.trace is not None:
+            attempt.flight.trace.attempt_done(ok, sent)
 
     def retry(
         self, attempt: Attempt, reason: str, detail: str, *, unreachable: bool = False
@@ -386,6 +477,8 @@ class RequestController:
             self._breaker.failure(endpoint)
         if self._observer is not None:
             self._observer.attempt_failed(endpoint, reason)
+        if flight.trace is not None:
+            flight.trace.failed(endpoint, reason, detail)
         if attempt.is_last or not self._budget.try_retry():
             return None
         if self._observer is not None:

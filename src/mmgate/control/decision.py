@@ -30,7 +30,8 @@ class Decision:
     not computed). ``eligible`` is how many candidates could serve the request, the chosen one
     included: those that passed the serving stage's filters (in E/PD the encode pods are
     candidates the decode filter drops, so they are no retry target); ``None`` when the picker
-    does not say, and every candidate counts.
+    does not say, and every candidate counts. ``profile`` names the scheduling profile whose pick
+    this is ("" when the picker has no profiles).
     """
 
     endpoint: str
@@ -42,6 +43,7 @@ class Decision:
     encoder_hits: dict[str, int] = field(default_factory=dict)
     prefix_match: float | None = None
     eligible: int | None = None
+    profile: str = ""
     pre_request: Callable[[], None] | None = None
     handle: object = None
 

@@ -146,6 +146,7 @@ class SchedulerPicker:
             endpoint=name,
             request_tokens=total,
             tokens_by_modality={str(m): n for m, n in by_modality.items() if n},
+            profile=result.primary_profile,
         )
         encoder = request.get(ENCODER_CACHE_MATCH)
         if encoder is not None and encoder.total_items:

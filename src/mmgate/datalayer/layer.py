@@ -8,17 +8,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
 from mmgate.datalayer.discovery import FileDiscovery, StaticDiscovery
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
 from mmgate.datalayer.index.memory import AffinityIndex
-from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexCollector
 from mmgate.datalayer.kubernetes import KubernetesDiscovery, KubernetesSettings
 from mmgate.datalayer.kvevents import KVEventsSettings, KVEventSubscriber
 from mmgate.datalayer.scraper import MetricsScraper
+
+if (
+    TYPE_CHECKING
+):  # redis-py is imported only with a shared index (its import loads OpenTelemetry when present)
+    from mmgate.datalayer.index.redis_mirror import RedisIndexes
 
 
 @dataclass(slots=True)
@@ -99,6 +103,8 @@ class DataLayer:
         if self.kv_events is not None:
             registry.register(self.kv_events.collector())
         if self.shared_index is not None:
+            from mmgate.datalayer.index.redis_mirror import SharedIndexCollector
+
             registry.register(SharedIndexCollector(self.shared_index))
 
     def routable(self) -> list[EndpointRecord]:

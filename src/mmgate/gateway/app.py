@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mmgate.config import GatewayConfig, MmgateSection
 from mmgate.config.schema import EndpointSpec
@@ -24,7 +25,6 @@ from mmgate.control.controller import ControlSettings, Parser
 from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.index.memory import AffinityIndex
-from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexSettings
 from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
@@ -41,6 +41,10 @@ from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
 from mmgate.tls import client_context
 from mmgate.tokens import PricingConfig
+
+if TYPE_CHECKING:  # each imported only when configured: OpenTelemetry, redis-py
+    from mmgate.datalayer.index.redis_mirror import RedisIndexes
+    from mmgate.gateway.tracing import Tracing
 
 log = logging.getLogger("mmgate.gateway")
 
@@ -86,6 +90,8 @@ def shared_index_of(section: MmgateSection) -> RedisIndexes | None:
     spec = section.sharedIndex
     if spec is None:
         return None
+    from mmgate.datalayer.index.redis_mirror import RedisIndexes, SharedIndexSettings
+
     return RedisIndexes(SharedIndexSettings(spec.redis, prefix=spec.keyPrefix, outbox_limit=spec.outboxLimit))
 
 
@@ -117,6 +123,30 @@ def url_probe_of(section: MmgateSection) -> UrlProbeSettings | None:
         cache_entries=spec.cacheEntries,
         cache_ttl_s=spec.cacheTtlS,
     )
+
+
+def tracing_of(section: MmgateSection) -> Tracing | None:
+    """The tracer for ``mmgate.tracing`` (``None`` when the section is absent: OpenTelemetry is
+    then never imported). Raises ``ConfigError`` naming the key for a bad value, or when the
+    ``tracing`` extra is not installed."""
+    spec = section.tracing
+    if spec is None:
+        return None
+    try:
+        from mmgate.gateway.tracing import Tracing, TracingSettings
+    except ImportError as exc:
+        raise ConfigError(
+            f"tracing needs OpenTelemetry ({exc.name} is missing): pip install 'mmgate[tracing]'",
+            path="mmgate.tracing",
+        ) from None
+    settings = TracingSettings(
+        endpoint=spec.endpoint, service_name=spec.serviceName, sample_ratio=spec.sampleRatio
+    )
+    try:
+        return Tracing(settings)
+    except ValueError as exc:
+        key = "sampleRatio" if "sampleRatio" in str(exc) else "endpoint"
+        raise ConfigError(str(exc), path=f"mmgate.tracing.{key}") from None
 
 
 def settings_of(section: MmgateSection) -> GatewaySettings:
@@ -212,7 +242,7 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(settings, picker, make_parser(limits), keys=keys_of(section))
+    return Gateway(settings, picker, make_parser(limits), keys=keys_of(section), tracing=tracing_of(section))
 
 
 @dataclass(slots=True)

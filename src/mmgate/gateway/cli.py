@@ -11,7 +11,7 @@ import msgspec
 
 from mmgate.cli import port
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
-from mmgate.config.schema import KubernetesSpec
+from mmgate.config.schema import KubernetesSpec, TracingSpec
 from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
 from mmgate.gateway.malloc_tuning import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
@@ -83,6 +83,12 @@ def add_arguments(
         metavar="PORT",
         help=admin_port_help,
     )
+    parser.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="trace requests with OpenTelemetry, exporting to this OTLP/HTTP collector (e.g. "
+        "http://localhost:4318; vLLM's flag name); needs the tracing extra (default: mmgate.tracing)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(
         "--log-format", default="json", choices=["json", "text"], help="request log format (default json)"
@@ -117,6 +123,9 @@ def load(args: argparse.Namespace) -> GatewayConfig:
         changes["adminPort"] = args.admin_port
     if args.no_access_log:
         changes["accessLog"] = False
+    if args.otlp_traces_endpoint is not None:
+        tracing = section.tracing or TracingSpec()
+        changes["tracing"] = msgspec.structs.replace(tracing, endpoint=args.otlp_traces_endpoint)
     if args.max_inflight is not None:
         admission = msgspec.structs.replace(section.admission, maxInflight=max(0, args.max_inflight))
         changes["admission"] = admission

@@ -47,6 +47,10 @@ HOP_BY_HOP = frozenset(
 
 _NOT_FORWARDED = HOP_BY_HOP | LLMD_ROUTING_HEADERS | {"x-request-id"}
 
+# W3C Trace Context (https://www.w3.org/TR/trace-context/): with tracing on the gateway replaces
+# the client's pair with its own; with it off both pass through as any end-to-end header.
+TRACE_CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
+
 RESPONSE_ENDPOINT = "x-mmgate-endpoint"
 RESPONSE_TOKENS = "x-mmgate-request-tokens"
 RESPONSE_SCORES = "x-mmgate-scores"
@@ -93,6 +97,16 @@ def upstream_headers(client: Iterable[tuple[str, str]], request_id: str) -> list
     if listed is not None:
         out = _without(out, listed)
     out.append((REQUEST_ID, request_id))
+    return out
+
+
+def with_trace_context(
+    headers: list[tuple[str, str]], trace_context: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """``headers`` with ``trace_context`` (the gateway's ``traceparent``/``tracestate``) in place
+    of any the client sent."""
+    out = [(name, value) for name, value in headers if name.lower() not in TRACE_CONTEXT_HEADERS]
+    out.extend(trace_context)
     return out
 
 

@@ -43,6 +43,7 @@ from mmgate.gateway.headers import (
     RESPONSE_TOKENS,
     relay_headers,
     upstream_headers,
+    with_trace_context,
 )
 from mmgate.gateway.responses import error_response
 from mmgate.request.view import Api
@@ -164,6 +165,8 @@ class Proxy:
         pool = self._pool
         assert pool is not None
         routing = attempt.headers
+        if attempt.propagation:  # tracing on: this attempt's traceparent, on every leg
+            headers = with_trace_context(headers, attempt.propagation)
         send_headers = [*headers, *routing.items()] if routing else headers
         body = request.body
         orchestrated = False
@@ -216,7 +219,7 @@ class Proxy:
                 else:
                     upstream.close()  # mid-stream or client gone: the endpoint aborts the request
         finally:
-            self.controller.finished(attempt, ok=ok)
+            self.controller.finished(attempt, ok=ok, sent=writer.body_bytes)
 
     async def _relay(
         self,

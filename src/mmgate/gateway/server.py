@@ -15,13 +15,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mmgate.control.admission import Overloaded, client_key
 from mmgate.control.apikeys import KeyStore
-from mmgate.control.controller import ControlSettings, Flight, NoCandidates, Parser, RequestController
+from mmgate.control.controller import (
+    ControlSettings,
+    Flight,
+    NoCandidates,
+    Parser,
+    RequestController,
+    RequestTrace,
+)
 from mmgate.control.decision import EndpointPicker
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
@@ -36,6 +43,9 @@ from mmgate.gateway.telemetry import Telemetry
 from mmgate.request.urlprobe import UrlProber, UrlProbeSettings
 from mmgate.request.urlsizing import UrlSizer
 from mmgate.request.view import API_PATHS, Api, RequestView
+
+if TYPE_CHECKING:  # imported only when tracing is configured (it loads OpenTelemetry)
+    from mmgate.gateway.tracing import Tracing
 
 log = logging.getLogger("mmgate.gateway")
 access_log = logging.getLogger("mmgate.access")
@@ -87,8 +97,10 @@ class Gateway:
         *,
         clock: Callable[[], float] = time.monotonic,
         keys: KeyStore | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing
         self.picker = picker
         self.clock = clock
         self.data = DataLayer(settings.data, clock=clock)
@@ -99,7 +111,7 @@ class Gateway:
             sizer = UrlSizer(UrlProber(settings.url_probe, on_outcome=self.telemetry.url_probed, clock=clock))
         self.controller = RequestController(
             picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry,
-            keys=keys, sizer=sizer,
+            keys=keys, sizer=sizer, tracer=tracing,
         )  # fmt: skip
         stage_metrics = StageMetrics(self.telemetry.registry) if settings.orchestration is not None else None
         self.proxy = Proxy(
@@ -115,6 +127,8 @@ class Gateway:
 
     async def start(self) -> None:
         self.controller.defer_on(asyncio.get_running_loop())  # index hooks after the send
+        if self.tracing is not None:
+            self.tracing.start()
         await self.proxy.start()
         try:
             await self.data.start()
@@ -125,6 +139,8 @@ class Gateway:
     async def stop(self) -> None:
         await self.data.stop()
         await self.proxy.stop()
+        if self.tracing is not None:  # the last spans go out; the export blocks, so not on the loop
+            await asyncio.to_thread(self.tracing.shutdown)
 
     def routes(self) -> Routes:
         """The API port's routes (``/metrics`` and ``/ready`` too unless an admin port is set)."""
@@ -188,6 +204,7 @@ class Gateway:
         headers = request.headers
         request_id = request_id_from(headers)
         controller = self.controller
+        trace = controller.trace(headers, api, request.path)  # None unless tracing is on
         flight: Flight | None = None
         view: RequestView | None = None
         forwarded: Forwarded | None = None
@@ -195,7 +212,7 @@ class Gateway:
         label = ""
         try:
             identity = controller.authenticate(headers)  # before parsing: 401 costs nothing
-            view = controller.parse(request.body, headers, api)
+            view = controller.parse(request.body, headers, api, trace)
             try:
                 flight = controller.open(
                     view,
@@ -205,6 +222,7 @@ class Gateway:
                     debug=self.proxy.wants_scores(request),
                     received=received,
                     identity=identity,
+                    trace=trace,
                 )
             except NoCandidates as exc:
                 status = 503
@@ -237,18 +255,21 @@ class Gateway:
         finally:
             if forwarded is not None:
                 status, label = forwarded.status, forwarded.label
-            self.record(api, view, flight, label or str(status), received, request_id)
+            self.record(api, view, flight, label or str(status), received, request_id, trace)
 
     def record(
         self, api: Api, view: RequestView | None, flight: Flight | None, status: str, received: float,
-        request_id: str,
+        request_id: str, trace: RequestTrace | None = None,
     ) -> None:  # fmt: skip
-        """One finished request into the metrics and the access log (every transport calls it)."""
+        """One finished request into the metrics, the access log and its trace (every transport
+        calls it)."""
         model = view.model if view is not None else "-"
         endpoint = flight.endpoint if flight is not None else ""
         first_byte_s = flight.first_byte_s if flight is not None else None
         duration = self.clock() - received
         self.telemetry.request_done(model, status, endpoint, duration, first_byte_s)
+        if trace is not None:
+            trace.end(status)
         if not self.settings.access_log:
             return
         fields: dict[str, Any] = {
@@ -262,10 +283,7 @@ class Gateway:
         }
         if view is not None:
             fields["stream"] = view.stream
-            media: dict[str, int] = {}
-            for asset in view.assets:
-                media[asset.modality.value] = media.get(asset.modality.value, 0) + 1
-            fields["media"] = media
+            fields["media"] = view.media_counts
         if flight is not None and flight.decision is not None:
             fields["request_tokens"] = flight.decision.request_tokens
             fields["decision_us"] = round(flight.decision_s * 1e6, 1)

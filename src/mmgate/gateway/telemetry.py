@@ -158,6 +158,9 @@ class Telemetry:
         elif state is State.CLOSED:
             log.info("endpoint %s back in rotation (half-open probe succeeded)", endpoint)
 
+    def record_parse(self, seconds: float) -> None:
+        self.parse_latency.observe(seconds)
+
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
         self.decision_latency.observe(seconds)
         if not first_attempt:

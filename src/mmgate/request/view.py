@@ -130,6 +130,15 @@ class RequestView:
         return [p for p in self.parts if isinstance(p, MediaAsset)]
 
     @property
+    def media_counts(self) -> dict[str, int]:
+        """Media items per modality (``{"image": 2}``), for logs and traces."""
+        counts: dict[str, int] = {}
+        for part in self.parts:
+            if isinstance(part, MediaAsset):
+                counts[part.modality.value] = counts.get(part.modality.value, 0) + 1
+        return counts
+
+    @property
     def texts(self) -> list[str]:
         return [p for p in self.parts if isinstance(p, str)]
 

@@ -8,6 +8,7 @@ reset connection; ``/admin/faults`` changes the faults while running.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 POD_HEADER = "x-mmgate-sim-pod"
 _ID_PREFIX = {Api.CHAT: "chatcmpl", Api.COMPLETIONS: "cmpl"}  # the others' writers add their own
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+TRACE_PARENTS_KEPT = 256
 
 
 def error_response(err: RequestError, pod: str) -> web.Response:
@@ -73,6 +75,13 @@ class SimPod:
         self.port = spec.port
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count()
+        self._trace_parents: collections.deque[str] = collections.deque(maxlen=TRACE_PARENTS_KEPT)
+
+    @property
+    def trace_parents(self) -> tuple[str, ...]:
+        """The W3C ``traceparent`` of the latest requests that carried one, oldest first: where
+        vLLM would hang its own spans (``--otlp-traces-endpoint``), for tests to check."""
+        return tuple(self._trace_parents)
 
     def _tokenizer(self, spec: PodSpec) -> EngineTokenizer | None:
         """The model folder's tokenizer (``--tokenizer``), checked against the pod's family."""
@@ -230,6 +239,9 @@ class SimPod:
 
     async def _serve(self, request: web.Request, api: Api) -> web.StreamResponse:
         body = await request.read()
+        traceparent = request.headers.get("traceparent")
+        if traceparent is not None:
+            self._trace_parents.append(traceparent)
         try:
             job = ingest(
                 body,

@@ -14,7 +14,9 @@ import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mmgate.config.schema import TracingSpec
 from support.envoy import EnvoyStack, envoy_stack
+from support.otlp import OtlpReceiver
 from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, chat_body, png
 
 pytestmark = pytest.mark.slow
@@ -197,3 +199,24 @@ async def test_health_services_answer() -> None:
         await stack.fleet.stop()  # no fleet: not ready, but alive
         await until("readiness", health_pb2.HealthCheckResponse.NOT_SERVING)
         assert await status_of("liveness") == serving
+
+
+async def test_with_tracing_on_the_pod_gets_the_traceparent_of_the_extproc_attempt_span() -> None:
+    client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with OtlpReceiver() as otlp:
+        async with envoy_stack(
+            ROUND_ROBIN, pods=1, mmgate={"tracing": TracingSpec(endpoint=otlp.url)}
+        ) as stack:
+            async with stack.session.post(
+                stack.url + "/v1/chat/completions", data=text_body(stack), headers={"traceparent": client}
+            ) as resp:
+                body = await resp.read()
+                assert resp.status == 200, body
+            pod = stack.fleet.pods[0]
+    [root] = otlp.named("POST /v1/chat/completions")
+    assert (root.trace_id, root.parent_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    assert sorted(s.name for s in otlp.children(root)) == ["decide", "parse", "upstream"]
+    [upstream] = otlp.named("upstream")
+    assert sorted(s.name for s in otlp.children(upstream)) == ["first_byte", "relay"]
+    assert upstream.attributes["mmgate.bytes_sent"] == len(body)
+    assert pod.trace_parents == (f"00-4bf92f3577b34da6a3ce929d0e0e4736-{upstream.span_id}-01",)

@@ -21,7 +21,7 @@ import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from mmgate.control.admission import Overloaded, client_key
-from mmgate.control.controller import Attempt, Flight, NoCandidates, Usage
+from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace, Usage
 from mmgate.errors import RequestError
 from mmgate.gateway.extproc import messages
 from mmgate.gateway.h1.request import Headers
@@ -29,6 +29,7 @@ from mmgate.gateway.headers import (
     REQUEST_ID,
     RESPONSE_ENDPOINT,
     RESPONSE_TOKENS,
+    TRACE_CONTEXT_HEADERS,
     is_routing_header,
     request_id_from,
 )
@@ -64,6 +65,8 @@ class RequestStream:
         self.upstream_status = 0
         self.first_byte = False
         self.tail = bytearray()
+        self.sent = 0  # response body bytes passed on to the client
+        self.trace: RequestTrace | None = None  # tracing on: this request's trace
         self.done = False
 
     # -- the request ----------------------------------------------------------------------------
@@ -93,6 +96,8 @@ class RequestStream:
         self.request_id = request_id_from(self.headers)
         self.subset = messages.subset_hint(message.metadata_context)
         self.api = ROUTES.get(self.path)
+        if self.api is not None:
+            self.trace = self.controller.trace(self.headers, self.api, self.path)
         if message.request_headers.end_of_stream:  # no body: a GET, or a bodiless POST
             return [self._bodiless()]
         return []
@@ -133,7 +138,7 @@ class RequestStream:
         body = bytes(self.body)
         self.body.clear()
         try:
-            self.view = controller.parse(body, self.headers, self.api)
+            self.view = controller.parse(body, self.headers, self.api, self.trace)
             self.flight = controller.open(
                 self.view,
                 self.request_id,
@@ -141,6 +146,7 @@ class RequestStream:
                 client=client_key(self.headers, ""),
                 received=self.received,
                 subset=self.subset,
+                trace=self.trace,
             )
         except RequestError as exc:
             return [self._refuse(exc)]
@@ -167,6 +173,10 @@ class RequestStream:
             (REQUEST_ID, self.request_id),
             ("content-length", str(len(body))),
         ]
+        if attempt.propagation:  # tracing on: the attempt's trace context replaces the client's
+            extra.extend(attempt.propagation)
+            ours = {name for name, _ in attempt.propagation}
+            remove.extend(n for n in TRACE_CONTEXT_HEADERS if n in self.headers and n not in ours)
         out = [messages.route_headers(destination, extra, remove)]
         out.extend(messages.request_body(body, end=True))
         return out
@@ -197,6 +207,7 @@ class RequestStream:
         self._first_byte()
         chunk = body.body
         if chunk:
+            self.sent += len(chunk)
             self.tail += chunk
             if len(self.tail) > USAGE_TAIL:
                 del self.tail[: len(self.tail) - USAGE_TAIL]
@@ -228,7 +239,7 @@ class RequestStream:
             usage = usage_of(bytes(self.tail))
             if usage is not None:
                 self.controller.usage(attempt, usage)
-            self.controller.finished(attempt, ok=ok)
+            self.controller.finished(attempt, ok=ok, sent=self.sent)
         self.status = self.upstream_status
         if not ok:
             self.label = "client_closed" if self.first_byte else "aborted"
@@ -247,7 +258,9 @@ class RequestStream:
             self.controller.leave(self.flight)
         if self.api is not None:
             status = self.label or str(self.status or 500)
-            self.gateway.record(self.api, self.view, self.flight, status, self.received, self.request_id)
+            self.gateway.record(
+                self.api, self.view, self.flight, status, self.received, self.request_id, self.trace
+            )
 
 
 def usage_of(tail: bytes) -> Usage | None:

@@ -70,6 +70,7 @@ class ResponseWriter:
         "_head",
         "_http11",
         "_remaining",
+        "body_bytes",
         "finished",
         "head_only",
         "keep_alive",
@@ -86,6 +87,7 @@ class ResponseWriter:
         self._head: bytes | None = None
         self._chunked = False
         self._remaining: int | None = None
+        self.body_bytes = 0  # body bytes handed to the transport (framing not counted)
 
     def _head_bytes(self, status: int, headers: Iterable[tuple[str, str]], length: int | None) -> bytes:
         parts = [status_line(status)]
@@ -179,6 +181,7 @@ class ResponseWriter:
         """Hand non-empty ``data`` to the transport in its framing, after the held-back head;
         ``chunk_end`` closes its chunk (and, for the last piece, the chunked body)."""
         size = len(data)
+        self.body_bytes += size
         if self._remaining is not None:
             if size > self._remaining:
                 raise RuntimeError("more body than the Content-Length announced")
@@ -208,6 +211,7 @@ class ResponseWriter:
         head = self._head or b""
         self._head = None
         self._remaining = 0
+        self.body_bytes = len(response.body)
         self._transport().write(head if self.head_only else head + response.body)
         self.finished = True
         self._channel.response_finished(self.keep_alive)
