@@ -50,6 +50,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "add_des_arguments",
         "run_ladder",
     ),
+    "topologies": Benchmark(
+        "routing",
+        "mmgate.bench.routing.topologies",
+        "aggregated, encoder-DP, E/PD and E/P/D at the same accelerator count, image-heavy and -light",
+    ),
     "plot": Benchmark(
         "routing",
         _COMMANDS,

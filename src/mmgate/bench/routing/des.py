@@ -310,6 +310,7 @@ class Simulation:
         self._records: list[RequestRecord] = []
         self._open = 0
         self._last_done = 0.0
+        self._fallbacks = 0  # requests of the rung whose stages fell back
         self._progress_cb: Callable[[RequestRecord], None] | None = None
         self._scrape_all()
         self._push(self.scrape_s, _SCRAPE, None)
@@ -386,6 +387,8 @@ class Simulation:
         if error is not None:
             raise error
         assert isinstance(prepared, Prepared) and flight.item is not None
+        if prepared.fallbacks and flight.rung == self._rung:
+            self._fallbacks += 1
         view, seq, out_tokens = self.prepared.get(flight.item)
         flight.item = None
         transfer = _transfer_of(prepared.body)
@@ -613,6 +616,7 @@ class Simulation:
         self._last_done = start
         self._progress_cb = on_record
         self._itl = []
+        self._fallbacks = 0
         before = _cache_totals(self.pods)
         for offset in schedule:
             self._push(start + offset, _ARRIVE, (items(), index, start))
@@ -650,6 +654,7 @@ class Simulation:
             self.system.name, rate, duration_s, span, self._records, after - before, mode="des"
         )
         result.itl_weighted = itl
+        result.fallbacks = self._fallbacks
         self._rung = -2
         return result
 

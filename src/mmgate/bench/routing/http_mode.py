@@ -15,8 +15,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import mmgate
 from mmgate.bench.processes import Managed, free_port, wait_until_serving
@@ -46,6 +47,8 @@ class HttpOptions:
     seed: int = 0
     logs: Path | None = None
     media_cache: int = 4096  # distinct encoded media kept in memory (a 720p JPEG is ~270 KB as base64)
+    roles: tuple[str, ...] = ()  # each pod's gateway role (fleet_proc --roles); empty: none
+    engine: dict[str, Any] = field(default_factory=dict)  # engine settings of every pod
 
 
 def _env() -> dict[str, str]:
@@ -60,6 +63,10 @@ def start_fleet(opts: HttpOptions, logs: Path) -> tuple[Managed, list[str]]:
     """A fleet process; returns it and its pod URLs once it has printed them."""
     cmd = [sys.executable, "-m", "mmgate.bench.routing.fleet_proc", "--pods", str(opts.pods),
            "--profile", opts.profile, "--speedup", str(opts.speedup), "--seed", str(opts.seed)]  # fmt: skip
+    if opts.roles:
+        cmd += ["--roles", ",".join(opts.roles)]
+    if opts.engine:
+        cmd += ["--engine", json.dumps(opts.engine)]
     fleet = Managed("fleet", cmd, logs / "fleet.log", env=_env())
     fleet.start()
     deadline = time.monotonic() + 60
@@ -77,13 +84,15 @@ def start_fleet(opts: HttpOptions, logs: Path) -> tuple[Managed, list[str]]:
 def start_router(
     system: System, urls: Sequence[str], logs: Path, model: str
 ) -> tuple[Managed | None, str, str]:
-    """The system's router on a free port: (process or None when skipped, base URL, note)."""
+    """The system's router on a free port: (process or None when skipped, base URL, note). No
+    ``urls``: an mmgate config lists its endpoints itself (with their roles)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     if system.config is not None:
-        cmd = [sys.executable, "-m", "mmgate", "serve", "--config", str(system.config),
-               "--endpoints", ",".join(urls), "--host", "127.0.0.1", "--port", str(port),
-               "--no-access-log", "--log-level", "warning"]  # fmt: skip
+        listed = ["--endpoints", ",".join(urls)] if urls else []
+        cmd = [sys.executable, "-m", "mmgate", "serve", "--config", str(system.config), *listed,
+               "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+               "--log-level", "warning"]  # fmt: skip
         env = _env()
     else:
         from mmgate.bench.overhead.peers import PEERS, find_peers_python, installed_versions
@@ -112,7 +121,7 @@ def start_router(
     return router, base, ""
 
 
-def _prerender(workload: Workload, media: MediaCache, log: Callable[[str], None]) -> None:
+def prerender(workload: Workload, media: MediaCache, log: Callable[[str], None]) -> None:
     """Encode every distinct image before the first rung, when they all fit the cache, so the
     client spends no time rendering during a rung (and every system meets the same bytes)."""
     distinct = {m.key: m for item in workload.items for m in item.media}
@@ -151,7 +160,7 @@ def run_http(
     profile = load_profile(opts.profile)
     model = profile.model or profile.name
     if replay is None:
-        _prerender(workload, media, log)
+        prerender(workload, media, log)
     results: list[RungResult] = []
     with tempfile.TemporaryDirectory(prefix="mmgate-bench-") as tmp:
         logs = opts.logs or Path(tmp)

@@ -93,6 +93,7 @@ class RungResult:
     cache: CacheCounters = field(default_factory=CacheCounters)
     mode: str = "http"
     itl_weighted: list[tuple[float, int]] | None = None
+    fallbacks: int | None = None  # requests whose encode or prefill stage fell back (DES; None: unknown)
 
 
 @dataclass(frozen=True, slots=True)

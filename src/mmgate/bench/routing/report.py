@@ -67,6 +67,8 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "prefix_cache_hit_ratio": rung.cache.prefix_hit_ratio,
         "encoder_cache_hit_ratio": rung.cache.encoder_hit_ratio,
         "tpot_p50_s": percentile(tpot, 50),
+        "tpot_p90_s": percentile(tpot, 90),
+        "stage_fallbacks": rung.fallbacks,
         "requests": len(rung.records),
         "completed": len(ok),
         "failures_by_type": dict(sorted(kinds.items())),

@@ -375,6 +375,47 @@ def _reuse(
     return Workload(name, items, "cycle", seed)
 
 
+@_recorded
+def image_heavy(
+    requests: int = 2000,
+    images: int = 4,
+    question_tokens: int = 150,
+    output_tokens: int = 200,
+    seed: int = 0,
+) -> Workload:
+    """Listings or documents with several large photos (1-2.5 MP, :data:`PRODUCT_PHOTO_SIZES`),
+    every photo its request's own, then a short question: the encoder's work is a large part of
+    each prefill and no cache can save it (cold), the case encode disaggregation is for."""
+    sizes = PRODUCT_PHOTO_SIZES
+    rng = random.Random(f"{seed}:image-heavy")
+    items = []
+    for n in range(requests):
+        shots = tuple(image(f"{seed}:ih:{n}:{k}", *sizes[(n + k) % len(sizes)]) for k in range(images))
+        msg = Message("user", (*shots, text_of(question_tokens, rng)))
+        items.append(WorkItem(f"ih-{n}", (msg,), output_tokens))
+    return Workload("image-heavy", items, "cycle", seed)
+
+
+@_recorded
+def image_light(
+    requests: int = 2000,
+    width: int = 448,
+    height: int = 448,
+    text_tokens: int = 3000,
+    output_tokens: int = 200,
+    seed: int = 0,
+) -> Workload:
+    """One small image (a thumbnail or screenshot, its request's own) under a long text: the
+    encoder's share of the prefill is small, so moving it elsewhere saves little and costs a
+    transfer."""
+    rng = random.Random(f"{seed}:image-light")
+    items = []
+    for n in range(requests):
+        msg = Message("user", (image(f"{seed}:il:{n}", width, height), text_of(text_tokens, rng)))
+        items.append(WorkItem(f"il-{n}", (msg,), output_tokens))
+    return Workload("image-light", items, "cycle", seed)
+
+
 GENERATORS: dict[str, Callable[..., Workload]] = {
     "shared-prefix": shared_prefix,
     "image-reuse": image_reuse,
@@ -382,6 +423,8 @@ GENERATORS: dict[str, Callable[..., Workload]] = {
     "mixed": mixed,
     "video": video_reuse,
     "audio": audio_reuse,
+    "image-heavy": image_heavy,
+    "image-light": image_light,
 }
 
 
