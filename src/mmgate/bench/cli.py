@@ -109,6 +109,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     "decision": Benchmark(
         "micro", "mmgate.bench.micro.decision", "one scheduling decision for a three-image request"
     ),
+    "media-load": Benchmark(
+        "micro",
+        "mmgate.bench.micro.media_load",
+        "an API server's base64 decode, content hash and image decode per inline image (sim constants)",
+    ),
     "pricing": Benchmark("micro", "mmgate.bench.micro.pricing", "pricing cost per asset under several rules"),
     "engine": Benchmark(
         "micro", "mmgate.bench.micro.engine", "simulated requests per wall-clock minute of the engine alone"

@@ -26,6 +26,7 @@ from mmgate.tokens import family_for_model
 __all__ = [
     "EngineDefaults",
     "KVMemory",
+    "MediaLoad",
     "Noise",
     "Poly",
     "Preprocess",
@@ -86,6 +87,44 @@ class Preprocess(Poly, frozen=True, forbid_unknown_fields=True):
     bytes_per_token: int = 18_816
 
 
+MEASURED_DECODE_MS_PER_MEGAPIXEL = {"jpeg": 5.694, "png": 19.069}
+"""Pillow decode + RGB conversion per megapixel, by format, measured on a 2-core x86 CPU (the
+project's development machine; ``mmgate bench media-load``, docs/benchmarks/media-load.json)."""
+
+
+def _measured_decode_rates() -> dict[str, float]:
+    return dict(MEASURED_DECODE_MS_PER_MEGAPIXEL)
+
+
+class MediaLoad(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the API-server process does with every inline media item before the HF processor:
+    base64-decode the payload, hash the file bytes (vLLM's ``mm_hash``: blake3 of the original
+    encoded file), open and decode the image to RGB pixels.
+
+    vLLM does this for every request, processor-cache and encoder-cache hits included (the hash is
+    the cache key, so it must be computed first, and the image is loaded while the chat messages
+    are parsed). Milliseconds per item:
+
+        per_item_ms + base64_ms_per_mib * (base64 MiB) + hash_ms_per_mib * (file MiB)
+                    + decode_ms_per_megapixel[format] * (megapixels, images only)
+
+    The defaults were measured on a 2-core x86 CPU with real JPEG and PNG files (``mmgate bench
+    media-load``, docs/benchmarks/media-load.json); vLLM does this work on the host CPU as well,
+    and a faster server core shortens it. A format without its own rate (webp, gif, ...) uses
+    ``other_decode_ms_per_megapixel`` (PNG's rate, the dearer of the two measured). Video and
+    audio pay base64 and hash only: frame decoding and resampling are not modelled. URL media:
+    the fetch is not modelled unless the profile sets ``url_fetch_ms`` (a fixed cost per URL
+    item; 0 by default); its decode is charged from the probed or configured size.
+    """
+
+    per_item_ms: float = 0.674
+    base64_ms_per_mib: float = 0.0928
+    hash_ms_per_mib: float = 0.3048
+    decode_ms_per_megapixel: dict[str, float] = msgspec.field(default_factory=_measured_decode_rates)
+    other_decode_ms_per_megapixel: float = 19.069
+    url_fetch_ms: float = 0.0
+
+
 class KVMemory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """KV capacity from memory arithmetic, as vLLM sizes it:
     ``(gpu_memory_gb * utilization - weights_gb - reserved_gb) * 1e9 / kv_bytes_per_token``."""
@@ -133,6 +172,7 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     preprocess: Preprocess
     engine: EngineDefaults
     noise: Noise = Noise()
+    media_load: MediaLoad = MediaLoad()
     model: str = ""
     hardware: str = ""
     description: str = ""

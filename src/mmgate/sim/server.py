@@ -28,6 +28,7 @@ from mmgate.sim.answers import writer_for
 from mmgate.sim.driver import Driver, Flight
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.engine import Engine
+from mmgate.sim.engine.media import payloads_of
 from mmgate.sim.engine.types import EngineStats, SimRequest, StepOutput
 from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
@@ -312,6 +313,7 @@ class SimPod:
             job.view.cache_salt,
             remote_prefill=transfer.remote_prefill,
             remote_encoded=transfer.remote_encoded,
+            media=payloads_of(job.view.assets),
         )
         arrival = await driver.preprocess(sim)
         try:

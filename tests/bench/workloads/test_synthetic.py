@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from mmgate.bench.workloads import synthetic as wl
-from mmgate.bench.workloads.media import MediaCache, image, render
+from mmgate.bench.workloads.media import MediaCache, audio, encoded_size, image, render, video
 from mmgate.request.view import MediaAsset, Modality
 
 
@@ -109,9 +109,23 @@ def test_images_are_real_distinct_and_do_not_compress_to_nothing() -> None:
     assert len(ra) > 50_000
 
 
-def test_audio_and_video_have_real_headers() -> None:
-    from mmgate.bench.workloads.media import audio, video
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_views_size_inline_payloads_like_the_bodies_they_stand_for(fmt: str) -> None:
+    """The DES never renders media, yet charges base64 decode and hashing by payload size."""
+    for w, h in ((336, 224), (1280, 720), (1600, 1200)):
+        spec = image(f"size-{fmt}-{w}", w, h, fmt)
+        assert encoded_size(spec) == pytest.approx(len(render(spec)), rel=0.35)
+    clip = audio("clip", 2.0)
+    assert encoded_size(clip) == len(render(clip))
+    film = video("film", 640, 360, 3.0)
+    assert encoded_size(film) == pytest.approx(len(render(film)), rel=0.05)
+    item = wl.shared_prefix(groups=1, prompts_per_group=1).items[0]
+    body = json.dumps(item.body(MediaCache()))
+    sent = body.split("base64,")[1].split('"')[0]
+    assert item.view().assets[0].payload_size == pytest.approx(len(sent), rel=0.35)
 
+
+def test_audio_and_video_have_real_headers() -> None:
     wav = render(audio("x", 2.0))
     assert wav[:4] == b"RIFF" and wav[8:12] == b"WAVE"
     mp4 = render(video("v", 640, 360, 3.0))

@@ -1,14 +1,17 @@
-"""The frontend's preprocessing: the processor cache and the worker queue."""
+"""The frontend: media load, the processor cache and the worker queue."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from mmgate.sim.engine import (
-    Engine,
-    EngineConfig,
-)
-from support.engine import mm_request
+from mmgate.sim.engine import Engine, EngineConfig, MediaPayload
+from mmgate.sim.engine.media import load_ms
+from support.engine import drain, mm_request
+
+H200 = "qwen3-vl-32b-h200-tp2"
+PHOTO = MediaPayload(base64_bytes=274_000, file_bytes=205_500, pixels=1280 * 720, fmt="jpeg")
 
 
 def test_processor_cache_hit_removes_preprocessing_time() -> None:
@@ -31,3 +34,47 @@ def test_preprocessing_queues_on_one_worker() -> None:
     one = engine.profile.preprocess.ms(256) / 1000
     delays = [engine.preprocess(mm_request(f"r{i}", 8, f"img{i}", tokens=256), 0.0) for i in range(3)]
     assert delays == pytest.approx([one, 2 * one, 3 * one])
+
+
+def _with_photo(rid: str, identity: str, text: int = 8) -> object:
+    return dataclasses.replace(mm_request(rid, text, identity, tokens=882), media=(PHOTO,))
+
+
+def test_media_load_is_paid_on_processor_cache_hits_too() -> None:
+    engine = Engine(H200)
+    load = load_ms(engine.profile.media_load, PHOTO) / 1000
+    assert load > 0.001  # a 720p JPEG takes milliseconds of a CPU core
+    first = engine.preprocess(_with_photo("a", "photo"), 0.0)
+    again = engine.preprocess(_with_photo("b", "photo"), 10.0)
+    assert first == pytest.approx(load + engine.profile.preprocess.ms(882) / 1000)
+    assert again == pytest.approx(load)
+    assert engine.stats().processor_cache_hits == 1
+
+
+def test_media_load_queues_on_the_api_server() -> None:
+    engine = Engine(H200)
+    engine.preprocess(_with_photo("warm", "photo"), 0.0)
+    load = load_ms(engine.profile.media_load, PHOTO) / 1000
+    burst = [engine.preprocess(_with_photo(f"r{i}", "photo"), 10.0) for i in range(4)]
+    assert burst == pytest.approx([load, 2 * load, 3 * load, 4 * load])
+
+
+def test_a_full_cache_hit_is_no_faster_than_the_front_end_and_one_step() -> None:
+    """Every cache warm, the second request still pays its media load and a forward step."""
+    engine = Engine(H200)
+    t = engine.profile.step
+    ttfts = []
+    now = 0.0
+    for rid in ("first", "again"):
+        req = _with_photo(rid, "photo", text=64)
+        start = now
+        now += engine.preprocess(req, now)
+        engine.add_request(req, now)
+        run = drain(engine)
+        first_step = next(i for i, s in enumerate(run.steps) if s.first_token)
+        ttfts.append(now - start + sum(s.duration for s in run.steps[: first_step + 1]))
+        now += run.now
+    assert engine.stats().encoder_cache_hits + engine.stats().prefix_cache_hits > 0
+    floor = load_ms(engine.profile.media_load, PHOTO) / 1000 + (t.base_ms + t.prefill_fixed_ms) / 1000
+    assert ttfts[1] < ttfts[0]
+    assert ttfts[1] >= floor

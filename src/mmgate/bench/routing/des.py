@@ -56,7 +56,8 @@ from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import Scheduler, build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
 from mmgate.sim.encode_only import EncodeOnly
-from mmgate.sim.engine import Engine, SimRequest, StepOutput
+from mmgate.sim.engine import Engine, MediaPayload, SimRequest, StepOutput
+from mmgate.sim.engine.media import payloads_of
 from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import (
     Transfer,
@@ -171,17 +172,20 @@ class _Prepared:
     def __init__(self, pricing: PricingConfig, model: str) -> None:
         self.pricing = pricing
         self.model = model
-        self._cache: dict[str, tuple[RequestView, TokenSequence, int]] = {}
+        self._cache: dict[str, tuple[RequestView, TokenSequence, int, tuple[MediaPayload, ...]]] = {}
         self._bodies: dict[str, tuple[bytes, dict[bytes, MMItem]]] = {}
         self.hashes: dict[tuple[int, str | None], list[Any]] = {}
 
-    def get(self, item: WorkItem | RawItem) -> tuple[RequestView, TokenSequence, int]:
+    def get(
+        self, item: WorkItem | RawItem
+    ) -> tuple[RequestView, TokenSequence, int, tuple[MediaPayload, ...]]:
+        """The item's view, engine sequence, output tokens and media payloads (front-end cost)."""
         hit = self._cache.get(item.id)
         if hit is None:
             view = item.view(self.model)
             seq = build_sequence(view, price(view, self.pricing))
             out = item.output_tokens or 16
-            hit = (view, seq, out)
+            hit = (view, seq, out, payloads_of(view.assets))
             self._cache[item.id] = hit
         return hit
 
@@ -191,7 +195,7 @@ class _Prepared:
         the content part that carries each: an encode leg's part names its item."""
         hit = self._bodies.get(item.id)
         if hit is None:
-            view, seq, _ = self.get(item)
+            view, seq, _, _ = self.get(item)
             if isinstance(item, WorkItem):
                 body = msgspec.json.encode(item.body(MediaReferences(), model=self.model))
             else:
@@ -342,7 +346,7 @@ class Simulation:
         item, rung, rung_start = payload
         now = self.now
         rid = f"r{next(self._ids)}"
-        view, seq, out_tokens = self.prepared.get(item)
+        view, seq, out_tokens, media = self.prepared.get(item)
         record = RequestRecord(item_id=item.id, sent_s=now - rung_start)
         self.requests += 1
         controller = self.controller
@@ -367,7 +371,7 @@ class Simulation:
                 work = self.orchestrator.prepare(body, view, stages, (), rid)
                 self.tasks.spawn(work, lambda outcome: self._orchestrated(rid, outcome))
                 return
-        sim = SimRequest.from_sequence(rid, seq, out_tokens, view.cache_salt)
+        sim = SimRequest.from_sequence(rid, seq, out_tokens, view.cache_salt, media)
         self._push(now + self.delay, _RECEIVE, (pod, sim))
 
     # -- disaggregation: the legs before the decode pod -----------------------------------------
@@ -389,12 +393,12 @@ class Simulation:
         assert isinstance(prepared, Prepared) and flight.item is not None
         if prepared.fallbacks and flight.rung == self._rung:
             self._fallbacks += 1
-        view, seq, out_tokens = self.prepared.get(flight.item)
+        view, seq, out_tokens, media = self.prepared.get(flight.item)
         flight.item = None
         transfer = _transfer_of(prepared.body)
         sim = SimRequest(
             rid, seq.token_ids, seq.mm_items, out_tokens, view.cache_salt,
-            remote_prefill=transfer.remote_prefill, remote_encoded=transfer.remote_encoded,
+            remote_prefill=transfer.remote_prefill, remote_encoded=transfer.remote_encoded, media=media,
         )  # fmt: skip
         wire = self._wire_s(flight.pod, transfer, sim)
         self._push(self.now + self.delay + wire, _RECEIVE, (flight.pod, sim))
@@ -424,7 +428,7 @@ class Simulation:
             _, parts = self.prepared.body(flight.item)
             self._push(self.now + self.delay, _ENCODE, (leg_id, _encode_items(body, parts)))
             return answer
-        view, seq, _ = self.prepared.get(flight.item)
+        view, seq, _, media = self.prepared.get(flight.item)
         try:
             transfer = _transfer_of(leg.body)
         except RequestError as exc:
@@ -433,7 +437,7 @@ class Simulation:
         n_out = 1 if transfer.remote_decode else max(1, int(body.get("max_tokens") or 1))
         sim = SimRequest(
             leg_id, seq.token_ids, seq.mm_items, n_out, view.cache_salt,
-            remote_prefill=transfer.remote_prefill, remote_encoded=transfer.remote_encoded,
+            remote_prefill=transfer.remote_prefill, remote_encoded=transfer.remote_encoded, media=media,
         )  # fmt: skip
         self._legs[leg_id].prompt_tokens = len(seq.token_ids)
         self._push(self.now + self.delay + self._wire_s(pod, transfer, sim), _RECEIVE, (pod, sim))

@@ -198,6 +198,7 @@ def virtual_ttft_ms(profile: str, body: bytes) -> float:
     """The same request in a fresh engine in virtual time: what HTTP adds is the difference."""
     from mmgate.request.view import Api
     from mmgate.sim.engine import Engine
+    from mmgate.sim.engine.media import payloads_of
     from mmgate.sim.engine.types import SimRequest
     from mmgate.sim.ingest import ingest
     from mmgate.sim.profiles import family_of
@@ -207,7 +208,7 @@ def virtual_ttft_ms(profile: str, body: bytes) -> float:
     job = ingest(
         body, {}, Api.CHAT, PricingConfig(family=family_of(engine.profile)), natural_output_tokens=16
     )
-    req = SimRequest.from_sequence("calibration", job.sequence, 2)
+    req = SimRequest.from_sequence("calibration", job.sequence, 2, media=payloads_of(job.view.assets))
     now = engine.preprocess(req, 0.0)
     engine.add_request(req, now)
     while True:

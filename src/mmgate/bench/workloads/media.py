@@ -67,6 +67,25 @@ def audio(key: str, duration_s: float, sample_rate: int = 16_000) -> MediaSpec:
     return MediaSpec(Modality.AUDIO, key, duration_s=duration_s, sample_rate=sample_rate, fmt="wav")
 
 
+BYTES_PER_PIXEL = {"jpeg": 0.22, "png": 1.70}
+"""File bytes per pixel of :func:`render_image`'s pictures (JPEG quality 85, PNG level 1), the
+median over 336x224 to 1920x1080 (``mmgate bench media-load`` records each size's)."""
+_VIDEO_FRAME_BYTES = 2_048  # seeded noise per frame in render_video's sample data
+
+
+def encoded_size(spec: MediaSpec) -> int:
+    """About how many bytes :func:`render` makes for ``spec``, without rendering it: images from
+    the measured bytes per pixel, WAV exactly, MP4 from its fixed-size sample data. The
+    discrete-event mode sizes inline payloads with it (their base64 decode and hash cost)."""
+    if spec.modality is Modality.IMAGE:
+        return round(spec.width * spec.height * BYTES_PER_PIXEL.get(spec.fmt, BYTES_PER_PIXEL["png"]))
+    if spec.modality is Modality.AUDIO:
+        return 44 + 2 * int(spec.duration_s * spec.sample_rate)
+    if spec.modality is Modality.VIDEO:
+        return 1_024 + _VIDEO_FRAME_BYTES * max(1, round(spec.duration_s * spec.fps))
+    return 0
+
+
 def _seed(key: str) -> int:
     return zlib.crc32(key.encode()) * 2_654_435_761 % (1 << 63)
 
@@ -155,7 +174,7 @@ def render_video(spec: MediaSpec) -> bytes:
     )  # fmt: skip
     stsd = _full_box(b"stsd", 0, 0, struct.pack(">I", 1), avc1)
     stts = _full_box(b"stts", 0, 0, struct.pack(">III", 1, frames, delta))
-    frame_bytes = 2_048
+    frame_bytes = _VIDEO_FRAME_BYTES
     stsz = _full_box(b"stsz", 0, 0, struct.pack(">II", frame_bytes, frames))
     stsc = _full_box(b"stsc", 0, 0, struct.pack(">IIII", 1, 1, frames, 1))
     ftyp = _box(b"ftyp", b"isom", struct.pack(">I", 0x200), b"isomiso2avc1mp41")

@@ -26,7 +26,7 @@ from typing import Any
 
 import xxhash
 
-from mmgate.bench.workloads.media import MediaCache, MediaSpec, audio, image, video
+from mmgate.bench.workloads.media import MediaCache, MediaSpec, audio, encoded_size, image, video
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 
 BYTES_PER_TOKEN = 4
@@ -132,6 +132,7 @@ def asset_of(spec: MediaSpec, path: str) -> MediaAsset:
         sample_rate=spec.sample_rate or None,
         channels=1 if spec.modality is Modality.AUDIO else None,
         probed=True,
+        payload_size=4 * -(-encoded_size(spec) // 3),  # its base64 text, as the HTTP mode sends it
     )
 
 

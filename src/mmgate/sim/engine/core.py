@@ -64,7 +64,11 @@ class Engine:
         )
         self._noise = Noise(self.profile.noise.relative_sd if cfg.noise is None else cfg.noise, cfg.seed)
         self._frontend = Frontend(
-            self.profile.preprocess, cfg.mm_processor_cache_gb, cfg.preprocess_workers, self._noise
+            self.profile.preprocess,
+            self.profile.media_load,
+            cfg.mm_processor_cache_gb,
+            cfg.preprocess_workers,
+            self._noise,
         )
         self._timing = self.profile.step
         self._scheduler = Scheduler(

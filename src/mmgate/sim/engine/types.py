@@ -18,6 +18,7 @@ __all__ = [
     "EngineStats",
     "FinishedRequest",
     "KVEvent",
+    "MediaPayload",
     "MediaSpan",
     "SimRequest",
     "StepOutput",
@@ -35,6 +36,21 @@ class MediaSpan:
     offset: int
     length: int
     modality: str = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class MediaPayload:
+    """What the API server receives for one media item, for its front-end cost
+    (:class:`mmgate.sim.profiles.MediaLoad`): the base64 text to decode (0 when the bytes did not
+    come inline), the file's size, and its pixels and format when it is an image. ``url`` marks
+    media the server would fetch."""
+
+    modality: str = "image"
+    base64_bytes: int = 0
+    file_bytes: int = 0
+    pixels: int = 0
+    fmt: str = ""
+    url: bool = False
 
 
 class TokenSequenceLike(Protocol):
@@ -62,12 +78,20 @@ class SimRequest:
     # output arrives from an encode pod (``ec_transfer_params``) cost no encoder time.
     remote_prefill: bool = False
     remote_encoded: frozenset[str] = frozenset()
+    # The payload of each media part as the API server receives it (front-end cost); may be
+    # empty (nothing to load: media already decoded, or a caller that does not model it).
+    media: Sequence[MediaPayload] = ()
 
     @classmethod
     def from_sequence(
-        cls, request_id: str, sequence: TokenSequenceLike, max_tokens: int, cache_salt: str | None = None
+        cls,
+        request_id: str,
+        sequence: TokenSequenceLike,
+        max_tokens: int,
+        cache_salt: str | None = None,
+        media: Sequence[MediaPayload] = (),
     ) -> SimRequest:
-        return cls(request_id, sequence.token_ids, sequence.mm_items, max_tokens, cache_salt)
+        return cls(request_id, sequence.token_ids, sequence.mm_items, max_tokens, cache_salt, media=media)
 
 
 @dataclass(frozen=True, slots=True)
