@@ -11,7 +11,7 @@ from mmgate.bench.routing.http_mode import HttpOptions, run_http
 from mmgate.bench.routing.records import Ladder
 from mmgate.bench.routing.report import summarize
 from mmgate.bench.routing.systems import resolve
-from mmgate.bench.workloads.synthetic import shared_prefix
+from mmgate.bench.workloads.synthetic import in_prompt_order, shared_prefix
 
 SMALL = {"groups": 6, "prompts_per_group": 3, "width": 320, "height": 192, "question_tokens": 200}
 
@@ -30,6 +30,16 @@ def test_tiny_scenario_runs_in_virtual_time() -> None:
         assert rec["itl_p50_s"] > 0 and rec["requests_per_s"] > 0
     # the second rung re-sends prompts the first one cached
     assert results[1].cache.prefix_hits > 0
+
+
+def test_inference_perf_order_brings_each_prompt_back_on_the_same_fleet() -> None:
+    """One shuffled list cycled across rungs: the second rung re-sends the first rung's prompts,
+    so a fleet kept across rungs hits its prefix cache for whole prompts."""
+    workload = in_prompt_order(shared_prefix(output_tokens=4, **SMALL), "inference-perf")  # type: ignore[arg-type]
+    ladder = Ladder(rates=(2.0, 2.0), duration_s=9.0)  # 18 prompts per rung = one pass each
+    first, second = run_des(workload, [resolve("aggregated")], ladder, DesOptions(pods=2), progress=False)
+    assert sorted(r.item_id for r in first.records) == sorted(r.item_id for r in second.records)
+    assert (second.cache.prefix_hit_ratio or 0) > 0.9 > (first.cache.prefix_hit_ratio or 0)
 
 
 def test_scrapes_are_periodic_so_the_scheduler_sees_stale_metrics() -> None:

@@ -158,3 +158,18 @@ def test_unknown_workload_and_parameter_are_errors() -> None:
         wl.build("nope")
     with pytest.raises(TypeError):
         wl.build("image-reuse", groups=3)
+
+
+def test_inference_perf_order_cycles_one_shuffled_prompt_list() -> None:
+    own = wl.shared_prefix(groups=4, prompts_per_group=3)
+    shuffled = wl.in_prompt_order(own, "inference-perf", seed=1)
+    n = len(own.items)
+    assert sorted(i.id for i in shuffled.items) == sorted(i.id for i in own.items)
+    assert [i.id for i in shuffled.items] != [i.id for i in own.items]
+    drawn = [i.id for i in shuffled.take(3 * n)]
+    assert drawn == [i.id for i in shuffled.items] * 3  # every prompt once per pass, same order
+    assert [i.id for i in wl.in_prompt_order(own, "inference-perf", seed=1).items] == drawn[:n]
+    assert shuffled.params["prompt_order"] == "inference-perf"
+    assert wl.in_prompt_order(own, "mmgate") is own
+    with pytest.raises(ValueError, match="inference-perf"):
+        wl.in_prompt_order(own, "sorted")

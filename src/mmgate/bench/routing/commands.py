@@ -21,7 +21,7 @@ from rich.console import Console
 from mmgate.bench.cli import command_line
 from mmgate.bench.routing import report
 from mmgate.bench.routing.records import Ladder, RungResult, parse_rates
-from mmgate.bench.workloads.synthetic import GENERATORS, Workload, build
+from mmgate.bench.workloads.synthetic import GENERATORS, PROMPT_ORDERS, Workload, build, in_prompt_order
 
 console = Console(stderr=True)
 
@@ -115,6 +115,13 @@ def _add_ladder_arguments(run: argparse.ArgumentParser, des_only: bool) -> None:
     run.add_argument(
         "--ttft-slo", type=float, default=2.0, help="TTFT p90 SLO (s) for the sustained-rate line"
     )
+    run.add_argument(
+        "--prompt-order",
+        choices=PROMPT_ORDERS,
+        default="mmgate",
+        help="how rungs draw prompts: the workload's own order, or inference-perf's (one seeded "
+        "shuffle of the prompt list cycled across every rung); caches carry rung to rung either way",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", type=Path, default=Path("results"), help="output folder")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -170,15 +177,17 @@ def run_ladder(args: argparse.Namespace) -> int:
     try:
         ladder = ladder_from_args(args)
         systems = parse_systems(args.systems) if not args.url else []
-        workload = workload_from_args(args)
+        workload = in_prompt_order(workload_from_args(args), args.prompt_order, args.seed)
     except (ValueError, UnknownSystem) as exc:
         return _refuse(verb, exc)
     if args.jsonl is not None and not args.jsonl.is_file():
         return _refuse(verb, f"--jsonl {args.jsonl}: no such file")
     if args.jsonl is not None:
-        from mmgate.bench.workloads.synthetic import load_jsonl
+        from mmgate.bench.workloads.synthetic import load_jsonl, shuffled_replay
 
         replay = load_jsonl(args.jsonl)
+        if args.prompt_order == "inference-perf":
+            replay = shuffled_replay(replay, args.seed)
         name = args.jsonl.stem
     else:
         replay = None
@@ -214,6 +223,7 @@ def run_ladder(args: argparse.Namespace) -> int:
                    "arrival": ladder.arrival},
         "systems": {s.name: str(s.config or s.name) for s in systems},
         "speedup": args.speedup,
+        "prompt_order": args.prompt_order,
         "wall_s": round(elapsed, 2),
         "command": command_line(),
     }  # fmt: skip

@@ -25,7 +25,7 @@ from mmgate.bench.routing import report
 from mmgate.bench.routing.des import DesOptions, run_des
 from mmgate.bench.routing.records import Ladder, parse_rates
 from mmgate.bench.routing.systems import parse_systems
-from mmgate.bench.workloads.synthetic import build
+from mmgate.bench.workloads.synthetic import PROMPT_ORDERS, build, in_prompt_order
 
 PROFILE = "qwen3-vl-32b-h200-tp2"
 PODS = 8
@@ -39,9 +39,9 @@ TTFT_SLO_S = 2.0
 console = Console(stderr=True)
 
 
-def _one(name: str, out: str, rates: str, duration_s: float, quick: bool) -> dict[str, Any]:
+def _one(name: str, out: str, rates: str, duration_s: float, quick: bool, order: str) -> dict[str, Any]:
     """Run one workload's ladder for every system and write its report; returns timing facts."""
-    workload = build(name) if not quick else build(name, **_quick_shape(name))
+    workload = in_prompt_order(build(name) if not quick else build(name, **_quick_shape(name)), order)
     ladder = Ladder(rates=parse_rates(rates), duration_s=duration_s, drain_timeout_s=120.0)
     systems = parse_systems(SYSTEMS[name])
     opts = DesOptions(profile=PROFILE, pods=PODS if not quick else 2)
@@ -59,6 +59,7 @@ def _one(name: str, out: str, rates: str, duration_s: float, quick: bool) -> dic
         "profile": PROFILE,
         "pods": opts.pods,
         "ladder": {"rates": list(ladder.rates), "duration_s": duration_s, "arrival": ladder.arrival},
+        "prompt_order": order,
         "systems": {s.name: str(s.config) for s in systems},
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
@@ -84,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rates", default="5:40:5", help="rate ladder (default 5:40:5)")
     parser.add_argument("--quick", action="store_true", help="a small smoke version (seconds)")
+    parser.add_argument(
+        "--prompt-order",
+        choices=PROMPT_ORDERS,
+        default="mmgate",
+        help="the workloads' own draw order, or inference-perf's shuffled list cycled across rungs",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,11 +99,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mmgate bench headline: {exc}", file=sys.stderr)
         return 2
-    return run_headline(args.out, duration_s=args.duration, rates=args.rates, quick=args.quick)
+    return run_headline(
+        args.out, duration_s=args.duration, rates=args.rates, quick=args.quick, order=args.prompt_order
+    )
 
 
 def run_headline(
-    out: Path, duration_s: float | None = None, rates: str = "5:40:5", quick: bool = False
+    out: Path,
+    duration_s: float | None = None,
+    rates: str = "5:40:5",
+    quick: bool = False,
+    order: str = "mmgate",
 ) -> int:
     """Both workloads (in parallel processes), then summary.md / summary.json in ``out``."""
     duration = duration_s or (3.0 if quick else DEFAULT_DURATION_S)
@@ -107,11 +120,11 @@ def run_headline(
     names = list(SYSTEMS)
     console.print(
         f"headline: {', '.join(names)} on {PODS} simulated pods ({PROFILE}), "
-        f"rates {rates}, {duration:g} s per rung"
+        f"rates {rates}, {duration:g} s per rung, {order} prompt order"
     )
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(processes=min(2, len(names))) as pool:
-        metas = pool.starmap(_one, [(n, str(out), rates, duration, quick) for n in names])
+        metas = pool.starmap(_one, [(n, str(out), rates, duration, quick, order) for n in names])
     wall = time.perf_counter() - started
     text, facts = summary(out, metas, wall)
     (out / "summary.md").write_text(text)

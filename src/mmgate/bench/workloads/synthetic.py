@@ -19,7 +19,7 @@ import inspect
 import itertools
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -438,6 +438,28 @@ def build(name: str, seed: int = 0, **overrides: Any) -> Workload:
     return gen(seed=seed, **overrides)
 
 
+PROMPT_ORDERS = ("mmgate", "inference-perf")
+"""How a ladder draws a workload's prompts; every order runs all rungs on one fleet, so caches
+carry from one rate to the next:
+
+- ``mmgate``: the workload's own order (``random``: uniform draws with replacement; ``cycle``:
+  generation order, repeated);
+- ``inference-perf``: as inference-perf's load generator does, one seeded shuffle of the whole
+  prompt list, cycled across every stage, so each prompt comes back once per pass through it.
+"""
+
+
+def in_prompt_order(workload: Workload, order: str, seed: int = 0) -> Workload:
+    """``workload`` drawn in ``order`` (one of :data:`PROMPT_ORDERS`); ValueError for another."""
+    if order == "mmgate":
+        return workload
+    if order != "inference-perf":
+        raise ValueError(f"unknown prompt order {order!r}; choose one of: {', '.join(PROMPT_ORDERS)}")
+    items = list(workload.items)
+    random.Random(f"{seed}:{workload.name}:inference-perf").shuffle(items)
+    return replace(workload, items=items, order="cycle", params={**workload.params, "prompt_order": order})
+
+
 def scaled(workload: Workload, max_items: int) -> Workload:
     """The first ``max_items`` items (for quick runs); draw order and seed are kept."""
     return replace(workload, items=workload.items[:max_items])
@@ -492,3 +514,10 @@ def load_jsonl(path: Path) -> list[RawItem]:
         tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 0
         items.append(RawItem(f"jsonl-{n}", line.encode(), int(tokens)))
     return items
+
+
+def shuffled_replay(items: Sequence[RawItem], seed: int = 0) -> list[RawItem]:
+    """Replayed requests in inference-perf's order: one seeded shuffle, then cycled by the caller."""
+    out = list(items)
+    random.Random(f"{seed}:replay:inference-perf").shuffle(out)
+    return out
