@@ -56,7 +56,7 @@ bench: $(BENCH_STAMP)
 PEERS_VENV ?= .venv-peers
 peers:
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
-	$(PEERS_VENV)/bin/python -m pip install -q sglang-router==0.3.2 vllm-router==0.1.17
+	$(PEERS_VENV)/bin/python -m pip install -q sglang-router==0.3.2 vllm-router==0.1.17 smg==1.13.0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache results

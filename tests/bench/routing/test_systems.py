@@ -32,7 +32,15 @@ def test_help_lists_every_accepted_system() -> None:
     done = _bench("run", "--help")
     assert done.returncode == 0
     text = _unwrapped(done.stdout)
-    for name in ("round-robin", "aggregated", "encoder-affinity", "random", "sglang-router", "vllm-router"):
+    for name in (
+        "round-robin",
+        "aggregated",
+        "encoder-affinity",
+        "random",
+        "sglang-router",
+        "vllm-router",
+        "smg",
+    ):
         assert name in text
     assert "prices" not in text  # examples/prices.yaml is mmgate cost's price table, not a gateway config
 

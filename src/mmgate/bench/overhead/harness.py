@@ -1,8 +1,8 @@
 """``mmgate bench overhead``: what a router costs, measured against a direct connection and peers.
 
 One run starts a null upstream (:mod:`mmgate.bench.overhead.nullserver`, two ports = two workers), every
-system under test in front of it (mmgate with each given config, sglang-router and vllm-router
-with ``cache_aware`` and ``round_robin`` when ``make peers`` installed them), and a load client in
+system under test in front of it (mmgate with each given config; sglang-router, vllm-router and smg
+with each of their benchmarked policies when ``make peers`` installed them), and a load client in
 its own process. Then, per round, per body, it visits every system in a rotated order (so slow
 drift of a shared machine spreads evenly over the systems) and measures:
 
@@ -66,7 +66,7 @@ class System:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Measure the latency, throughput, CPU and memory a router adds over a direct connection to a "
-        "null upstream, for mmgate and the peer routers (sglang-router, vllm-router), in one "
+        "null upstream, for mmgate and the peer routers (sglang-router, vllm-router, smg), in one "
         "interleaved run. Writes overhead.json, overhead.png and overhead.md to --out."
     )
     parser.add_argument("--out", default="results/overhead", help="output folder (default: %(default)s)")

@@ -1,6 +1,7 @@
-"""The peer routers the overhead benchmark compares mmgate with: sglang-router and vllm-router.
+"""The peer routers the benchmarks compare mmgate with: sglang-router, vllm-router and the Shepherd
+Model Gateway (``smg``, the SGLang router's successor, of which vllm-router is a fork).
 
-Both are Rust routers shipped on PyPI as Python packages with a ``launch_router`` module. They
+All three are Rust routers shipped on PyPI as Python packages with a ``launch_router`` module. They
 live in their own virtual environment (``make peers`` creates ``.venv-peers``) so that their
 pinned dependencies never meet mmgate's. This module only finds that environment, reads the
 installed versions and builds each router's command line; the harness starts and stops them.
@@ -35,7 +36,7 @@ class Peer:
         Each instance gets its own Prometheus port (both default to a fixed one, so two instances
         would collide) and quiet logging (per-request logs would cost CPU we are measuring).
         """
-        level = "warn" if self.package == "sglang-router" else "warning"
+        level = "warning" if self.package == "vllm-router" else "warn"
         return [
             str(python),
             "-m",
@@ -60,6 +61,9 @@ class Peer:
 PEERS = (
     Peer("sglang-router", "sglang_router.launch_router"),
     Peer("vllm-router", "vllm_router.launch_router"),
+    # smg 1.13.0's launcher offers random, round_robin, cache_aware, power_of_two and manual (its
+    # prefix_hash policy and multimodal encode policy are not in the PyPI release's CLI).
+    Peer("smg", "smg.launch_router", ("cache_aware", "round_robin", "power_of_two")),
 )
 
 

@@ -6,9 +6,10 @@ A system name is one of:
 - the name of a gateway config in the checkout's ``examples/`` (``round-robin``, ``aggregated``,
   ``encoder-affinity`` …; files there that are not gateway configs, such as ``prices.yaml`` for
   ``mmgate cost``, are not systems);
-- a peer router, ``sglang-router`` or ``vllm-router``, optionally with a policy after a colon
-  (``vllm-router:round_robin``; default ``cache_aware``). Peers run only in HTTP mode, from the
-  environment ``make peers`` creates; absent ones are skipped with a message.
+- a peer router, ``sglang-router``, ``vllm-router`` or ``smg``, optionally with a policy after a
+  colon (``vllm-router:round_robin``, ``smg:power_of_two``; default ``cache_aware``). Peers run
+  only in HTTP mode, from the environment ``make peers`` creates; absent ones are skipped with a
+  message.
 
 Every config is loaded and its scheduler built (as ``mmgate serve`` does) when the name is
 resolved, so a file the gateway would refuse is refused here, before any process starts, with the
@@ -26,7 +27,7 @@ from mmgate.config import ConfigError, load_config
 from mmgate.scheduling import build_scheduler
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
-PEER_PACKAGES = ("sglang-router", "vllm-router")
+PEER_PACKAGES = ("sglang-router", "vllm-router", "smg")
 
 
 @dataclass(frozen=True, slots=True)
