@@ -115,6 +115,9 @@ BENCHMARKS: dict[str, Benchmark] = {
         "an API server's base64 decode, content hash and image decode per inline image (sim constants)",
     ),
     "pricing": Benchmark("micro", "mmgate.bench.micro.pricing", "pricing cost per asset under several rules"),
+    "tokens": Benchmark(
+        "micro", "mmgate.bench.micro.tokens", "token-producer per chat request: pseudo vs engine-exact ids"
+    ),
     "engine": Benchmark(
         "micro", "mmgate.bench.micro.engine", "simulated requests per wall-clock minute of the engine alone"
     ),

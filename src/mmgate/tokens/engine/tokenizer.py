@@ -3,7 +3,9 @@
 A chat request is rendered with the model's chat template (:mod:`~mmgate.tokens.engine.template`,
 from the conversation vLLM would build, :mod:`~mmgate.tokens.engine.conversation`) and encoded
 with its ``tokenizer.json`` without adding special tokens (vLLM's chat default: the template
-writes BOS); a completions prompt is encoded with them (vLLM's completions default). Each media
+writes BOS; pieces between special tokens seen in earlier requests are not encoded again, see
+:mod:`~mmgate.tokens.engine.segments`); a completions prompt is encoded with them (vLLM's
+completions default). Each media
 placeholder token is then repeated by the item's priced ``tokens``, as the family's processor does
 (:mod:`~mmgate.tokens.engine.placeholders`), the k-th placeholder of a modality standing for the
 k-th item of that modality, and every run becomes the item's
@@ -39,6 +41,7 @@ except ImportError:  # pragma: no cover - depends on the install
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView
 from mmgate.tokens.engine.conversation import Unsupported, conversation
 from mmgate.tokens.engine.placeholders import Placeholder, placeholders_for
+from mmgate.tokens.engine.segments import SegmentEncoder
 from mmgate.tokens.engine.template import ChatTemplate, TemplateError
 from mmgate.tokens.pricing import Pricing
 from mmgate.tokens.sequence import MMItem, TokenSequence
@@ -63,11 +66,12 @@ def _load_tokenizer(path: str) -> Any:
 class EngineTokenizer:
     """One model's tokenizer and chat template, loaded once."""
 
-    __slots__ = ("_placeholder_ids", "_tok", "files", "template")
+    __slots__ = ("_placeholder_ids", "_segments", "_tok", "files", "template")
 
     def __init__(self, files: ModelFiles) -> None:
         self.files = files
         self._tok = _load_tokenizer(files.tokenizer_json)
+        self._segments = SegmentEncoder(self._tok, files.tokenizer_json)
         try:
             self.template = ChatTemplate(files.chat_template, files.special_tokens, where=files.template_file)
         except TemplateError as exc:
@@ -79,7 +83,11 @@ class EngineTokenizer:
         return self.files.directory
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        ids: list[int] = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        """The tokenizer's ids for ``text``; without special tokens, pieces seen before are not
+        encoded again (:class:`~mmgate.tokens.engine.segments.SegmentEncoder`)."""
+        if not add_special_tokens:
+            return self._segments.encode(text)
+        ids: list[int] = self._tok.encode(text, add_special_tokens=True).ids
         return ids
 
     def placeholder_ids(self, family: str | None) -> dict[Modality, int]:
