@@ -42,6 +42,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from mmgate.control.decision import Decision
 from mmgate.errors import RequestError
@@ -129,9 +130,22 @@ class Tracing:
 class RequestSpans:
     """One request's spans (the controller's :class:`~mmgate.control.controller.RequestTrace`).
     An attempt's span stays open after a failure before its first byte until the controller
-    says why (:meth:`failed`), the next attempt starts, or the request ends."""
+    says why (:meth:`failed`), the next attempt starts, or the request ends.
 
-    __slots__ = ("_context", "_first_byte", "_propagator", "_relay", "_root", "_tracer", "_upstream")
+    A request the sampler dropped makes no child spans: its attempts carry the request span's
+    context (sampled flag off), which is all a pod needs to agree. Attributes are handed over when
+    a span starts wherever they are known by then: the SDK's per-attribute calls cost more."""
+
+    __slots__ = (
+        "_context",
+        "_first_byte",
+        "_propagator",
+        "_recording",
+        "_relay",
+        "_root",
+        "_tracer",
+        "_upstream",
+    )
 
     def __init__(
         self,
@@ -154,58 +168,74 @@ class RequestSpans:
                 "mmgate.api": api.value,
             },
         )
+        self._recording = self._root.is_recording()
         self._context = trace.set_span_in_context(self._root)
         self._upstream: Span | None = None
         self._first_byte: Span | None = None
         self._relay: Span | None = None
 
-    def _step(self, name: str, seconds: float) -> Span:
+    def _step(self, name: str, seconds: float, attributes: dict[str, AttributeValue]) -> Span:
         """A child of the request span for a step that just took ``seconds``."""
         start = time_ns() - int(seconds * 1e9)
-        return self._tracer.start_span(name, context=self._context, start_time=start)
+        return self._tracer.start_span(name, context=self._context, start_time=start, attributes=attributes)
 
     def parsed(self, view: RequestView | None, seconds: float, error: RequestError | None) -> None:
-        span = self._step("parse", seconds)
+        if not self._recording:
+            return
+        attributes: dict[str, AttributeValue] = {}
         if view is not None:
             if view.model:
                 self._root.set_attribute("gen_ai.request.model", view.model)
             self._root.set_attribute("mmgate.stream", view.stream)
             for modality, count in view.media_counts.items():
-                span.set_attribute(f"mmgate.media.{modality}", count)
+                attributes[f"mmgate.media.{modality}"] = count
+        span = self._step("parse", seconds, attributes)
         if error is not None:
             _refused(span, error)
         span.end()
 
     def decided(self, decision: Decision, seconds: float, candidates: int) -> None:
-        span = self._step("decide", seconds)
-        span.set_attribute("mmgate.endpoint", decision.endpoint)
-        span.set_attribute("mmgate.candidates", candidates)
+        if not self._recording:
+            return
+        attributes: dict[str, AttributeValue] = {
+            "mmgate.endpoint": decision.endpoint,
+            "mmgate.candidates": candidates,
+            "mmgate.request_tokens": decision.request_tokens,
+        }
         if decision.profile:
-            span.set_attribute("mmgate.profile", decision.profile)
-        span.set_attribute("mmgate.request_tokens", decision.request_tokens)
+            attributes["mmgate.profile"] = decision.profile
         for modality, tokens in decision.tokens_by_modality.items():
-            span.set_attribute(f"mmgate.tokens.{modality}", tokens)
+            attributes[f"mmgate.tokens.{modality}"] = tokens
         items = sum(decision.encoder_items.values())
         if items:
-            span.set_attribute("mmgate.media_items", items)
-            span.set_attribute("mmgate.encoder_cache_hits", sum(decision.encoder_hits.values()))
+            attributes["mmgate.media_items"] = items
+            attributes["mmgate.encoder_cache_hits"] = sum(decision.encoder_hits.values())
         if decision.prefix_match is not None:
-            span.set_attribute("mmgate.prefix_match", decision.prefix_match)
+            attributes["mmgate.prefix_match"] = decision.prefix_match
         for header, attribute in _STAGE_HEADERS:
             value = decision.headers.get(header)
             if value:
-                span.set_attribute(attribute, value)
-        span.end()
+                attributes[attribute] = value
+        self._step("decide", seconds, attributes).end()
 
     def undecided(self, reason: str) -> None:
-        span = self._step("decide", 0.0)
+        if not self._recording:
+            return
+        span = self._step("decide", 0.0, {})
         span.set_status(Status(StatusCode.ERROR, reason))
         span.end()
 
     def sending(self, endpoint: str, attempt: int) -> list[tuple[str, str]]:
+        carrier: dict[str, str] = {}
+        if not self._recording:
+            self._propagator.inject(carrier, context=self._context)
+            return list(carrier.items())
         self._close_attempt()
         host, _, port = endpoint.rpartition(":")
-        attributes: dict[str, str | int] = {"server.address": host or endpoint, "mmgate.attempt": attempt}
+        attributes: dict[str, AttributeValue] = {
+            "server.address": host or endpoint,
+            "mmgate.attempt": attempt,
+        }
         if port.isdigit():
             attributes["server.port"] = int(port)
         upstream = self._tracer.start_span(
@@ -214,7 +244,6 @@ class RequestSpans:
         context = trace.set_span_in_context(upstream)
         self._upstream = upstream
         self._first_byte = self._tracer.start_span("first_byte", context=context)
-        carrier: dict[str, str] = {}
         self._propagator.inject(carrier, context=context)
         return list(carrier.items())
 
@@ -228,9 +257,11 @@ class RequestSpans:
         upstream.set_attribute("http.response.status_code", status)
         if status >= 500:
             upstream.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
-        relay = self._tracer.start_span("relay", context=trace.set_span_in_context(upstream))
-        relay.set_attribute("http.response.status_code", status)
-        self._relay = relay
+        self._relay = self._tracer.start_span(
+            "relay",
+            context=trace.set_span_in_context(upstream),
+            attributes={"http.response.status_code": status},
+        )
 
     def broke(self, detail: str) -> None:
         if self._relay is not None:
@@ -260,16 +291,18 @@ class RequestSpans:
         self._close_attempt()
 
     def end(self, status: str) -> None:
-        self._close_attempt()
         root = self._root
+        if not self._recording:
+            root.end()
+            return
+        self._close_attempt()
         if status.isdigit():
             code = int(status)
             root.set_attribute("http.response.status_code", code)
+            if code >= 400:
+                root.set_attribute("error.type", status)
             if code >= 500:
-                root.set_attribute("error.type", status)
                 root.set_status(Status(StatusCode.ERROR))
-            elif code >= 400:
-                root.set_attribute("error.type", status)
         else:  # aborted (the upstream broke the stream), client_closed
             root.set_attribute("error.type", status)
             root.set_status(Status(StatusCode.ERROR, status))
