@@ -9,6 +9,7 @@ import pytest
 
 from mmgate.bench.cli import main as bench
 from mmgate.bench.micro import hotpath
+from support.otlp import OtlpReceiver
 
 
 def test_every_stage_is_timed_and_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,3 +46,21 @@ def test_unknown_names_are_refused_with_a_message(capsys: pytest.CaptureFixture[
     assert "unknown body 'nope'" in capsys.readouterr().err
     assert bench(["hotpath", "--configs", "no-such-config"]) == 2
     assert "unknown system" in capsys.readouterr().err
+
+
+def test_with_tracing_the_loop_makes_and_exports_every_request_s_spans() -> None:
+    with OtlpReceiver() as otlp:
+        gateway = hotpath.build("round-robin", otlp.url)
+        assert gateway.tracing is not None
+        run = hotpath.request_loop(gateway, hotpath.body(hotpath.BODIES["text"]), len(hotpath.STAGES) - 1)
+        run(3)
+        assert gateway.tracing.flush()
+        gateway.tracing.shutdown()
+    roots = otlp.named("POST /v1/chat/completions")
+    assert len(roots) == 3 and all(r.attributes["http.response.status_code"] == 200 for r in roots)
+    assert sorted(s.name for s in otlp.children(roots[0])) == ["decide", "parse", "upstream"]
+
+
+def test_a_tracing_ratio_outside_0_to_1_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench(["hotpath", "--tracing", "2"]) == 2
+    assert "between 0 and 1" in capsys.readouterr().err

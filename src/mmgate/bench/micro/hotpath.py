@@ -11,8 +11,13 @@ whole per-request bill:
   decide       + circuit-breaker narrowing, the scheduler's decision (producers, filters, scorers,
                  picker, routing-header hooks), decision telemetry
   lifecycle    + upstream headers, started (load on every stage's pod, PreRequest index updates,
-                 breaker probe) / first byte / finished, request metrics
+                 breaker probe) / first byte / finished, request metrics, the trace's end
   bookkeeping  + admission and retry budget, in-flight gauge
+
+The request controller's tracing seam is called as the HTTP gateway calls it: with tracing off
+(the default) ``controller.trace`` returns ``None`` and nothing else happens; ``--tracing`` turns
+it on, the spans going to a local OTLP/HTTP sink that answers every export with 200, so the cost
+measured is the spans' creation and the SDK's export thread (its CPU counts with ``--cpu-time``).
 
 Each stage runs ``--repeats`` times ``--iterations`` requests; the median per request is reported.
 The module only uses the gateway's public objects. An older checkout is measured with its own
@@ -26,12 +31,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import os
 import platform
 import pstats
 import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +51,12 @@ from mmgate.bench.results import write_json
 from mmgate.bench.routing.systems import UnknownSystem, resolve
 from mmgate.bench.stats import median
 from mmgate.config import load_config
+from mmgate.config.schema import TracingSpec
 from mmgate.control.admission import client_key
 from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.gateway.app import build_gateway
-from mmgate.gateway.headers import request_id_from, upstream_headers
+from mmgate.gateway.headers import request_id_from, upstream_headers, with_trace_context
 from mmgate.gateway.server import Gateway
 from mmgate.request.view import Api
 
@@ -55,7 +64,8 @@ STAGE_HELP = {
     "parse": "request id + one parse of the body (skeleton decode, media probing, hashing)",
     "candidates": "+ the endpoints that serve the model",
     "decide": "+ breaker narrowing, the scheduler's decision and its header hooks, decision telemetry",
-    "lifecycle": "+ upstream headers, started (load, index hooks, breaker)/first byte/finished, metrics",
+    "lifecycle": "+ upstream headers, started (load, index hooks, breaker)/first byte/finished, metrics, "
+    "trace end",
     "bookkeeping": "+ admission and retry budget, in-flight gauge",
 }
 STAGES = tuple(STAGE_HELP)
@@ -84,14 +94,45 @@ class Case:
         return out
 
 
-def build(config_name: str) -> Gateway:
-    """A gateway for ``config_name`` (an example name or a YAML path) with two idle endpoints."""
+def build(config_name: str, tracing: str | None = None, sample_ratio: float = 1.0) -> Gateway:
+    """A gateway for ``config_name`` (an example name or a YAML path) with two idle endpoints;
+    ``tracing``: trace (``sample_ratio`` of the requests), exporting spans to this OTLP/HTTP URL."""
     config = load_config(resolve(config_name).config)  # type: ignore[arg-type]
-    section = msgspec.structs.replace(config.mmgate, endpoints=[], endpointsFile=None, accessLog=False)
+    spec = TracingSpec(endpoint=tracing, sampleRatio=sample_ratio) if tracing is not None else None
+    if tracing is not None:
+        # Every span of a repeat is exported within it (see measure): none may be dropped for want
+        # of queue room, as the SDK's default queue (2,048 spans) would in a loop this tight.
+        os.environ.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", "4000000")
+    section = msgspec.structs.replace(
+        config.mmgate, endpoints=[], endpointsFile=None, accessLog=False, tracing=spec
+    )
     gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+    if gateway.tracing is not None:
+        gateway.tracing.start()  # what Gateway.start does; the benchmark starts nothing else
     for text in ENDPOINTS:
         gateway.data.registry.add(parse_endpoint(text))
     return gateway
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """Accepts every OTLP/HTTP export (an empty protobuf answer is a valid one)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def otlp_sink() -> ThreadingHTTPServer:
+    """A loopback collector stand-in in a thread; ``server_address[1]`` is its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def _run_now(coro: Coroutine[Any, Any, None]) -> None:
@@ -117,10 +158,13 @@ def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], N
     def run(n: int) -> None:
         for _ in range(n):
             request_id = request_id_from(headers)
-            view = controller.parse(data, headers, Api.CHAT)
+            trace = controller.trace(headers, Api.CHAT, "/v1/chat/completions")
+            view = controller.parse(data, headers, Api.CHAT, trace)
             if stage < 1:
                 continue
-            flight = controller.open(view, request_id, headers, client=client_key(headers, "127.0.0.1"))
+            flight = controller.open(
+                view, request_id, headers, client=client_key(headers, "127.0.0.1"), trace=trace
+            )
             if stage < 2:
                 continue
             if stage >= 4:
@@ -129,11 +173,15 @@ def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], N
             attempt = controller.decide(flight)
             assert attempt is not None
             if stage >= 3:
-                upstream_headers(headers.items(), request_id)
+                sent = upstream_headers(headers.items(), request_id)
                 controller.started(attempt)
+                if attempt.propagation:
+                    with_trace_context(sent, attempt.propagation)
                 controller.first_byte(attempt, 200)
-                controller.finished(attempt, ok=True)
+                controller.finished(attempt, ok=True, sent=512)
                 telemetry.request_done(view.model, "200", attempt.endpoint, 0.001, 0.001)
+                if trace is not None:
+                    trace.end("200")
             if stage >= 4:
                 controller.leave(flight)
                 telemetry.inflight.dec()
@@ -151,11 +199,23 @@ def _refresh_metrics(gateway: Gateway) -> None:
         )  # fmt: skip
 
 
-def measure(config: str, body_name: str, iterations: int, repeats: int, *, cpu_time: bool = False) -> Case:
+def measure(
+    config: str,
+    body_name: str,
+    iterations: int,
+    repeats: int,
+    *,
+    cpu_time: bool = False,
+    tracing: str | None = None,
+    sample_ratio: float = 1.0,
+) -> Case:
     """``cpu_time``: time this process's CPU (``time.process_time``) instead of wall time, so a
-    shared, loaded machine's descheduling does not count (cache and core sharing still do)."""
+    shared, loaded machine's descheduling does not count (cache and core sharing still do).
+    ``tracing``: trace requests, exporting to this OTLP/HTTP URL; each repeat's timing includes
+    the export of its spans (flushed before the clock stops)."""
     clock = time.process_time if cpu_time else time.perf_counter
-    gateway = build(config)
+    gateway = build(config, tracing, sample_ratio)
+    flush = gateway.tracing.flush if gateway.tracing is not None else None
     data = body(BODIES[body_name])
     n = iterations if len(data) < SMALL_BODY else max(20, iterations // 10)
     cumulative: dict[str, float] = {}
@@ -170,9 +230,13 @@ def measure(config: str, body_name: str, iterations: int, repeats: int, *, cpu_t
             gc.collect()
             start = clock()
             run(n)
+            if flush is not None:
+                flush()
             samples.append((clock() - start) / n * 1e6)
         runs[stage] = [round(s, 2) for s in samples]
         cumulative[stage] = round(median(samples), 2)
+    if gateway.tracing is not None:
+        gateway.tracing.shutdown()
     return Case(config, body_name, len(data), n, cumulative, runs)
 
 
@@ -215,6 +279,7 @@ def to_json(cases: Sequence[Case], args: argparse.Namespace) -> dict[str, Any]:
         "stages": list(STAGES),
         "unit": "microseconds per request (median over repeats)",
         "clock": "process CPU time" if args.cpu_time else "wall time",
+        "tracing": {"sample_ratio": args.tracing} if args.tracing is not None else None,
         "cases": [
             {
                 "config": c.config,
@@ -257,6 +322,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="time the process's CPU instead of wall time (for a shared, loaded machine)",
     )  # fmt: skip
     p.add_argument(
+        "--tracing", type=float, nargs="?", const=1.0, metavar="RATIO",
+        help="trace requests (OpenTelemetry; RATIO of them sampled, default 1) with spans exported to a "
+        "local sink; needs the tracing extra",
+    )  # fmt: skip
+    p.add_argument(
         "--profile", type=int, metavar="TOP", default=0,
         help="after timing, print a cProfile of the whole path per case: the TOP functions by own time",
     )  # fmt: skip
@@ -278,11 +348,24 @@ def run(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.repeats < 1:
         print("--iterations and --repeats must be at least 1", file=sys.stderr)
         return 2
+    if args.tracing is not None and not 0.0 <= args.tracing <= 1.0:
+        print("--tracing RATIO must be between 0 and 1", file=sys.stderr)
+        return 2
+    sink = otlp_sink() if args.tracing is not None else None
+    collector = f"http://127.0.0.1:{sink.server_address[1]}" if sink is not None else None
     cases = []
-    for config in configs:
-        for name in bodies:
-            cases.append(measure(config, name, args.iterations, args.repeats, cpu_time=args.cpu_time))
-            print(f"  measured {config} × {name}", file=sys.stderr)
+    try:
+        for config in configs:
+            for name in bodies:
+                case = measure(
+                    config, name, args.iterations, args.repeats, cpu_time=args.cpu_time, tracing=collector,
+                    sample_ratio=args.tracing if args.tracing is not None else 1.0,
+                )  # fmt: skip
+                cases.append(case)
+                print(f"  measured {config} × {name}", file=sys.stderr)
+    finally:
+        if sink is not None:
+            sink.shutdown()
     print("µs per request, cumulative by stage (median of repeats)")
     print(table(cases))
     if args.json is not None:
