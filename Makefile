@@ -11,7 +11,7 @@ STAMP := $(VENV)/.mmgate-installed
 RUN_STAMP := $(VENV)/.mmgate-runtime
 BENCH_STAMP := $(VENV)/.mmgate-bench
 
-.PHONY: run test lint typecheck bench peers clean
+.PHONY: run test lint typecheck bench peers clean quickstart-docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ typecheck: $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m mmgate bench headline --out results/headline
+
+# Re-run every command docs/quickstart.md shows against a fresh demo (port 8080) and paste the
+# new output into the page (a few minutes; needs the dev set for Envoy and the openai client).
+quickstart-docs: $(STAMP)
+	$(PY) scripts/capture_quickstart.py
 
 # The peer routers of `mmgate bench overhead`, in their own environment (pinned: the published
 # overhead figures name these versions). Not needed by `make test`.
