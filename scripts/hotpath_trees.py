@@ -1,0 +1,230 @@
+"""The gateway's whole per-request hot path, compared across checkouts in one alternating run.
+
+``mmgate bench hotpath`` times one tree's stages. This driver times the whole bill (every stage:
+the last column of that benchmark) of several trees *in turns*, so a change in the shared
+machine's load hits them alike, with the same clock for each: the process's CPU time around a
+loop of requests (``time.process_time``; inside the loop each tree keeps its own code, so no tree
+pays a slower clock call than the other). Every tree is run with its own copy of the benchmark
+module, through its public ``build``, ``request_loop``, ``body`` and ``BODIES``::
+
+    python scripts/hotpath_trees.py --rounds 8 --json docs/benchmarks/hotpath-tracing.json \\
+        before=/tmp/before/src:mmgate.bench.hotpath  off=src  on=src:+tracing
+
+A tree is ``NAME=SRC[:MODULE][:+tracing[=RATIO]]`` (module default ``mmgate.bench.micro.hotpath``;
+``+tracing`` builds the gateway with tracing on, spans exported to a local sink and flushed inside
+the timed loop). Each round runs every tree once, in a fresh process, in a rotating order; the
+figure per tree and case is the median over the rounds of each round's median over ``--repeats``.
+``--calls`` also counts Python and C function calls per request (``sys.setprofile``: the same for
+every run of a tree, whatever the load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODULE = "mmgate.bench.micro.hotpath"
+CASES = [
+    ("round-robin", "text"),
+    ("aggregated", "text"),
+    ("round-robin", "image-3"),
+    ("aggregated", "image-3"),
+]
+
+
+def parse_tree(text: str) -> dict[str, Any]:
+    name, _, rest = text.partition("=")
+    if not name or not rest:
+        raise SystemExit(f"hotpath_trees: a tree is NAME=SRC[:MODULE][:+tracing[=RATIO]], not {text!r}")
+    parts = rest.split(":")
+    tree: dict[str, Any] = {"name": name, "src": str(Path(parts[0]).resolve()), "module": DEFAULT_MODULE}
+    for part in parts[1:]:
+        if part.startswith("+tracing"):
+            ratio = part.partition("=")[2]
+            tree["tracing"] = float(ratio) if ratio else 1.0
+        else:
+            tree["module"] = part
+    return tree
+
+
+# -- one tree in its own process ----------------------------------------------------------------
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Runs inside the tree's process: every case, ``repeats`` timed loops each."""
+    import gc
+    import importlib
+
+    from mmgate.datalayer.metrics import MetricsSnapshot
+
+    hotpath = importlib.import_module(spec["module"])
+    sink = None
+    collector = None
+    if spec.get("tracing") is not None:
+        os.environ.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", "4000000")  # no span dropped for want of room
+        sink = hotpath.otlp_sink()
+        collector = f"http://127.0.0.1:{sink.server_address[1]}"
+    out: dict[str, Any] = {}
+    for config, body_name in spec["cases"]:
+        if collector is not None:
+            gateway = hotpath.build(config, collector, spec["tracing"])
+        else:
+            gateway = hotpath.build(config)
+        flush = gateway.tracing.flush if getattr(gateway, "tracing", None) is not None else None
+        data = hotpath.body(hotpath.BODIES[body_name])
+        n = spec["iterations"] if len(data) < 100_000 else max(20, spec["iterations"] // 10)
+        if flush is not None:
+            n = max(20, n // 4)  # a traced request costs ~10x: the same loop length in time
+        run = hotpath.request_loop(gateway, data, len(hotpath.STAGES) - 1)
+
+        def refresh(gateway: Any = gateway) -> None:
+            now = gateway.clock()
+            for i, record in enumerate(gateway.data.registry.records()):
+                record.metrics = MetricsSnapshot(
+                    engine="vllm", waiting=float(i), running=4.0, kv_usage=0.2 + 0.1 * i,
+                    block_size=16, num_gpu_blocks=10_000, scraped_at=now,
+                )  # fmt: skip
+
+        refresh()
+        run(max(1, n // 10))  # warm up
+        samples = []
+        for _ in range(spec["repeats"]):
+            refresh()
+            gc.collect()
+            start = time.process_time()
+            run(n)
+            if flush is not None:
+                flush()
+            samples.append((time.process_time() - start) / n * 1e6)
+        result: dict[str, Any] = {"iterations": n, "samples_us": [round(s, 2) for s in samples]}
+        if spec["calls"]:
+            result["calls_per_request"] = count_calls(run, refresh, flush)
+        if flush is not None:
+            gateway.tracing.shutdown()
+        out[f"{config} × {body_name}"] = result
+    if sink is not None:
+        sink.shutdown()
+    return out
+
+
+def count_calls(run: Any, refresh: Any, flush: Any) -> float:
+    """Function calls (Python and C) per request over 200 requests, this thread only."""
+    refresh()
+    calls = 0
+
+    def profiler(_frame: Any, event: str, _arg: Any) -> None:
+        nonlocal calls
+        if event in ("call", "c_call"):
+            calls += 1
+
+    sys.setprofile(profiler)
+    try:
+        run(200)
+    finally:
+        sys.setprofile(None)
+    if flush is not None:
+        flush()
+    return round(calls / 200, 1)
+
+
+# -- the rounds ---------------------------------------------------------------------------------
+
+
+def run_tree(tree: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    spec = {
+        "module": tree["module"],
+        "tracing": tree.get("tracing"),
+        "cases": [list(c) for c in CASES if c[1] in args.bodies],
+        "iterations": args.iterations,
+        "repeats": args.repeats,
+        "calls": args.calls,
+    }
+    env = dict(os.environ, PYTHONPATH=tree["src"])
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"hotpath_trees: {tree['name']} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("trees", nargs="*", help="NAME=SRC[:MODULE][:+tracing[=RATIO]]")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--iterations", type=int, default=2000, help="per loop, small bodies (image-3: a tenth)"
+    )
+    parser.add_argument("--bodies", default="text,image-3")
+    parser.add_argument("--calls", action="store_true", help="also count function calls per request")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    trees = [parse_tree(t) for t in args.trees]
+    if len(trees) < 2:
+        parser.error("give at least two trees")
+    args.bodies = [b.strip() for b in args.bodies.split(",")]
+    rounds: list[dict[str, Any]] = []
+    started = time.time()
+    for r in range(args.rounds):
+        order = trees[r % len(trees) :] + trees[: r % len(trees)]
+        entry: dict[str, Any] = {"order": [t["name"] for t in order], "load": os.getloadavg()[0], "trees": {}}
+        for tree in order:
+            entry["trees"][tree["name"]] = run_tree(tree, args)
+            args.calls = args.calls and r == 0  # call counts are the same every round: once is enough
+        rounds.append(entry)
+        print(f"round {r + 1}/{args.rounds} done (load {entry['load']:.1f})", file=sys.stderr)
+    summary: dict[str, dict[str, Any]] = {}
+    for tree in trees:
+        name = tree["name"]
+        for case in rounds[0]["trees"][name]:
+            medians = [statistics.median(rd["trees"][name][case]["samples_us"]) for rd in rounds]
+            row = summary.setdefault(case, {})
+            row[name] = {
+                "median_us": round(statistics.median(medians), 1),
+                "round_medians_us": [round(m, 1) for m in medians],
+                "min_us": round(min(min(rd["trees"][name][case]["samples_us"]) for rd in rounds), 1),
+            }
+            calls = rounds[0]["trees"][name][case].get("calls_per_request")
+            if calls is not None:
+                row[name]["calls_per_request"] = calls
+    names = [t["name"] for t in trees]
+    print("whole per-request bill, µs of CPU (median over rounds of each round's median; min)")
+    print("case".ljust(24) + "".join(n.rjust(22) for n in names))
+    for case, row in summary.items():
+        cells = [f"{row[n]['median_us']:.1f} ({row[n]['min_us']:.1f})" for n in names if n in row]
+        print(case.ljust(24) + "".join(c.rjust(22) for c in cells))
+    if args.json is not None:
+        doc = {
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "clock": "process CPU time around the loop (time.process_time)",
+            "unit": "microseconds per request, whole bill (all stages)",
+            "trees": trees,
+            "wall_s": round(time.time() - started, 1),
+            "summary": summary,
+            "rounds": rounds,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
