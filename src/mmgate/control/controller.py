@@ -85,6 +85,7 @@ class ControlObserver(Protocol):
     def attempt_failed(self, endpoint: str, reason: str) -> None: ...
     def retried(self, reason: str) -> None: ...
     def circuit_changed(self, endpoint: str, state: State) -> None: ...
+    def ttft_observed(self, endpoint: str, predicted_s: float, observed_s: float) -> None: ...
 
 
 class RequestTrace(Protocol):
@@ -200,7 +201,7 @@ class Flight:
 class Attempt:
     """One try of a flight on one endpoint: the decision and whether a retry may follow."""
 
-    __slots__ = ("decision", "flight", "is_last", "propagation", "record")
+    __slots__ = ("decision", "flight", "is_last", "propagation", "record", "sent_at")
 
     def __init__(self, flight: Flight, decision: Decision, record: EndpointRecord, is_last: bool) -> None:
         self.flight = flight
@@ -210,6 +211,7 @@ class Attempt:
         # Tracing on: the trace headers this attempt carries upstream (set when it starts), in
         # place of the client's; else empty and the client's pass through.
         self.propagation: list[tuple[str, str]] = _NO_HEADERS
+        self.sent_at: float | None = None  # when started() was called (the clock's time)
 
     @property
     def endpoint(self) -> str:
@@ -418,6 +420,8 @@ class RequestController:
         """The attempt is being sent: in-flight load on every pod that works for it, the
         half-open probe taken, the PreRequest index updates handed to the deferral."""
         decision = attempt.decision
+        if decision.predicted_ttft_s is not None:
+            attempt.sent_at = self.clock()
         self.picker.started(decision)
         self._breaker.begin(decision.endpoint)
         if decision.pre_request is not None:
@@ -435,10 +439,20 @@ class RequestController:
             self._breaker.failure(endpoint)
         else:
             self._breaker.success(endpoint)
-        attempt.flight.first_byte_s = now - attempt.flight.received
+        flight = attempt.flight
+        flight.first_byte_s = now - flight.received
         self.picker.first_token(attempt.decision)
-        if attempt.flight.trace is not None:
-            attempt.flight.trace.first_byte(status)
+        if flight.trace is not None:
+            flight.trace.first_byte(status)
+        predicted = attempt.decision.predicted_ttft_s
+        if (
+            predicted is not None
+            and attempt.sent_at is not None
+            and self._observer is not None
+            and status < 400
+            and flight.view.first_byte_ends_prefill
+        ):
+            self._observer.ttft_observed(endpoint, predicted, now - attempt.sent_at)
 
     def usage(self, attempt: Attempt, usage: Usage) -> None:
         """Tokens the endpoint reported for the attempt. No plugin reads them yet; the seam is

@@ -31,7 +31,9 @@ class Decision:
     included: those that passed the serving stage's filters (in E/PD the encode pods are
     candidates the decode filter drops, so they are no retry target); ``None`` when the picker
     does not say, and every candidate counts. ``profile`` names the scheduling profile whose pick
-    this is ("" when the picker has no profiles).
+    this is ("" when the picker has no profiles). ``predicted_ttft_s`` is the picker's predicted
+    time to first token there (``predicted-ttft-producer``; ``None`` when nothing predicts it),
+    which the controller reports beside the TTFT it observes.
     """
 
     endpoint: str
@@ -44,6 +46,7 @@ class Decision:
     prefix_match: float | None = None
     eligible: int | None = None
     profile: str = ""
+    predicted_ttft_s: float | None = None
     pre_request: Callable[[], None] | None = None
     handle: object = None
 

@@ -19,7 +19,7 @@ from mmgate.control.decision import Decision, NoEndpoint
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
 from mmgate.request.view import RequestView
 from mmgate.scheduling import ROLE_LABEL, EndpointState, NoEndpointsError, Scheduler, SchedulingRequest
-from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, PREFIX_MATCH, TOKENIZED_PROMPT
+from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, PREDICTED_TTFT, PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.types import SchedulingResult
 from mmgate.tokens import PricingConfig, price
 
@@ -113,6 +113,9 @@ class SchedulerPicker:
             raise NoEndpoint(str(exc)) from None
         decision = self._describe(target.name, request, result) if self.describe else Decision(target.name)
         decision.eligible = len(result.primary.candidates)
+        predicted = request.get(PREDICTED_TTFT)
+        if predicted is not None:  # also when not describing: the DES reports prediction errors
+            decision.predicted_ttft_s = predicted.seconds.get(target.name)
         if self._header_hooks:
             scheduler.pre_request_before_send(request, result, now)
             if request.upstream_headers:

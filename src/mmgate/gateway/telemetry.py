@@ -97,6 +97,16 @@ class Telemetry:
             "mmgate_time_to_first_byte_seconds", "Time from request received to first upstream byte",
             ["model"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self.predicted_ttft = LoopHistogram(
+            "mmgate_predicted_ttft_seconds",
+            "Time to first token the scheduler predicted on the chosen endpoint (predicted-ttft-producer)",
+            ["endpoint"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.observed_ttft = LoopHistogram(
+            "mmgate_observed_ttft_seconds",
+            "Time from sending to the first byte of a streamed answer, where a TTFT was predicted",
+            ["endpoint"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self.priced_tokens = LoopCounter(
             "mmgate_priced_tokens", "Prompt tokens as priced by the gateway, by modality",
             ["modality"], registry=r,
@@ -160,6 +170,12 @@ class Telemetry:
 
     def record_parse(self, seconds: float) -> None:
         self.parse_latency.observe(seconds)
+
+    def ttft_observed(self, endpoint: str, predicted_s: float, observed_s: float) -> None:
+        """A streamed answer's first byte, with what was predicted for it: the two histograms per
+        endpoint show operators whether the predictions are right."""
+        self.predicted_ttft.labels(endpoint).observe(predicted_s)
+        self.observed_ttft.labels(endpoint).observe(observed_s)
 
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
         self.decision_latency.observe(seconds)

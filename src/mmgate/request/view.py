@@ -125,6 +125,13 @@ class RequestView:
     extra: dict[str, object] = field(default_factory=dict)
 
     @property
+    def first_byte_ends_prefill(self) -> bool:
+        """Whether the answer's first byte comes when prefill ends, so the time to it is the
+        TTFT: a streamed answer, or an API that generates nothing. A non-streamed answer's first
+        byte is its last."""
+        return self.stream or not self.api.generates
+
+    @property
     def assets(self) -> list[MediaAsset]:
         """Media items in prompt order (repeats included; identity tells them apart)."""
         return [p for p in self.parts if isinstance(p, MediaAsset)]

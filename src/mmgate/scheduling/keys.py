@@ -89,10 +89,23 @@ class InflightEstimate:
     output_tokens: int
 
 
+@dataclass(slots=True)
+class PredictedTTFT:
+    """Each endpoint's predicted time to first token for this request, in seconds
+    (``predicted-ttft-producer``), and the model terms behind it, kept so the observed TTFT can
+    be fitted against them. ``known`` is False for an endpoint whose metrics were missing or
+    stale: its prediction was made pessimistic."""
+
+    seconds: dict[str, float]
+    terms: dict[str, tuple[float, float, float]]
+    known: dict[str, bool]
+
+
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")
 PREFIX_MATCH: DataKey[PrefixMatch] = DataKey("PrefixCacheMatchInfo")
 ENCODER_CACHE_MATCH: DataKey[EncoderCacheMatch] = DataKey("EncoderCacheMatchInfo")
 INFLIGHT_LOAD: DataKey[InflightEstimate] = DataKey("InFlightLoad")
+PREDICTED_TTFT: DataKey[PredictedTTFT] = DataKey("PredictedTTFT")
 ENCODER_PLAN: DataKey[dict[str, str]] = DataKey("EncoderPlan")
 """Per distinct media item (identity), the encode pod planned for it (``encoder-header-handler``):
 the encoder-cache producer records each item on that pod alone."""
@@ -103,4 +116,5 @@ DEFAULT_PRODUCERS: dict[str, str] = {
     PREFIX_MATCH.name: "approx-prefix-cache-producer",
     ENCODER_CACHE_MATCH.name: "mm-embeddings-cache-producer",
     INFLIGHT_LOAD.name: "inflight-load-producer",
+    PREDICTED_TTFT.name: "predicted-ttft-producer",
 }

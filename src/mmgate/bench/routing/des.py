@@ -83,11 +83,14 @@ class DesOptions:
     order (``encode``, ``prefill``, ``decode``, ``prefill-decode``...); pods beyond the list have
     none. An ``encode`` pod runs the encoder only. ``pod_settings``: :class:`PodSpec` fields for
     every pod (``kv_transfer_s_per_token``, ``ec_transfer_s_per_token``); ``orchestration``: the
-    legs' timeouts, retries and fallback, as ``mmgate.disaggregation`` configures the gateway."""
+    legs' timeouts, retries and fallback, as ``mmgate.disaggregation`` configures the gateway.
+    ``profiles``: each pod's timing profile in order, for a fleet of mixed hardware; pods beyond
+    the list run ``profile`` (whose model and family price the requests)."""
 
     profile: str = "qwen3-vl-32b-h200-tp2"
     pods: int = 8
     roles: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
     network_delay_s: float = 0.0005
     scrape_interval_s: float | None = None
     engine: dict[str, Any] = field(default_factory=dict)
@@ -216,9 +219,10 @@ def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod
     profile = load_profile(opts.profile)
     pods = []
     for i in range(opts.pods):
+        name = opts.profiles[i] if i < len(opts.profiles) else opts.profile
         try:
             spec = PodSpec(
-                name=f"pod-{i}", profile=opts.profile, seed=opts.seed, engine=dict(opts.engine),
+                name=f"pod-{i}", profile=name, seed=opts.seed, engine=dict(opts.engine),
                 **opts.pod_settings,
             )  # fmt: skip
         except TypeError as exc:
@@ -228,8 +232,9 @@ def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod
         config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
         role = opts.roles[i] if i < len(opts.roles) else None
         record = registry.add(parse_endpoint(f"http://10.0.0.{i + 1}:8000", role=role))
-        encoder = EncodeOnly(profile) if role == "encode" else None
-        pods.append(_Pod(i, Engine(profile, config), record, spec, encoder))
+        own = profile if name == opts.profile else load_profile(name)
+        encoder = EncodeOnly(own) if role == "encode" else None
+        pods.append(_Pod(i, Engine(own, config), record, spec, encoder))
     return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
 
 

@@ -24,6 +24,9 @@ from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsC
 from mmgate.scheduling.plugins.mm_embeddings_cache_scorer import MMEmbeddingsCacheScorer
 from mmgate.scheduling.plugins.no_hit_lru_scorer import NoHitLRUScorer
 from mmgate.scheduling.plugins.precise_prefix_cache_producer import PrecisePrefixCacheProducer
+from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProducer
+from mmgate.scheduling.plugins.predicted_ttft_scorer import PredictedTTFTScorer
+from mmgate.scheduling.plugins.predicted_ttft_slo_filter import PredictedTTFTSLOFilter
 from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 from mmgate.scheduling.plugins.prefill_header_handler import PrefillHeaderHandler
 from mmgate.scheduling.plugins.prefix_based_pd_decider import PrefixBasedPDDecider
@@ -45,6 +48,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     PrecisePrefixCacheProducer,
     InflightLoadProducer,
     MMEmbeddingsCacheProducer,
+    PredictedTTFTProducer,
     # profile handlers and the deciders they ask
     SingleProfileHandler,
     DisaggProfileHandler,
@@ -60,12 +64,14 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     PrefillFilter,
     PrefixCacheAffinityFilter,
     MMEmbeddingsCacheAffinityFilter,
+    PredictedTTFTSLOFilter,
     # scorers
     ActiveRequestScorer,
     KVCacheUtilizationScorer,
     LoadAwareScorer,
     MMEmbeddingsCacheScorer,
     NoHitLRUScorer,
+    PredictedTTFTScorer,
     PrefixCacheScorer,
     QueueScorer,
     TokenLoadScorer,

@@ -7,6 +7,7 @@ every queue is equal. An endpoint whose metrics are missing or stale scores 0.
 from __future__ import annotations
 
 from mmgate.scheduling.framework import NoParams, Scorer
+from mmgate.scheduling.plugins._min_max import lower_is_better
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 
@@ -18,11 +19,4 @@ class QueueScorer(Scorer[NoParams]):
         for ep in endpoints:
             m = request.fresh_metrics(ep)
             queues.append(None if m is None else m.waiting)
-        known = [q for q in queues if q is not None]
-        if not known:
-            return [0.0] * len(endpoints)
-        lo, hi = min(known), max(known)
-        if hi == lo:
-            return [0.0 if q is None else 1.0 for q in queues]
-        span = hi - lo
-        return [0.0 if q is None else (hi - q) / span for q in queues]
+        return lower_is_better(queues)

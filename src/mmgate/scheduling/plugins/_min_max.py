@@ -1,0 +1,18 @@
+"""llm-d's min-max normalisation for scorers where less is better (queue length, predicted TTFT)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def lower_is_better(values: Sequence[float | None]) -> list[float]:
+    """(max − v) / (max − min) over the known values: the lowest scores 1, the highest 0; all 1
+    when every known value is equal. An unknown value (``None``) scores 0."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return [0.0] * len(values)
+    lo, hi = min(known), max(known)
+    if hi == lo:
+        return [0.0 if v is None else 1.0 for v in values]
+    span = hi - lo
+    return [0.0 if v is None else (hi - v) / span for v in values]

@@ -1,0 +1,200 @@
+"""``predicted-ttft-producer``: each candidate's predicted time to first token for this request.
+
+For endpoint ``e`` (:mod:`mmgate.scheduling.ttft.rates` has the model)::
+
+    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e)
+
+with the request's terms read from the other producers' data: ``P_e`` = priced prompt tokens
+(``token-producer``) minus the prefix ``e`` is believed to hold (``PrefixCacheMatchInfo``,
+approximate or precise), ``E_e`` = tokens of the media items after that prefix which ``e``'s
+encoder cache is not believed to hold (``EncoderCacheMatchInfo``), and the work ahead ``A_e`` /
+``M_e`` = the in-flight prompt / media tokens the gateway has placed on ``e`` and not yet seen a
+first token for (``inflight-load-producer``), or, when larger, the scraped waiting queue times
+the mean prompt size the gateway has placed (other gateways' traffic shows there).
+
+An endpoint whose metrics are missing or stale is predicted pessimistically: the worst
+prediction among endpoints with fresh metrics plus its own, so a pod the gateway knows nothing
+about is never preferred over one it knows (llm-d scores such a pod 0 on its load scorers).
+
+The rates are configured (``prefillTokensPerSecond``, ``encoderSecondsPerToken``,
+``fixedSeconds``, per endpoint, label or role) and, with ``learn`` (default), learned online per
+endpoint from the TTFTs the gateway observes: the lifecycle hooks time each request from
+``on_started`` to ``on_first_token`` and fit that against the terms predicted for the endpoint
+it went to (:mod:`mmgate.scheduling.ttft.fit`). Only streamed requests (and APIs that generate
+nothing) teach it: a non-streamed answer's first byte comes at its end, not after prefill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from mmgate.request.view import Modality
+from mmgate.scheduling.framework import EndpointAware, PluginHandle, Producer, RequestLifecycle
+from mmgate.scheduling.keys import (
+    ENCODER_CACHE_MATCH,
+    INFLIGHT_LOAD,
+    PREDICTED_TTFT,
+    PREFIX_MATCH,
+    TOKENIZED_PROMPT,
+    EncoderCacheMatch,
+    PredictedTTFT,
+    PrefixMatch,
+)
+from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable
+from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
+
+MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
+
+
+class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
+    prefillTokensPerSecond: float = 10_000.0
+    encoderSecondsPerToken: float = 3.0e-5
+    fixedSeconds: float = 0.02
+    byEndpoint: dict[str, RateSpec] = msgspec.field(default_factory=dict)
+    byLabel: dict[str, RateSpec] = msgspec.field(default_factory=dict)
+    byRole: dict[str, RateSpec] = msgspec.field(default_factory=dict)
+    learn: bool = True
+    minSamples: int = 20
+    halfLifeSamples: float = 256.0
+    priorSamples: float = 2.0
+    prefixMatchInfoProducerName: str = ""
+    encoderCacheProducerName: str = ""
+    inFlightLoadProducerName: str = ""
+
+
+class _Pending(msgspec.Struct):
+    endpoint: EndpointState
+    started: float
+    terms: tuple[float, float, float]
+    learnable: bool
+
+
+class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware):
+    type_name = "predicted-ttft-producer"
+
+    def __init__(self, name: str, params: PredictedTTFTParams, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        defaults = RateSpec(params.prefillTokensPerSecond, params.encoderSecondsPerToken, params.fixedSeconds)
+        defaults.check("parameters")
+        for field, table in (
+            ("byEndpoint", params.byEndpoint),
+            ("byLabel", params.byLabel),
+            ("byRole", params.byRole),
+        ):
+            for key, spec in table.items():
+                spec.check(f"{field}[{key!r}]")
+        base = Rates(params.fixedSeconds, 1.0 / params.prefillTokensPerSecond, params.encoderSecondsPerToken)
+        self.table = RateTable(
+            base, by_endpoint=params.byEndpoint, by_label=params.byLabel, by_role=params.byRole
+        )
+        self.learner = RateLearner(
+            base,
+            self.table.configured,
+            learn=params.learn,
+            min_samples=params.minSamples,
+            half_life_samples=params.halfLifeSamples,
+            prior_samples=params.priorSamples,
+        )
+        self._prefix_key: DataKey[PrefixMatch] = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName)
+        self._encoder_key: DataKey[EncoderCacheMatch] = ENCODER_CACHE_MATCH.scoped(
+            params.encoderCacheProducerName
+        )
+        self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(params.inFlightLoadProducerName)
+        self._keys = self.own_keys(PREDICTED_TTFT)
+        self._pending: dict[str, _Pending] = {}
+        self._tokens_sum = 0.0  # decayed sums behind the mean prompt size placed
+        self._tokens_weight = 0.0
+
+    def produces(self) -> tuple[DataKey[Any], ...]:
+        return self._keys
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        return (TOKENIZED_PROMPT, self._prefix_key, self._encoder_key, self._load_key)
+
+    def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
+        tp = request.get(TOKENIZED_PROMPT)
+        prefix = request.get(self._prefix_key)
+        encoder = request.get(self._encoder_key)
+        total = tp.total_tokens if tp is not None else 0
+        # Distinct media items that need the encoder: (end position, tokens, identity).
+        items: list[tuple[int, int, str]] = []
+        if tp is not None and tp.media:
+            seen: set[str] = set()
+            for item in tp.media:
+                if item.identity in seen or item.modality == Modality.EMBEDS:
+                    continue
+                seen.add(item.identity)
+                items.append((item.offset + item.length, item.length, item.identity))
+        rates_of = self.learner.rates
+        mean_tokens = self._tokens_sum / self._tokens_weight if self._tokens_weight else 0.0
+        seconds: dict[str, float] = {}
+        terms: dict[str, tuple[float, float, float]] = {}
+        known: dict[str, bool] = {}
+        worst_known = -1.0
+        for ep in endpoints:
+            name = ep.name
+            cached = prefix.matched_tokens(name) if prefix is not None else 0
+            encode = 0
+            if items:
+                held: Sequence[int] = ()
+                if encoder is not None:
+                    held = encoder.matched_indices.get(name, ())
+                held_ids = {encoder.identities[i] for i in held} if held and encoder is not None else ()
+                for end, length, identity in items:
+                    if end > cached and identity not in held_ids:
+                        encode += length
+            flight = ep.inflight
+            ahead = flight.tokens
+            metrics = request.fresh_metrics(ep)
+            if metrics is not None and metrics.waiting:
+                ahead = max(ahead, int(metrics.waiting * mean_tokens))
+            x = (1.0, float(ahead + max(0, total - cached)), float(flight.media_tokens + encode))
+            rates = rates_of(ep)
+            s = rates.fixed_s + rates.prefill_s_per_token * x[1] + rates.encoder_s_per_token * x[2]
+            seconds[name] = s
+            terms[name] = x
+            fresh = metrics is not None
+            known[name] = fresh
+            if fresh and s > worst_known:
+                worst_known = s
+        if worst_known >= 0:
+            for name, fresh in known.items():
+                if not fresh:
+                    seconds[name] += worst_known
+        info = PredictedTTFT(seconds, terms, known)
+        for key in self._keys:
+            request.put(key, info)
+
+    # -- learning from what happened -------------------------------------------------------------
+
+    def on_started(
+        self, request: SchedulingRequest, endpoint: EndpointState, profile: str, now: float
+    ) -> None:
+        rid = request.request_id
+        if rid in self._pending:  # the other stages' pods of the same request: not timed here
+            return
+        info = request.get(self._keys[0])
+        if info is None:
+            return
+        x = info.terms.get(endpoint.name)
+        if x is None:
+            return
+        self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
+        tp = request.get(TOKENIZED_PROMPT)
+        if tp is not None:
+            self._tokens_sum = self._tokens_sum * MEAN_TOKENS_DECAY + tp.total_tokens
+            self._tokens_weight = self._tokens_weight * MEAN_TOKENS_DECAY + 1.0
+
+    def on_first_token(self, request: SchedulingRequest, now: float) -> None:
+        pending = self._pending.pop(request.request_id, None)
+        if pending is not None and pending.learnable:
+            self.learner.observe(pending.endpoint, pending.terms, now - pending.started)
+
+    def on_finished(self, request: SchedulingRequest, now: float) -> None:
+        self._pending.pop(request.request_id, None)
+
+    def remove_endpoint(self, name: str) -> None:
+        self.learner.forget(name)

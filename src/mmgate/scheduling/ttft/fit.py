@@ -1,0 +1,238 @@
+"""Learning the TTFT model's rates online, per endpoint, from the TTFTs the gateway observes.
+
+Each endpoint has an exponentially decaying least-squares fit of observed TTFT on the model's
+terms (:class:`~mmgate.scheduling.ttft.rates.Features`), so a pod whose speed changes (another
+GPU, a noisy neighbour, a new engine version) is relearned within a few half-lives. Three things
+keep it robust:
+
+- a **prior**: the fit is a ridge regression pulled towards prior rates with the weight of
+  ``prior_samples`` observations, so terms the traffic does not exercise (no media yet) stay
+  where the prior puts them instead of wandering;
+- **relative errors**: each observation weighs ``1 / TTFT^2``, so the fit minimises relative
+  error: TTFT noise grows with TTFT (a loaded pod's queue varies more), and a 10 ms error on a
+  50 ms request matters as much to a decision as 1 s on a 5 s one;
+- **Huber weights**: once an endpoint has ``min_samples`` observations, one whose relative
+  residual is more than ``HUBER_K`` times the mean absolute one counts proportionally less (a
+  preempted request, a GC pause, a network hiccup do not drag the rates);
+- **non-negative rates**: a term whose unconstrained estimate is negative is fixed at zero and
+  the rest refitted (an active-set step), so collinear terms cannot cancel each other out.
+
+An endpoint's prior is what the config names for it (by endpoint, label or role), else the
+pooled fit over every endpoint's observations (itself pulled towards the defaults), so a new pod
+starts from what the fleet has shown, not from a guess. Until an endpoint has ``min_samples``
+observations its prior is used as is: a handful of samples never overrides it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from mmgate.scheduling.ttft.rates import N_TERMS, Rates
+from mmgate.scheduling.types import EndpointState
+
+HUBER_K = 3.0
+FLOOR_S = 1e-3  # relative errors are taken against at least this TTFT
+Vector = tuple[float, float, float]
+
+
+class DecayingFit:
+    """Exponentially weighted sufficient statistics of ``y ~ theta . x`` and their ridge solve."""
+
+    __slots__ = ("abs_residual", "count", "decay", "samples", "xx", "xy")
+
+    def __init__(self, decay: float) -> None:
+        self.decay = decay
+        self.count = 0  # observations ever (the floor on samples compares against it)
+        self.samples = 0.0  # decayed count of observations
+        self.abs_residual = 0.0  # decayed sum of |relative residual| (mean: / samples)
+        self.xx = [[0.0] * N_TERMS for _ in range(N_TERMS)]
+        self.xy = [0.0] * N_TERMS
+
+    @property
+    def scale(self) -> float:
+        """Mean absolute relative residual (0 before any observation)."""
+        return self.abs_residual / self.samples if self.samples > 0 else 0.0
+
+    def add(self, x: Vector, y: float, predicted: float, trusted: bool) -> None:
+        """One observation ``y`` of terms ``x`` that the current rates predicted as ``predicted``;
+        ``trusted``: the fit has enough samples for its residual scale to mean something."""
+        ref = max(y, FLOOR_S)
+        residual = (y - predicted) / ref
+        weight = self.weight_of(residual, trusted) / (ref * ref)
+        d = self.decay
+        self.count += 1
+        self.samples = self.samples * d + 1.0
+        scale = self.scale
+        clipped = abs(residual) if scale <= 0 else min(abs(residual), HUBER_K * scale)
+        self.abs_residual = self.abs_residual * d + clipped
+        xx, xy = self.xx, self.xy
+        for i in range(N_TERMS):
+            wxi = weight * x[i]
+            row = xx[i]
+            for j in range(N_TERMS):
+                row[j] = row[j] * d + wxi * x[j]
+            xy[i] = xy[i] * d + wxi * y
+
+    def weight_of(self, residual: float, trusted: bool) -> float:
+        """The Huber weight of an observation with this residual."""
+        scale = self.scale
+        if not trusted or scale <= 0:
+            return 1.0
+        limit = HUBER_K * scale
+        r = abs(residual)
+        return 1.0 if r <= limit else limit / r
+
+    def solve(self, prior: Vector, prior_samples: float) -> Vector:
+        """The ridge solution pulled towards ``prior``, every rate non-negative."""
+        n = self.samples
+        xx, xy = self.xx, self.xy
+        # Pull each rate with the weight of prior_samples observations of a typical size of its
+        # term (the decayed mean of x_j^2), so the pull does not depend on the term's units.
+        ridge = [prior_samples * (xx[j][j] / n if n > 0 else 1.0) + 1e-12 for j in range(N_TERMS)]
+        free = list(range(N_TERMS))
+        theta = [0.0] * N_TERMS
+        for _ in range(N_TERMS):
+            a = [[xx[i][j] + (ridge[i] if i == j else 0.0) for j in free] for i in free]
+            b = [xy[i] + ridge[i] * prior[i] for i in free]
+            solved = _gauss(a, b)
+            if solved is None:
+                return prior
+            theta = [0.0] * N_TERMS
+            for k, i in enumerate(free):
+                theta[i] = solved[k]
+            negative = [i for i in free if theta[i] < 0]
+            if not negative:
+                break
+            free = [i for i in free if i not in negative]
+            if not free:
+                return (0.0, 0.0, 0.0)
+        return (max(0.0, theta[0]), max(0.0, theta[1]), max(0.0, theta[2]))
+
+
+def _gauss(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Solve ``a x = b`` (small, symmetric positive definite) by elimination with pivoting."""
+    n = len(b)
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-300:
+            return None
+        m[c], m[p] = m[p], m[c]
+        pivot = m[c][c]
+        for r in range(c + 1, n):
+            f = m[r][c] / pivot
+            if f:
+                for k in range(c, n + 1):
+                    m[r][k] -= f * m[c][k]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        s = m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))
+        x[r] = s / m[r][r]
+    return x if all(math.isfinite(v) for v in x) else None
+
+
+class _Endpoint:
+    __slots__ = ("configured", "explicit", "fit", "rates")
+
+    def __init__(self, configured: Rates, explicit: tuple[bool, bool, bool], decay: float) -> None:
+        self.configured = configured
+        self.explicit = explicit
+        self.fit = DecayingFit(decay)
+        self.rates: Rates | None = None  # the learned rates, once trusted
+
+
+class RateLearner:
+    """Per-endpoint rates: configured, learned from observations, or both.
+
+    ``configured(endpoint)`` gives an endpoint's configured rates and which of them the config
+    named for it (:meth:`RateTable.configured`). With ``learn`` off the configured rates are
+    used as they are. ``half_life_samples``: an observation's weight halves after that many
+    newer observations of the same endpoint.
+    """
+
+    def __init__(
+        self,
+        defaults: Rates,
+        configured: Callable[[EndpointState], tuple[Rates, tuple[bool, bool, bool]]],
+        *,
+        learn: bool = True,
+        min_samples: int = 20,
+        half_life_samples: float = 256.0,
+        prior_samples: float = 2.0,
+    ) -> None:
+        if min_samples < 1:
+            raise ValueError(f"minSamples must be >= 1, got {min_samples}")
+        if half_life_samples <= 0:
+            raise ValueError(f"halfLifeSamples must be > 0, got {half_life_samples}")
+        decay = 0.5 ** (1.0 / half_life_samples)
+        if 1.0 / (1.0 - decay) < min_samples:
+            raise ValueError(
+                f"halfLifeSamples {half_life_samples:g} forgets too fast for minSamples {min_samples}: "
+                f"at most {1.0 / (1.0 - decay):.0f} samples ever count"
+            )
+        if prior_samples < 0:
+            raise ValueError(f"priorSamples must be >= 0, got {prior_samples}")
+        self.defaults = defaults
+        self.learn = learn
+        self.min_samples = min_samples
+        self.prior_samples = prior_samples
+        self._decay = decay
+        self._configured = configured
+        self._endpoints: dict[str, _Endpoint] = {}
+        self._pooled = DecayingFit(decay)
+        self._pooled_rates: Rates | None = None
+
+    def _state(self, endpoint: EndpointState) -> _Endpoint:
+        state = self._endpoints.get(endpoint.name)
+        if state is None:
+            rates, explicit = self._configured(endpoint)
+            state = self._endpoints[endpoint.name] = _Endpoint(rates, explicit, self._decay)
+        return state
+
+    def _prior(self, state: _Endpoint) -> Rates:
+        """What the config names for the endpoint, the rest from the pooled fit (or defaults)."""
+        if not self.learn or self._pooled_rates is None or all(state.explicit):
+            return state.configured
+        pooled = self._pooled_rates.vector()
+        own = state.configured.vector()
+        e = state.explicit
+        return Rates(
+            own[0] if e[0] else pooled[0], own[1] if e[1] else pooled[1], own[2] if e[2] else pooled[2]
+        )
+
+    def rates(self, endpoint: EndpointState) -> Rates:
+        """The rates to predict with for ``endpoint`` now."""
+        state = self._state(endpoint)
+        if state.rates is not None:
+            return state.rates
+        return self._prior(state)
+
+    def learned(self, name: str) -> bool:
+        """Whether ``name``'s own observations (at least ``min_samples``) set its rates."""
+        state = self._endpoints.get(name)
+        return state is not None and state.rates is not None
+
+    def samples(self, name: str) -> float:
+        """The decayed number of observations behind ``name``'s fit."""
+        state = self._endpoints.get(name)
+        return 0.0 if state is None else state.fit.samples
+
+    def observe(self, endpoint: EndpointState, x: Vector, ttft_s: float) -> None:
+        """One observed TTFT on ``endpoint`` for a request whose terms were ``x``."""
+        if not self.learn or not (ttft_s >= 0 and math.isfinite(ttft_s)):
+            return
+        state = self._state(endpoint)
+        fit = state.fit
+        fit.add(x, ttft_s, self.rates(endpoint).seconds(x), state.rates is not None)
+        pooled = self._pooled
+        trusted = self._pooled_rates is not None
+        pooled.add(x, ttft_s, (self._pooled_rates or self.defaults).seconds(x), trusted)
+        if pooled.count >= self.min_samples:
+            self._pooled_rates = Rates.of(pooled.solve(self.defaults.vector(), self.prior_samples))
+        if fit.count >= self.min_samples:
+            state.rates = Rates.of(fit.solve(self._prior(state).vector(), self.prior_samples))
+
+    def forget(self, name: str) -> None:
+        """``name`` left the fleet: its fit goes (the pooled fit keeps what it taught)."""
+        self._endpoints.pop(name, None)

@@ -1,0 +1,286 @@
+"""predicted-ttft-producer, predicted-ttft-scorer and predicted-ttft-slo-filter through a real
+scheduler: the trade between a cache hit and a queue, pessimism about unknown pods, the SLO
+filter, and learning from observed TTFTs through the lifecycle hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mmgate.bench.routing.des import DesOptions, Simulation
+from mmgate.bench.routing.records import Ladder
+from mmgate.bench.routing.systems import resolve
+from mmgate.bench.workloads.synthetic import shared_prefix
+from mmgate.config import ConfigError
+from mmgate.request.view import Api, RequestView
+from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest
+from mmgate.scheduling.keys import PREDICTED_TTFT, PredictedTTFT
+from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProducer
+from support.scheduling import image, scheduler
+
+PROFILES = Path(__file__).resolve().parents[3] / "src" / "mmgate" / "sim" / "profiles"
+PREFILL = 10_000.0  # tokens/s
+ENCODER = 1e-4  # s per media token: a 900-token image encodes in 90 ms
+
+
+def build(producer: dict[str, Any] | None = None, slo: dict[str, Any] | None = None) -> Scheduler:
+    params = {"prefillTokensPerSecond": PREFILL, "encoderSecondsPerToken": ENCODER, "fixedSeconds": 0.01}
+    params.update(producer or {})
+    plugins: list[dict[str, Any]] = [
+        {"type": "predicted-ttft-producer", "parameters": params},
+        {"type": "predicted-ttft-scorer"},
+    ]
+    refs = [{"pluginRef": "predicted-ttft-scorer"}]
+    if slo is not None:
+        plugins.append({"type": "predicted-ttft-slo-filter", "parameters": slo})
+        refs.insert(0, {"pluginRef": "predicted-ttft-slo-filter"})
+    return scheduler(plugins, refs)
+
+
+def fleet(n: int, **metrics: Any) -> list[EndpointState]:
+    return [EndpointState(f"10.0.0.{i}:8000", metrics=Metrics(**metrics)) for i in range(n)]
+
+
+def req(
+    rid: str, *parts: Any, stream: bool = True, headers: dict[str, str] | None = None
+) -> SchedulingRequest:
+    view = RequestView(Api.CHAT, "m", list(parts or ("hello",)), stream=stream)
+    return SchedulingRequest(view, rid, headers)
+
+
+def serve(s: Scheduler, r: SchedulingRequest, eps: list[EndpointState], t0: float, ttft: float) -> str:
+    """Schedule, send, see the first token ``ttft`` later, finish: the gateway's calls."""
+    result = s.schedule(r, eps, t0)
+    s.pre_request(r, result, t0)
+    s.start(r, result, t0)
+    s.on_first_token(r.request_id, t0 + ttft)
+    s.on_finished(r.request_id, t0 + ttft + 0.1)
+    return result.target.name
+
+
+def predicted(r: SchedulingRequest) -> PredictedTTFT:
+    info = r.get(PREDICTED_TTFT)
+    assert info is not None
+    return info
+
+
+def test_a_cache_hit_wins_while_what_it_saves_exceeds_the_queue_it_costs() -> None:
+    s = build({"learn": False})
+    eps = fleet(2)
+    text = "a long shared system prompt " * 100
+    first = req("a", text, image("img-1", 1280, 720))
+    where = serve(s, first, eps, 0.0, 0.2)
+    holder, other = (eps[0], eps[1]) if where == eps[0].name else (eps[1], eps[0])
+
+    again = req("b", text, image("img-1", 1280, 720), "a new question")
+    assert s.schedule(again, eps, 1.0).target is holder
+    p = predicted(again)
+    saved = p.seconds[other.name] - p.seconds[holder.name]
+    assert saved > 0.09  # the image's encode (90 ms) and the cached prefix's prefill
+
+    holder.inflight.tokens = int((saved - 0.02) * PREFILL)  # a queue a little shorter than the saving
+    assert s.schedule(req("c", text, image("img-1", 1280, 720), "q"), eps, 2.0).target is holder
+    holder.inflight.tokens = int((saved + 0.02) * PREFILL)  # a little longer: the cold pod is faster
+    assert s.schedule(req("d", text, image("img-1", 1280, 720), "q"), eps, 3.0).target is other
+
+
+def test_media_ahead_in_the_queue_costs_encoder_time() -> None:
+    s = build({"learn": False})
+    eps = fleet(2)
+    eps[0].inflight.tokens = eps[1].inflight.tokens = 2000
+    eps[0].inflight.media_tokens = 1800  # the same tokens ahead, but most of them still to encode
+    r = req("a", "hello")
+    assert s.schedule(r, eps, 0.0).target is eps[1]
+    p = predicted(r)
+    assert p.seconds[eps[0].name] - p.seconds[eps[1].name] == pytest.approx(1800 * ENCODER)
+
+
+def test_the_scraped_queue_counts_when_other_gateways_fill_it() -> None:
+    s = build({"learn": False})
+    eps = fleet(2)
+    serve(s, req("warm", "a prompt of some length " * 50), eps, 0.0, 0.1)  # the mean prompt size
+    eps[0].metrics = Metrics(waiting=40, scraped_at=1.0)  # requests this gateway did not send
+    eps[1].metrics = Metrics(waiting=0, scraped_at=1.0)
+    r = req("a", "hello")
+    assert s.schedule(r, eps, 1.0).target is eps[1]
+    p = predicted(r)
+    assert p.terms[eps[0].name][1] > 40 * 100  # 40 waiting requests of the mean size ahead
+
+
+@pytest.mark.parametrize("unknown", ["missing", "stale"])
+def test_a_pod_without_fresh_metrics_is_never_preferred(unknown: str) -> None:
+    s = build({"learn": False})
+    eps = fleet(3, scraped_at=100.0)
+    eps[0].inflight.tokens = eps[1].inflight.tokens = 30_000  # the known pods are busy
+    eps[2].metrics = None if unknown == "missing" else Metrics(scraped_at=0.0)  # 100 s old
+    targets = set()
+    for i in range(20):
+        r = req(f"r{i}", "hello")
+        targets.add(s.schedule(r, eps, 100.0).target.name)
+        p = predicted(r)
+        assert not p.known[eps[2].name]
+        assert p.seconds[eps[2].name] > max(p.seconds[eps[0].name], p.seconds[eps[1].name])
+    assert eps[2].name not in targets
+
+
+def test_without_any_fresh_metrics_the_gateways_own_counts_decide() -> None:
+    s = build({"learn": False})
+    eps = [EndpointState(f"10.0.0.{i}:8000") for i in range(2)]
+    eps[0].inflight.tokens = 10_000
+    assert s.schedule(req("a", "hello"), eps, 0.0).target is eps[1]
+
+
+def test_slo_filter_drops_endpoints_over_the_slo_unless_all_are() -> None:
+    s = build({"learn": False}, slo={"sloSeconds": 0.5})
+    eps = fleet(3)
+    eps[0].inflight.tokens = 2_000  # 0.2 s ahead: within the SLO
+    eps[1].inflight.tokens = 20_000  # 2 s: over
+    eps[2].inflight.tokens = 3_000  # 0.3 s: within
+    slo = s.profiles["default"].filters[0]
+    assert [e.name for e in slo.filter(_produced(s, req("a", "hi"), eps), eps)] == [eps[0].name, eps[2].name]
+    for ep in eps:
+        ep.inflight.tokens = 20_000  # every endpoint over: all kept
+    assert slo.filter(_produced(s, req("b", "hi"), eps), eps) == eps
+    # the request's header (milliseconds, llm-d's x-slo-ttft-ms) overrides the parameter
+    eps[0].inflight.tokens = 2_000
+    tight = req("c", "hi", headers={"x-slo-ttft-ms": "100"})
+    assert slo.filter(_produced(s, tight, eps), eps) == eps  # 0.2 s misses 100 ms: none meets it
+    loose = req("d", "hi", headers={"x-slo-ttft-ms": "2500"})
+    assert slo.filter(_produced(s, loose, eps), eps) == eps  # all meet 2.5 s
+    bad = req("e", "hi", headers={"x-slo-ttft-ms": "soon"})  # unreadable: the parameter applies
+    assert slo.filter(_produced(s, bad, eps), eps) == [eps[0]]
+
+
+def _produced(s: Scheduler, r: SchedulingRequest, eps: list[EndpointState]) -> SchedulingRequest:
+    r.now = 0.0
+    for producer in s.producers:
+        producer.produce(r, eps)
+    return r
+
+
+def test_learning_from_observed_ttfts_sends_less_work_to_a_slow_pod() -> None:
+    """No rate configured for either pod; the slow one prefills 4x slower. Requests arrive every
+    100 ms (about 75% of the pair's capacity); each pod prefills its queue in order. After
+    observing TTFTs the producer predicts each pod's own speed and the slow pod gets less work."""
+    s = build({"minSamples": 10})
+    eps = fleet(2)
+    fast, slow = eps[0].name, eps[1].name
+    per_token = {fast: 1 / 20_000, slow: 1 / 5_000}
+    busy_until = {fast: 0.0, slow: 0.0}
+    firsts: list[tuple[float, str]] = []  # (time of first token, request id)
+    tokens_to = {fast: 0, slow: 0}
+    for i in range(600):
+        t = i * 0.1
+        firsts.sort()
+        while firsts and firsts[0][0] <= t:
+            when, rid = firsts.pop(0)
+            s.on_first_token(rid, when)
+            s.on_finished(rid, when)
+        words = 200 + (i * 37) % 1500
+        r = req(f"r{i}", f"question {i} " + "word " * words)
+        result = s.schedule(r, eps, t)
+        s.pre_request(r, result, t)
+        s.start(r, result, t)
+        name = result.target.name
+        tokens = 2 * words + 20
+        done = max(t, busy_until[name]) + 0.01 + tokens * per_token[name]
+        busy_until[name] = done
+        firsts.append((done, r.request_id))
+        if i >= 300:
+            tokens_to[name] += tokens
+    producer = s.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    learner = producer.learner
+    assert learner.learned(fast) and learner.learned(slow)
+    assert learner.rates(eps[1]).prefill_s_per_token > 2.5 * learner.rates(eps[0]).prefill_s_per_token
+    assert tokens_to[slow] < 0.5 * tokens_to[fast]
+
+
+def test_only_streamed_answers_teach_it() -> None:
+    s = build({"minSamples": 1})
+    eps = fleet(1)
+    for i in range(5):
+        serve(s, req(f"r{i}", "hello", stream=False), eps, float(i), 3.0)  # first byte = last byte
+    producer = s.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    assert producer.learner.samples(eps[0].name) == 0
+    serve(s, req("s", "hello"), eps, 10.0, 0.05)
+    assert producer.learner.samples(eps[0].name) == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"prefillTokensPerSecond": 0}, "prefillTokensPerSecond must be > 0"),
+        (
+            {"byRole": {"decode": {"encoderSecondsPerToken": -1}}},
+            r"byRole\['decode'\].encoderSecondsPerToken",
+        ),
+        ({"byLabel": {"gpu": {"fixedSeconds": 0.1}}}, "label=value"),
+        ({"halfLifeSamples": 2}, "forgets too fast"),
+        ({"prefillRate": 1}, "prefillRate"),
+    ],
+)
+def test_bad_parameters_are_config_errors(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build(params)
+
+
+def test_bad_slo_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="sloSeconds"):
+        build(slo={"sloSeconds": -1})
+
+
+def test_through_the_des_a_slow_pod_gets_less_work_with_no_rate_configured(tmp_path: Path) -> None:
+    """Two simulated pods, one with the H200 profile and one whose prefill and encoder are 4x
+    slower; the config names no rate for either. The producer learns each pod's own rates from
+    the TTFTs the controller reports, and the slow pod ends up with a small share of the work."""
+    profile = yaml.safe_load((PROFILES / "qwen3-vl-32b-h200-tp2.yaml").read_text())
+    profile["name"] = "slow-h200"
+    profile["step"]["prefill_ms_per_token"] *= 4
+    for key in ("c0_ms", "c1_ms_per_token", "c2_ms_per_token2"):
+        profile["encoder"][key] *= 4
+    slow_profile = tmp_path / "slow.yaml"
+    slow_profile.write_text(yaml.safe_dump(profile))
+    config = tmp_path / "learned.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "llm-d.ai/v1alpha1",
+                "kind": "EndpointPickerConfig",
+                "plugins": [
+                    {"type": "predicted-ttft-producer", "parameters": {"minSamples": 5}},
+                    {"type": "predicted-ttft-scorer"},
+                ],
+            }
+        )
+    )
+    workload = shared_prefix(
+        groups=400,
+        prompts_per_group=1,
+        images=1,
+        width=640,
+        height=480,
+        question_tokens=1500,
+        output_tokens=20,
+    )
+    opts = DesOptions(pods=2, profiles=("qwen3-vl-32b-h200-tp2", str(slow_profile)))
+    sim = Simulation(resolve(str(config)), opts)
+    items = workload.stream()
+    rung = sim.run_rung(lambda: next(items), 12.0, 30.0, Ladder(rates=(12.0,), duration_s=30.0), 0)
+    assert all(r.ok for r in rung.records)
+    slow = sim.endpoints[1].name
+    later = [r for r in rung.records if r.sent_s >= 15.0]
+    share = sum(r.endpoint == slow for r in later) / len(later)
+    assert share < 0.3, share
+    producer = sim.scheduler.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    fast_state, slow_state = (sim.picker.states[e.name] for e in sim.endpoints)
+    assert producer.learner.learned(slow)
+    assert (
+        producer.learner.rates(slow_state).prefill_s_per_token
+        > 2 * producer.learner.rates(fast_state).prefill_s_per_token
+    )
