@@ -70,3 +70,18 @@ def test_compare_lines_up_two_reports() -> None:
     assert "out tok/s http" in lines[0] and "TTFT p90 des" in lines[0]
     assert len(lines) == 3  # header, rule, the one (system, rate) both have
     assert "| mm | 5 |" in lines[2] and "+0.0%" in lines[2]
+
+
+def test_prediction_errors_are_reported_when_the_system_predicts() -> None:
+    records = [
+        RequestRecord("a", 0.0, ttft_s=1.0, e2e_s=2.0, endpoint="p:1", predicted_ttft_s=0.8),
+        RequestRecord("b", 0.1, ttft_s=0.5, e2e_s=1.0, endpoint="p:1", predicted_ttft_s=0.6),
+        RequestRecord("c", 0.2, ttft_s=0.2, e2e_s=1.0, endpoint="p:2", predicted_ttft_s=0.2),
+        RequestRecord("d", 0.3, error="timeout", predicted_ttft_s=9.0),  # failures are not scored
+    ]
+    rec = report.summarize(RungResult("predicted-ttft", 1.0, 1.0, 1.0, records))
+    assert rec["ttft_prediction_abs_error_p50_s"] == pytest.approx(0.1)
+    assert rec["ttft_prediction_rel_error_p50"] == pytest.approx(0.2)
+    assert rec["ttft_prediction_abs_error_p50_s_by_endpoint"] == pytest.approx({"p:1": 0.15, "p:2": 0.0})
+    plain = report.summarize(RungResult("round-robin", 1.0, 1.0, 1.0, [RequestRecord("a", 0.0, 1.0, 2.0)]))
+    assert "ttft_prediction_abs_error_p50_s" not in plain

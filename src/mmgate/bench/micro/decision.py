@@ -29,11 +29,13 @@ from mmgate.config import load_config
 from mmgate.request import RequestView, parse_request
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
+from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProducer
 from mmgate.scheduling.plugins.token_producer import TokenProducer
 from mmgate.tables import Table, add_format_argument, columns, emit
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 DEFAULT_CONFIGS = ("aggregated.yaml", "encoder-affinity.yaml", "round-robin.yaml")
+PREDICTED_TTFT_FLEETS = (8, 64)  # issue 17's target: < 100 µs median at 8 for three images
 SYSTEM = "You are a meticulous visual analyst. Describe only what you can see. " * 6
 QUESTION = "Compare the three pictures and explain what changed between them, step by step. " * 60
 
@@ -150,6 +152,45 @@ def pricing_cost(scheduler: Scheduler, views: list[RequestView], rounds: int) ->
     return median(times) / 1000
 
 
+def predictor_cost(
+    scheduler: Scheduler, views: list[RequestView], endpoints: list[EndpointState], rounds: int
+) -> float | None:
+    """Median µs of ``predicted-ttft-producer`` alone (after the producers it reads), if configured."""
+    if not any(isinstance(p, PredictedTTFTProducer) for p in scheduler.producers):
+        return None
+    times = []
+    for r in range(rounds):
+        req = SchedulingRequest(unique(views[r % len(views)], r), f"t{r}")
+        req.now = 1.0
+        req.staleness_s = scheduler.metrics_staleness_s
+        for producer in scheduler.producers:
+            if isinstance(producer, PredictedTTFTProducer):
+                t0 = time.perf_counter_ns()
+                producer.produce(req, endpoints)
+                times.append(time.perf_counter_ns() - t0)
+            else:
+                producer.produce(req, endpoints)
+    return median(times) / 1000
+
+
+def predicted_ttft_case(views: list[RequestView], rounds: int, inflight: int) -> list[dict[str, Any]]:
+    """``examples/predicted-ttft.yaml`` at 8 and 64 endpoints: the whole decision, and the
+    predictor's share of it (its per-candidate loop is what grows with the fleet)."""
+    rows = []
+    for n in PREDICTED_TTFT_FLEETS:
+        cfg = load_config(EXAMPLES / "predicted-ttft.yaml")
+        scheduler = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
+        eps = fleet(n)
+        row = {
+            "config": f"predicted-ttft @{n}",
+            **run_one(scheduler, views, eps, rounds + len(views), inflight),
+        }
+        row["token_producer_median_us"] = pricing_cost(scheduler, views, min(rounds, 2000))
+        row["predictor_median_us"] = predictor_cost(scheduler, views, eps, min(rounds, 2000))
+        rows.append(row)
+    return rows
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "Time scheduling decisions for three-image requests (llm-d aggregation guide shape)."
     parser.add_argument(
@@ -176,22 +217,29 @@ def run(args: argparse.Namespace) -> int:
         row = {"config": path.stem, **run_one(scheduler, views, eps, args.rounds + len(views), args.inflight)}
         row["token_producer_median_us"] = pricing_cost(scheduler, views, min(args.rounds, 2000))
         rows.append(row)
+    if not args.config:
+        rows += predicted_ttft_case(views, args.rounds, args.inflight)
 
     tokens = max(int(r["request_tokens"]) for r in rows)
-    heads = ("config", "median µs", "p90 µs", "p99 µs", "token-producer µs", "bookkeeping µs", "prefix hit")
+    heads = (
+        "config", "median µs", "p90 µs", "p99 µs", "token-producer µs", "predictor µs", "bookkeeping µs",
+        "prefix hit",
+    )  # fmt: skip
     table = Table(
         columns(*heads, numeric=heads[1:]),
         title=f"scheduling decision: 3 × 720p images, {tokens} tokens per request, "
-        f"{args.endpoints} endpoints",
+        f"{args.endpoints} endpoints (@N: N endpoints)",
     )
     for row in rows:
         tp = row["token_producer_median_us"]
+        pred = row.get("predictor_median_us")
         table.add(
             row["config"],
             f"{row['median_us']:.1f}",
             f"{row['p90_us']:.1f}",
             f"{row['p99_us']:.1f}",
             "—" if tp is None else f"{tp:.1f}",
+            "—" if pred is None else f"{pred:.1f}",
             f"{row['bookkeeping_median_us']:.1f}",
             "—"
             if row["mean_prefix_match_on_target"] is None

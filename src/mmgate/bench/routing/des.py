@@ -366,6 +366,7 @@ class Simulation:
         controller.started(attempt)
         pod = self._pod_of[attempt.endpoint]
         record.endpoint = attempt.endpoint
+        record.predicted_ttft_s = attempt.decision.predicted_ttft_s
         flight = self._flights[rid] = _Flight(record, attempt, now, pod, rung)
         routing = attempt.headers
         if routing and view.api is Api.CHAT:

@@ -16,7 +16,8 @@ class RequestRecord:
     """One request as the client saw it. Times are seconds; ``sent_s`` is relative to rung start.
 
     ``error`` is ``None`` for a success, otherwise the failure type (``http_503``, ``timeout``,
-    ``connect``, ``disconnect``, ``stream_error``, ``empty``).
+    ``connect``, ``disconnect``, ``stream_error``, ``empty``). ``predicted_ttft_s`` is what the
+    scheduler predicted for it (configs with ``predicted-ttft-producer``; DES mode).
     """
 
     item_id: str
@@ -29,6 +30,7 @@ class RequestRecord:
     itl_s: list[float] = field(default_factory=list)
     error: str | None = None
     endpoint: str | None = None
+    predicted_ttft_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -76,6 +76,28 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "span_s": span,
         "mode": rung.mode,
         "workload": workload,
+        **_prediction_errors(ok),
+    }
+
+
+def _prediction_errors(ok: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Median absolute error of the predicted TTFT (seconds, and relative to the observed one),
+    overall and per endpoint; nothing when the system predicts none."""
+    pairs = [(r.endpoint or "", r.predicted_ttft_s, r.ttft_s) for r in ok if r.predicted_ttft_s is not None]
+    if not pairs:
+        return {}
+    by_endpoint: dict[str, list[float]] = {}
+    for endpoint, predicted, observed in pairs:
+        if observed is not None:
+            by_endpoint.setdefault(endpoint, []).append(abs(predicted - observed))
+    errors = [e for es in by_endpoint.values() for e in es]
+    relative = [abs(p - o) / o for _, p, o in pairs if o]
+    return {
+        "ttft_prediction_abs_error_p50_s": percentile(errors, 50),
+        "ttft_prediction_rel_error_p50": percentile(relative, 50),
+        "ttft_prediction_abs_error_p50_s_by_endpoint": {
+            ep: percentile(es, 50) for ep, es in sorted(by_endpoint.items())
+        },
     }
 
 

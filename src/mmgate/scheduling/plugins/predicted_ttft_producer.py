@@ -42,6 +42,7 @@ from mmgate.scheduling.keys import (
     EncoderCacheMatch,
     PredictedTTFT,
     PrefixMatch,
+    TokenizedPrompt,
 )
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
@@ -119,44 +120,40 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         prefix = request.get(self._prefix_key)
         encoder = request.get(self._encoder_key)
         total = tp.total_tokens if tp is not None else 0
-        # Distinct media items that need the encoder: (end position, tokens, identity).
-        items: list[tuple[int, int, str]] = []
-        if tp is not None and tp.media:
-            seen: set[str] = set()
-            for item in tp.media:
-                if item.identity in seen or item.modality == Modality.EMBEDS:
-                    continue
-                seen.add(item.identity)
-                items.append((item.offset + item.length, item.length, item.identity))
+        items = _encoder_items(tp, encoder)
+        held_by = encoder.matched_indices if encoder is not None else {}
+        if prefix is not None:
+            matched, block, prompt = prefix.matched, prefix.block_size, prefix.prompt_tokens
+        else:
+            matched, block, prompt = {}, 0, 0
         rates_of = self.learner.rates
         mean_tokens = self._tokens_sum / self._tokens_weight if self._tokens_weight else 0.0
+        now, staleness = request.now, request.staleness_s
         seconds: dict[str, float] = {}
         terms: dict[str, tuple[float, float, float]] = {}
         known: dict[str, bool] = {}
         worst_known = -1.0
         for ep in endpoints:
             name = ep.name
-            cached = prefix.matched_tokens(name) if prefix is not None else 0
+            blocks = matched.get(name, 0)
+            cached = min(blocks * block, prompt) if blocks else 0
             encode = 0
             if items:
-                held: Sequence[int] = ()
-                if encoder is not None:
-                    held = encoder.matched_indices.get(name, ())
-                held_ids = {encoder.identities[i] for i in held} if held and encoder is not None else ()
-                for end, length, identity in items:
-                    if end > cached and identity not in held_ids:
+                held = held_by.get(name, ())
+                for end, length, index in items:
+                    if end > cached and index not in held:
                         encode += length
             flight = ep.inflight
             ahead = flight.tokens
-            metrics = request.fresh_metrics(ep)
-            if metrics is not None and metrics.waiting:
-                ahead = max(ahead, int(metrics.waiting * mean_tokens))
+            m = ep.metrics
+            fresh = m is not None and now - m.scraped_at <= staleness
+            if fresh and m is not None and m.waiting:
+                ahead = max(ahead, int(m.waiting * mean_tokens))
             x = (1.0, float(ahead + max(0, total - cached)), float(flight.media_tokens + encode))
             rates = rates_of(ep)
             s = rates.fixed_s + rates.prefill_s_per_token * x[1] + rates.encoder_s_per_token * x[2]
             seconds[name] = s
             terms[name] = x
-            fresh = metrics is not None
             known[name] = fresh
             if fresh and s > worst_known:
                 worst_known = s
@@ -198,3 +195,21 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
     def remove_endpoint(self, name: str) -> None:
         self.learner.forget(name)
+
+
+def _encoder_items(
+    tp: TokenizedPrompt | None, encoder: EncoderCacheMatch | None
+) -> list[tuple[int, int, int]]:
+    """The request's distinct media items that need the encoder, as (end position, tokens,
+    index in the encoder-cache match info, or -1 without one): what the per-endpoint loop reads."""
+    if tp is None or not tp.media:
+        return []
+    index = {identity: i for i, identity in enumerate(encoder.identities)} if encoder is not None else {}
+    items: list[tuple[int, int, int]] = []
+    seen: set[str] = set()
+    for item in tp.media:
+        if item.identity in seen or item.modality == Modality.EMBEDS:
+            continue
+        seen.add(item.identity)
+        items.append((item.offset + item.length, item.length, index.get(item.identity, -1)))
+    return items

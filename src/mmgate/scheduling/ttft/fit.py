@@ -32,6 +32,7 @@ from mmgate.scheduling.ttft.rates import N_TERMS, Rates
 from mmgate.scheduling.types import EndpointState
 
 HUBER_K = 3.0
+POOLED_EVERY = 16  # once trusted, the pooled fit (a prior only) is re-solved every this many observations
 FLOOR_S = 1e-3  # relative errors are taken against at least this TTFT
 Vector = tuple[float, float, float]
 
@@ -182,6 +183,7 @@ class RateLearner:
         self._endpoints: dict[str, _Endpoint] = {}
         self._pooled = DecayingFit(decay)
         self._pooled_rates: Rates | None = None
+        self._current: dict[str, Rates] = {}  # what rates() returns, per endpoint, until it changes
 
     def _state(self, endpoint: EndpointState) -> _Endpoint:
         state = self._endpoints.get(endpoint.name)
@@ -203,10 +205,13 @@ class RateLearner:
 
     def rates(self, endpoint: EndpointState) -> Rates:
         """The rates to predict with for ``endpoint`` now."""
-        state = self._state(endpoint)
-        if state.rates is not None:
-            return state.rates
-        return self._prior(state)
+        rates = self._current.get(endpoint.name)
+        if rates is None:
+            state = self._state(endpoint)
+            rates = self._current[endpoint.name] = (
+                state.rates if state.rates is not None else self._prior(state)
+            )
+        return rates
 
     def learned(self, name: str) -> bool:
         """Whether ``name``'s own observations (at least ``min_samples``) set its rates."""
@@ -228,11 +233,14 @@ class RateLearner:
         pooled = self._pooled
         trusted = self._pooled_rates is not None
         pooled.add(x, ttft_s, (self._pooled_rates or self.defaults).seconds(x), trusted)
-        if pooled.count >= self.min_samples:
+        if pooled.count >= self.min_samples and (not trusted or pooled.count % POOLED_EVERY == 0):
             self._pooled_rates = Rates.of(pooled.solve(self.defaults.vector(), self.prior_samples))
+            self._current.clear()  # endpoints that still use it as their prior see the change
         if fit.count >= self.min_samples:
             state.rates = Rates.of(fit.solve(self._prior(state).vector(), self.prior_samples))
+            self._current[endpoint.name] = state.rates
 
     def forget(self, name: str) -> None:
         """``name`` left the fleet: its fit goes (the pooled fit keeps what it taught)."""
         self._endpoints.pop(name, None)
+        self._current.pop(name, None)
