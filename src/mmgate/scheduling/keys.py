@@ -94,11 +94,14 @@ class PredictedTTFT:
     """Each endpoint's predicted time to first token for this request, in seconds
     (``predicted-ttft-producer``), and the model terms behind it, kept so the observed TTFT can
     be fitted against them. ``known`` is False for an endpoint whose metrics were missing or
-    stale: its prediction was made pessimistic."""
+    stale: its prediction was made pessimistic. ``work`` is the part of each prediction that is
+    this request's own encode and prefill there: the time it will hold that pod's GPU, which
+    every request queued behind it waits too."""
 
     seconds: dict[str, float]
-    terms: dict[str, tuple[float, float, float]]
+    terms: dict[str, tuple[float, ...]]
     known: dict[str, bool]
+    work: dict[str, float]
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

@@ -26,12 +26,16 @@ PREFILL = 10_000.0  # tokens/s
 ENCODER = 1e-4  # s per media token: a 900-token image encodes in 90 ms
 
 
-def build(producer: dict[str, Any] | None = None, slo: dict[str, Any] | None = None) -> Scheduler:
+def build(
+    producer: dict[str, Any] | None = None,
+    slo: dict[str, Any] | None = None,
+    scorer: dict[str, Any] | None = None,
+) -> Scheduler:
     params = {"prefillTokensPerSecond": PREFILL, "encoderSecondsPerToken": ENCODER, "fixedSeconds": 0.01}
     params.update(producer or {})
     plugins: list[dict[str, Any]] = [
         {"type": "predicted-ttft-producer", "parameters": params},
-        {"type": "predicted-ttft-scorer"},
+        {"type": "predicted-ttft-scorer", "parameters": scorer},
     ]
     refs = [{"pluginRef": "predicted-ttft-scorer"}]
     if slo is not None:
@@ -85,6 +89,28 @@ def test_a_cache_hit_wins_while_what_it_saves_exceeds_the_queue_it_costs() -> No
     assert s.schedule(req("c", text, image("img-1", 1280, 720), "q"), eps, 2.0).target is holder
     holder.inflight.tokens = int((saved + 0.02) * PREFILL)  # a little longer: the cold pod is faster
     assert s.schedule(req("d", text, image("img-1", 1280, 720), "q"), eps, 3.0).target is other
+
+
+def test_work_weight_also_counts_the_gpu_time_a_hit_saves_for_the_requests_behind() -> None:
+    """With workWeight 1 a pod is charged its predicted TTFT plus the request's own encode and
+    prefill there: a hit that is a little slower to first token still wins, since the encode
+    it skips shortens the queue for everyone after it."""
+    cold, sticky = build({"learn": False}), build({"learn": False}, scorer={"workWeight": 1})
+    for s in (cold, sticky):
+        eps = fleet(2)
+        text = "a long shared system prompt " * 100
+        where = serve(s, req("a", text, image("img-1", 1280, 720)), eps, 0.0, 0.2)
+        holder, other = (eps[0], eps[1]) if where == eps[0].name else (eps[1], eps[0])
+        probe = req("b", text, image("img-1", 1280, 720), "q")
+        s.schedule(probe, eps, 1.0)
+        p = predicted(probe)
+        saved = p.seconds[other.name] - p.seconds[holder.name]
+        assert p.work[other.name] - p.work[holder.name] == pytest.approx(
+            saved
+        )  # idle pods: all of it is work
+        holder.inflight.tokens = int((saved + 0.02) * PREFILL)  # 20 ms later to first token
+        chosen = s.schedule(req("c", text, image("img-1", 1280, 720), "q"), eps, 2.0).target
+        assert chosen is (other if s is cold else holder)
 
 
 def test_media_ahead_in_the_queue_costs_encoder_time() -> None:
@@ -229,9 +255,11 @@ def test_bad_parameters_are_config_errors(params: dict[str, Any], message: str) 
         build(params)
 
 
-def test_bad_slo_is_a_config_error() -> None:
+def test_bad_slo_or_work_weight_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="sloSeconds"):
         build(slo={"sloSeconds": -1})
+    with pytest.raises(ConfigError, match="workWeight"):
+        build(scorer={"workWeight": -0.5})
 
 
 def test_through_the_des_a_slow_pod_gets_less_work_with_no_rate_configured(tmp_path: Path) -> None:

@@ -1,16 +1,17 @@
 """``predicted-ttft-producer``: each candidate's predicted time to first token for this request.
 
-For endpoint ``e`` (:mod:`mmgate.scheduling.ttft.rates` has the model)::
+For endpoint ``e`` (:mod:`mmgate.scheduling.ttft.rates` has the model and every term)::
 
-    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e)
+    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e) + h_e * H_e + c_e * C_e
 
 with the request's terms read from the other producers' data: ``P_e`` = priced prompt tokens
 (``token-producer``) minus the prefix ``e`` is believed to hold (``PrefixCacheMatchInfo``,
-approximate or precise), ``E_e`` = tokens of the media items after that prefix which ``e``'s
-encoder cache is not believed to hold (``EncoderCacheMatchInfo``), and the work ahead ``A_e`` /
-``M_e`` = the in-flight prompt / media tokens the gateway has placed on ``e`` and not yet seen a
-first token for (``inflight-load-producer``), or, when larger, the scraped waiting queue times
-the mean prompt size the gateway has placed (other gateways' traffic shows there).
+approximate or precise; ``C_e`` is that prefix), ``E_e`` = tokens of the media items after that
+prefix which ``e``'s encoder cache is not believed to hold (``EncoderCacheMatchInfo``; ``H_e``
+those it is), and the work ahead ``A_e`` / ``M_e`` = the in-flight prompt / media tokens the
+gateway has placed on ``e`` and not yet seen a first token for (``inflight-load-producer``),
+or, when larger, the scraped waiting queue times the mean prompt size the gateway has placed
+(other gateways' traffic shows there).
 
 An endpoint whose metrics are missing or stale is predicted pessimistically: the worst
 prediction among endpoints with fresh metrics plus its own, so a pod the gateway knows nothing
@@ -44,7 +45,7 @@ from mmgate.scheduling.keys import (
     PrefixMatch,
     TokenizedPrompt,
 )
-from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable
+from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
@@ -69,7 +70,7 @@ class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
 class _Pending(msgspec.Struct):
     endpoint: EndpointState
     started: float
-    terms: tuple[float, float, float]
+    terms: Vector
     learnable: bool
 
 
@@ -130,29 +131,45 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         mean_tokens = self._tokens_sum / self._tokens_weight if self._tokens_weight else 0.0
         now, staleness = request.now, request.staleness_s
         seconds: dict[str, float] = {}
-        terms: dict[str, tuple[float, float, float]] = {}
+        terms: dict[str, Vector] = {}
         known: dict[str, bool] = {}
+        work: dict[str, float] = {}
         worst_known = -1.0
         for ep in endpoints:
             name = ep.name
             blocks = matched.get(name, 0)
             cached = min(blocks * block, prompt) if blocks else 0
-            encode = 0
+            encode = hits = 0
             if items:
                 held = held_by.get(name, ())
                 for end, length, index in items:
-                    if end > cached and index not in held:
-                        encode += length
+                    if end > cached:
+                        if index in held:
+                            hits += length
+                        else:
+                            encode += length
             flight = ep.inflight
             ahead = flight.tokens
             m = ep.metrics
             fresh = m is not None and now - m.scraped_at <= staleness
             if fresh and m is not None and m.waiting:
                 ahead = max(ahead, int(m.waiting * mean_tokens))
-            x = (1.0, float(ahead + max(0, total - cached)), float(flight.media_tokens + encode))
+            x = (
+                1.0,
+                float(ahead + max(0, total - cached)),
+                float(flight.media_tokens + encode),
+                float(hits),
+                float(cached),
+            )
             rates = rates_of(ep)
-            s = rates.fixed_s + rates.prefill_s_per_token * x[1] + rates.encoder_s_per_token * x[2]
+            s = rates.seconds(x)
             seconds[name] = s
+            work[name] = (
+                rates.prefill_s_per_token * max(0, total - cached)
+                + rates.encoder_s_per_token * encode
+                + rates.encoder_hit_s_per_token * hits
+                + rates.prefix_hit_s_per_token * cached
+            )
             terms[name] = x
             known[name] = fresh
             if fresh and s > worst_known:
@@ -161,7 +178,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             for name, fresh in known.items():
                 if not fresh:
                     seconds[name] += worst_known
-        info = PredictedTTFT(seconds, terms, known)
+        info = PredictedTTFT(seconds, terms, known, work)
         for key in self._keys:
             request.put(key, info)
 

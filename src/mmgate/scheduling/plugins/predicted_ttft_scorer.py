@@ -21,6 +21,7 @@ from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 class PredictedTTFTScorerParams(msgspec.Struct, forbid_unknown_fields=True):
     predictedTTFTProducerName: str = ""
+    workWeight: float = 0.0
 
 
 class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
@@ -28,7 +29,10 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
 
     def __init__(self, name: str, params: PredictedTTFTScorerParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
+        if not params.workWeight >= 0:
+            raise ValueError(f"workWeight must be >= 0, got {params.workWeight}")
         self._key: DataKey[PredictedTTFT] = PREDICTED_TTFT.scoped(params.predictedTTFTProducerName)
+        self._work_weight = params.workWeight
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (self._key,)
@@ -38,4 +42,12 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
         if info is None:
             return [0.0] * len(endpoints)
         seconds = info.seconds
-        return lower_is_better([seconds.get(ep.name) for ep in endpoints])
+        beta = self._work_weight
+        if not beta:
+            return lower_is_better([seconds.get(ep.name) for ep in endpoints])
+        work = info.work
+        costs: list[float | None] = []
+        for ep in endpoints:
+            s = seconds.get(ep.name)
+            costs.append(None if s is None else s + beta * work.get(ep.name, 0.0))
+        return lower_is_better(costs)

@@ -1,12 +1,12 @@
 """The predicted-TTFT cost model: what a request's time to first token would be on each endpoint.
 
-:mod:`~mmgate.scheduling.ttft.rates` holds the model (three terms, three per-endpoint rates) and
+:mod:`~mmgate.scheduling.ttft.rates` holds the model (five terms, five per-endpoint rates) and
 how configured rates are resolved for an endpoint; :mod:`~mmgate.scheduling.ttft.fit` learns the
 rates online from observed TTFTs. Both are pure: no clock, no I/O. The plugins that use them are
 ``predicted-ttft-producer``, ``predicted-ttft-scorer`` and ``predicted-ttft-slo-filter``.
 """
 
 from mmgate.scheduling.ttft.fit import DecayingFit, RateLearner
-from mmgate.scheduling.ttft.rates import Features, Rates, RateSpec, RateTable
+from mmgate.scheduling.ttft.rates import N_TERMS, Rates, RateSpec, RateTable, Vector
 
-__all__ = ["DecayingFit", "Features", "RateLearner", "RateSpec", "RateTable", "Rates"]
+__all__ = ["N_TERMS", "DecayingFit", "RateLearner", "RateSpec", "RateTable", "Rates", "Vector"]

@@ -1,16 +1,19 @@
 """Learning the TTFT model's rates online, per endpoint, from the TTFTs the gateway observes.
 
 Each endpoint has an exponentially decaying least-squares fit of observed TTFT on the model's
-terms (:class:`~mmgate.scheduling.ttft.rates.Features`), so a pod whose speed changes (another
+terms (:mod:`~mmgate.scheduling.ttft.rates`), so a pod whose speed changes (another
 GPU, a noisy neighbour, a new engine version) is relearned within a few half-lives. Three things
 keep it robust:
 
 - a **prior**: the fit is a ridge regression pulled towards prior rates with the weight of
   ``prior_samples`` observations, so terms the traffic does not exercise (no media yet) stay
   where the prior puts them instead of wandering;
-- **relative errors**: each observation weighs ``1 / TTFT^2``, so the fit minimises relative
-  error: TTFT noise grows with TTFT (a loaded pod's queue varies more), and a 10 ms error on a
-  50 ms request matters as much to a decision as 1 s on a 5 s one;
+- **relative errors**: each observation weighs ``1 / predicted^2`` (the prediction made with
+  the rates of that moment), so the fit minimises relative error: TTFT noise grows with TTFT (a
+  loaded pod's queue varies more), and a 10 ms error on a 50 ms request matters as much to a
+  decision as 1 s on a 5 s one. Weighing by the *observed* TTFT instead would favour the
+  observations that came out short and bias every rate low (a believed cache hit that was a
+  miss would hardly count);
 - **Huber weights**: once an endpoint has ``min_samples`` observations, one whose relative
   residual is more than ``HUBER_K`` times the mean absolute one counts proportionally less (a
   preempted request, a GC pause, a network hiccup do not drag the rates);
@@ -28,13 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from mmgate.scheduling.ttft.rates import N_TERMS, Rates
+from mmgate.scheduling.ttft.rates import N_TERMS, Explicit, Rates, Vector
 from mmgate.scheduling.types import EndpointState
 
 HUBER_K = 3.0
 POOLED_EVERY = 16  # once trusted, the pooled fit (a prior only) is re-solved every this many observations
-FLOOR_S = 1e-3  # relative errors are taken against at least this TTFT
-Vector = tuple[float, float, float]
+FLOOR_S = 1e-3  # relative errors are taken against a prediction of at least this
 
 
 class DecayingFit:
@@ -58,7 +60,7 @@ class DecayingFit:
     def add(self, x: Vector, y: float, predicted: float, trusted: bool) -> None:
         """One observation ``y`` of terms ``x`` that the current rates predicted as ``predicted``;
         ``trusted``: the fit has enough samples for its residual scale to mean something."""
-        ref = max(y, FLOOR_S)
+        ref = max(predicted, FLOOR_S)
         residual = (y - predicted) / ref
         weight = self.weight_of(residual, trusted) / (ref * ref)
         d = self.decay
@@ -107,8 +109,8 @@ class DecayingFit:
                 break
             free = [i for i in free if i not in negative]
             if not free:
-                return (0.0, 0.0, 0.0)
-        return (max(0.0, theta[0]), max(0.0, theta[1]), max(0.0, theta[2]))
+                break
+        return tuple(max(0.0, v) for v in theta)
 
 
 def _gauss(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -136,7 +138,7 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float] | None:
 class _Endpoint:
     __slots__ = ("configured", "explicit", "fit", "rates")
 
-    def __init__(self, configured: Rates, explicit: tuple[bool, bool, bool], decay: float) -> None:
+    def __init__(self, configured: Rates, explicit: Explicit, decay: float) -> None:
         self.configured = configured
         self.explicit = explicit
         self.fit = DecayingFit(decay)
@@ -155,7 +157,7 @@ class RateLearner:
     def __init__(
         self,
         defaults: Rates,
-        configured: Callable[[EndpointState], tuple[Rates, tuple[bool, bool, bool]]],
+        configured: Callable[[EndpointState], tuple[Rates, Explicit]],
         *,
         learn: bool = True,
         min_samples: int = 20,
@@ -198,10 +200,7 @@ class RateLearner:
             return state.configured
         pooled = self._pooled_rates.vector()
         own = state.configured.vector()
-        e = state.explicit
-        return Rates(
-            own[0] if e[0] else pooled[0], own[1] if e[1] else pooled[1], own[2] if e[2] else pooled[2]
-        )
+        return Rates.of([o if e else p for o, p, e in zip(own, pooled, state.explicit, strict=True)])
 
     def rates(self, endpoint: EndpointState) -> Rates:
         """The rates to predict with for ``endpoint`` now."""

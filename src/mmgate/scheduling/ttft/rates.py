@@ -2,73 +2,80 @@
 
 A request's time to first token on endpoint ``e`` is modelled as::
 
-    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e)
+    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e) + h_e * H_e + c_e * C_e
 
 - ``A_e``: prompt tokens queued or running ahead of the request there (what the gateway placed
   and has not seen a first token for, or the scraped waiting queue times the mean request size,
   whichever is larger), ``M_e`` the media part of them;
-- ``P_e``: this request's prompt tokens the endpoint's prefix cache does not hold;
+- ``P_e``: this request's prompt tokens the endpoint's prefix cache is not believed to hold;
 - ``E_e``: tokens of this request's media items that neither the prefix cache covers nor the
-  encoder cache holds;
+  encoder cache is believed to hold;
+- ``H_e`` / ``C_e``: the media tokens believed held by the encoder cache, and the prompt tokens
+  believed held by the prefix cache — what the gateway *believes* was saved;
 - ``p_e`` seconds per prefill token (1 / prefill throughput), ``s_e`` encoder seconds per media
-  token, ``f_e`` a fixed part (network, API server, the per-step floor of a short prefill).
+  token, ``f_e`` a fixed part (network, API server, the per-step floor of a short prefill);
+- ``h_e``, ``c_e``: what a believed hit still costs per token, 0 if the gateway's indexes are
+  right. The gateway never sees the caches, only where it sent content; where a pod evicts sooner
+  than the index assumes, its believed hits are partly misses, and these two rates, learned from
+  observed TTFTs, price that in.
 
-The terms are linear, so the three rates can be learned from observed TTFTs by least squares
-(:mod:`mmgate.scheduling.ttft.fit`), and a configured rate is a prior for that fit.
+The terms are linear, so the rates can be learned from observed TTFTs by least squares
+(:mod:`mmgate.scheduling.ttft.fit`), and configured rates are a prior for that fit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from mmgate.scheduling.types import EndpointState
 
-N_TERMS = 3
-"""The model's terms: fixed, prefill tokens, encoder tokens."""
+N_TERMS = 5
+"""The model's terms: fixed, prefill tokens, encoder tokens, believed encoder hits, believed prefix hits."""
 
-
-@dataclass(slots=True, frozen=True)
-class Features:
-    """The model's inputs for one request on one endpoint, as seen at decision time."""
-
-    ahead_tokens: int
-    ahead_media_tokens: int
-    prefill_tokens: int  # this request's, not held by the prefix cache
-    encoder_tokens: int  # this request's media tokens to encode there
-
-    def vector(self) -> tuple[float, float, float]:
-        """(1, prefill tokens, encoder tokens): what each rate multiplies."""
-        return (
-            1.0,
-            float(self.ahead_tokens + self.prefill_tokens),
-            float(self.ahead_media_tokens + self.encoder_tokens),
-        )
+Vector = tuple[float, ...]
+"""One value per term, in the order above (the terms of a request, or the rates)."""
+Explicit = tuple[bool, ...]
 
 
 @dataclass(slots=True, frozen=True)
 class Rates:
-    """``fixed_s`` seconds plus ``prefill_s_per_token`` and ``encoder_s_per_token`` per token."""
+    """Seconds: ``fixed_s``, plus per token of each term (see the module docstring)."""
 
     fixed_s: float
     prefill_s_per_token: float
     encoder_s_per_token: float
+    encoder_hit_s_per_token: float = 0.0
+    prefix_hit_s_per_token: float = 0.0
 
-    def vector(self) -> tuple[float, float, float]:
-        return (self.fixed_s, self.prefill_s_per_token, self.encoder_s_per_token)
+    def vector(self) -> Vector:
+        return (
+            self.fixed_s,
+            self.prefill_s_per_token,
+            self.encoder_s_per_token,
+            self.encoder_hit_s_per_token,
+            self.prefix_hit_s_per_token,
+        )
 
     @classmethod
-    def of(cls, v: tuple[float, ...] | list[float]) -> Rates:
-        return cls(v[0], v[1], v[2])
+    def of(cls, v: Sequence[float]) -> Rates:
+        return cls(v[0], v[1], v[2], v[3], v[4])
 
-    def seconds(self, x: tuple[float, float, float]) -> float:
-        return self.fixed_s + self.prefill_s_per_token * x[1] + self.encoder_s_per_token * x[2]
+    def seconds(self, x: Sequence[float]) -> float:
+        return (
+            self.fixed_s * x[0]
+            + self.prefill_s_per_token * x[1]
+            + self.encoder_s_per_token * x[2]
+            + self.encoder_hit_s_per_token * x[3]
+            + self.prefix_hit_s_per_token * x[4]
+        )
 
 
 class RateSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Configured rates; a field left out is taken from the next, less specific level."""
+    """Configured rates; a field left out is taken from the next, less specific level. (What a
+    believed hit costs is not configured: it starts at 0 and is learned.)"""
 
     prefillTokensPerSecond: float | None = None
     encoderSecondsPerToken: float | None = None
@@ -84,10 +91,10 @@ class RateSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.fixedSeconds is not None and not self.fixedSeconds >= 0:
             raise ValueError(f"{where}.fixedSeconds must be >= 0, got {self.fixedSeconds}")
 
-    def values(self) -> tuple[float | None, float | None, float | None]:
+    def values(self) -> tuple[float | None, ...]:
         """In the order of :meth:`Rates.vector` (prefill as seconds per token)."""
         p = self.prefillTokensPerSecond
-        return (self.fixedSeconds, None if p is None else 1.0 / p, self.encoderSecondsPerToken)
+        return (self.fixedSeconds, None if p is None else 1.0 / p, self.encoderSecondsPerToken, None, None)
 
 
 class RateTable:
@@ -113,7 +120,7 @@ class RateTable:
                 raise ValueError(f"byLabel key {selector!r} must be 'label=value'")
             self.by_label.append((key, value, spec))
 
-    def configured(self, endpoint: EndpointState) -> tuple[Rates, tuple[bool, bool, bool]]:
+    def configured(self, endpoint: EndpointState) -> tuple[Rates, Explicit]:
         """The endpoint's rates and, per rate, whether the config named it for this endpoint
         (by name, label or role) rather than leaving it to the defaults."""
         specs: list[RateSpec] = []
@@ -128,7 +135,7 @@ class RateTable:
         if role is not None and role in self.by_role:
             specs.append(self.by_role[role])
         out = list(self.defaults.vector())
-        explicit = [False, False, False]
+        explicit = [False] * N_TERMS
         for i in range(N_TERMS):
             for spec in specs:
                 v = spec.values()[i]
@@ -136,4 +143,4 @@ class RateTable:
                     out[i] = v
                     explicit[i] = True
                     break
-        return Rates.of(out), (explicit[0], explicit[1], explicit[2])
+        return Rates.of(out), tuple(explicit)
