@@ -22,7 +22,7 @@ def observe(
     lr: RateLearner, ep: EndpointState, truth: Rates, n: int, rng: random.Random, noise: float = 0.05
 ) -> None:
     for _ in range(n):
-        x = (1.0, float(rng.randint(50, 20_000)), float(rng.choice([0, 0, 880, 1760, 2640])), 0.0, 0.0)
+        x = (1.0, float(rng.randint(50, 20_000)), float(rng.choice([0, 0, 880, 1760, 2640])), 0.0, 0.0, 0.0)
         lr.observe(ep, x, truth.seconds(x) * (1 + rng.gauss(0, noise)))
 
 
@@ -59,7 +59,7 @@ def test_prior_until_min_samples_then_the_fit() -> None:
     assert lr.learned("a:1")
     # 30 noisy samples pin predictions down where they lie, if not every rate on its own
     for tokens, media in ((4000, 880), (10000, 0), (16000, 2640)):
-        x = (1.0, float(tokens), float(media), 0.0, 0.0)
+        x = (1.0, float(tokens), float(media), 0.0, 0.0, 0.0)
         assert close(lr.rates(ep).seconds(x), truth.seconds(x), 0.1)
 
 
@@ -90,7 +90,7 @@ def test_outliers_do_not_drag_the_rates() -> None:
     truth = Rates(0.02, 1 / 10_000, 3e-5)
     lr = learner()
     for i in range(600):
-        x = (1.0, float(rng.randint(50, 20_000)), 0.0, 0.0, 0.0)
+        x = (1.0, float(rng.randint(50, 20_000)), 0.0, 0.0, 0.0, 0.0)
         y = truth.seconds(x)
         lr.observe(ep, x, y * 40 if i % 20 == 7 else y)  # 5% of requests hit a 40x stall
     assert close(lr.rates(ep).prefill_s_per_token, truth.prefill_s_per_token, 0.25)
@@ -110,7 +110,7 @@ def test_rates_stay_non_negative_on_degenerate_data() -> None:
     ep = EndpointState("a:1")
     lr = learner(min_samples=5)
     for i in range(50):  # TTFT falls as tokens grow: an unconstrained fit would go negative
-        x = (1.0, float(1000 + i * 100), 0.0, 0.0, 0.0)
+        x = (1.0, float(1000 + i * 100), 0.0, 0.0, 0.0, 0.0)
         lr.observe(ep, x, 1.0 - i * 0.01)
     r = lr.rates(ep)
     assert min(r.vector()) >= 0.0
@@ -149,7 +149,7 @@ def test_rate_table_resolves_each_rate_from_the_most_specific_level() -> None:
     )
     ep = EndpointState("a:1", role="decode", labels={"gpu": "rtx4060"})
     rates, explicit = table.configured(ep)
-    assert rates == Rates(0.5, 1 / 5_000, 3e-4) and explicit == (True, True, True, False, False)
+    assert rates == Rates(0.5, 1 / 5_000, 3e-4) and explicit == (True, True, True, False, False, True)
     other, explicit = table.configured(EndpointState("b:1"))
     assert other == DEFAULTS and not any(explicit)
     with pytest.raises(ValueError, match="label=value"):
@@ -171,6 +171,7 @@ def test_believed_hits_that_are_not_there_are_priced_in() -> None:
             float(rng.randint(100, 3000)),
             0.0 if believed_hit else media,
             media if believed_hit else 0.0,
+            0.0,
             0.0,
         )
         really_encoded = not believed_hit or rng.random() < 0.7

@@ -2,7 +2,7 @@
 
 For endpoint ``e`` (:mod:`mmgate.scheduling.ttft.rates` has the model and every term)::
 
-    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e) + h_e * H_e + c_e * C_e
+    TTFT_e = f_e + p_e * P_e + s_e * (M_e + E_e) + h_e * H_e + c_e * C_e + q_e * A_e
 
 with the request's terms read from the other producers' data: ``P_e`` = priced prompt tokens
 (``token-producer``) minus the prefix ``e`` is believed to hold (``PrefixCacheMatchInfo``,
@@ -156,10 +156,11 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                 ahead = max(ahead, int(m.waiting * mean_tokens))
             x = (
                 1.0,
-                float(ahead + max(0, total - cached)),
+                float(max(0, total - cached)),
                 float(flight.media_tokens + encode),
                 float(hits),
                 float(cached),
+                float(ahead),
             )
             rates = rates_of(ep)
             s = rates.seconds(x)

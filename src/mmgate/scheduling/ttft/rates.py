@@ -2,7 +2,7 @@
 
 A request's time to first token on endpoint ``e`` is modelled as::
 
-    TTFT_e = f_e + p_e * (A_e + P_e) + s_e * (M_e + E_e) + h_e * H_e + c_e * C_e
+    TTFT_e = f_e + p_e * P_e + s_e * (M_e + E_e) + h_e * H_e + c_e * C_e + q_e * A_e
 
 - ``A_e``: prompt tokens queued or running ahead of the request there (what the gateway placed
   and has not seen a first token for, or the scraped waiting queue times the mean request size,
@@ -14,6 +14,9 @@ A request's time to first token on endpoint ``e`` is modelled as::
   believed held by the prefix cache — what the gateway *believes* was saved;
 - ``p_e`` seconds per prefill token (1 / prefill throughput), ``s_e`` encoder seconds per media
   token, ``f_e`` a fixed part (network, API server, the per-step floor of a short prefill);
+- ``q_e``: seconds per token queued ahead, ``p_e`` to begin with; learned apart from ``p_e``
+  because the engine batches: a prefill chunk shares its step with the chunks of requests ahead
+  of it, so a token ahead delays this request by less than a token of its own;
 - ``h_e``, ``c_e``: what a believed hit still costs per token, 0 if the gateway's indexes are
   right. The gateway never sees the caches, only where it sent content; where a pod evicts sooner
   than the index assumes, its believed hits are partly misses, and these two rates, learned from
@@ -32,8 +35,9 @@ import msgspec
 
 from mmgate.scheduling.types import EndpointState
 
-N_TERMS = 5
-"""The model's terms: fixed, prefill tokens, encoder tokens, believed encoder hits, believed prefix hits."""
+N_TERMS = 6
+"""The model's terms: fixed, prefill tokens, encoder tokens, believed encoder hits, believed prefix
+hits, tokens ahead."""
 
 Vector = tuple[float, ...]
 """One value per term, in the order above (the terms of a request, or the rates)."""
@@ -49,6 +53,16 @@ class Rates:
     encoder_s_per_token: float
     encoder_hit_s_per_token: float = 0.0
     prefix_hit_s_per_token: float = 0.0
+    queue_s_per_token: float | None = None  # None: the prefill rate
+
+    def __post_init__(self) -> None:
+        if self.queue_s_per_token is None:
+            object.__setattr__(self, "queue_s_per_token", self.prefill_s_per_token)
+
+    @property
+    def queue(self) -> float:
+        q = self.queue_s_per_token
+        return self.prefill_s_per_token if q is None else q
 
     def vector(self) -> Vector:
         return (
@@ -57,11 +71,12 @@ class Rates:
             self.encoder_s_per_token,
             self.encoder_hit_s_per_token,
             self.prefix_hit_s_per_token,
+            self.queue,
         )
 
     @classmethod
     def of(cls, v: Sequence[float]) -> Rates:
-        return cls(v[0], v[1], v[2], v[3], v[4])
+        return cls(v[0], v[1], v[2], v[3], v[4], v[5])
 
     def seconds(self, x: Sequence[float]) -> float:
         return (
@@ -70,6 +85,7 @@ class Rates:
             + self.encoder_s_per_token * x[2]
             + self.encoder_hit_s_per_token * x[3]
             + self.prefix_hit_s_per_token * x[4]
+            + self.queue * x[5]
         )
 
 
@@ -93,8 +109,8 @@ class RateSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def values(self) -> tuple[float | None, ...]:
         """In the order of :meth:`Rates.vector` (prefill as seconds per token)."""
-        p = self.prefillTokensPerSecond
-        return (self.fixedSeconds, None if p is None else 1.0 / p, self.encoderSecondsPerToken, None, None)
+        p = None if self.prefillTokensPerSecond is None else 1.0 / self.prefillTokensPerSecond
+        return (self.fixedSeconds, p, self.encoderSecondsPerToken, None, None, p)
 
 
 class RateTable:
