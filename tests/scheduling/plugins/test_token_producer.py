@@ -121,7 +121,7 @@ def test_engine_mode_publishes_the_models_own_ids(tmp_path: Path) -> None:
     [
         ({"mode": "engine"}, "mode engine needs tokenizerDir"),
         ({"mode": "engine", "tokenizerDir": "/nonexistent/model"}, "does not exist"),
-        ({"mode": "pseudo", "tokenizerDir": "/x"}, "tokenizerDir is read in mode engine only"),
+        ({"mode": "pseudo", "tokenizerDir": "/x"}, "are read in mode engine only"),
         ({"mode": "exact"}, "mode 'exact' is not one of pseudo, engine"),
     ],
 )

@@ -12,10 +12,12 @@ request path. The result is llm-d's ``PrefixCacheMatchInfo``, so ``prefix-cache-
 precise-prefix-cache-producer``.
 
 The keys match only when the gateway's token ids are the ones the engine sees: true for the
-simulator (same pseudo-token stream); for a real vLLM, engine-exact tokens come with the tokenizer
-mode. Unlike the approximate producer, nothing is recorded after a decision: the next events say
-what the pod really stored. llm-d's ``indexerConfig`` and ``kvEventsConfig`` are accepted so its
-configs load; in mmgate the subscriber is configured under ``mmgate.kvEvents`` and the endpoints.
+simulator (same pseudo-token stream, or the same engine-exact ids with ``mmgate sim --tokenizer``);
+for a real vLLM, give ``token-producer`` the served model's folder (``tokens: [{mode: engine,
+tokenizerDir: ...}]``, :mod:`mmgate.tokens.engine.modes`). Unlike the approximate producer,
+nothing is recorded after a decision: the next events say what the pod really stored. llm-d's
+``indexerConfig`` and ``kvEventsConfig`` are accepted so its configs load; in mmgate the
+subscriber is configured under ``mmgate.kvEvents`` and the endpoints.
 """
 
 from __future__ import annotations

@@ -99,8 +99,21 @@ def _template(folder: Path, config: dict[str, Any]) -> tuple[str, str]:
     )
 
 
-def load_model_files(directory: str | Path) -> ModelFiles:
-    """Read and check ``directory``; raises :class:`ModelFilesError` saying what is missing."""
+def _template_file(path: str | Path) -> tuple[str, str]:
+    file = Path(path).expanduser()
+    try:
+        return file.read_text(encoding="utf-8"), str(file)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFilesError(
+            f"cannot read the chat template {str(path)!r} (the file the pods' --chat-template names): {exc}"
+        ) from None
+
+
+def load_model_files(directory: str | Path, chat_template: str | Path | None = None) -> ModelFiles:
+    """Read and check ``directory``; raises :class:`ModelFilesError` saying what is missing.
+
+    ``chat_template`` is a template file used instead of the folder's, as vLLM's ``--chat-template``
+    replaces the model's."""
     folder = Path(directory).expanduser()
     if not folder.is_dir():
         raise ModelFilesError(
@@ -115,7 +128,7 @@ def load_model_files(directory: str | Path) -> ModelFiles:
         )
     config_file = folder / "tokenizer_config.json"
     config = _read_json(config_file) if config_file.is_file() else {}
-    source, where = _template(folder, config)
+    source, where = _template_file(chat_template) if chat_template else _template(folder, config)
     special: dict[str, Any] = {}
     for key in SPECIAL_TOKEN_KEYS:
         text = _token_text(config.get(key))

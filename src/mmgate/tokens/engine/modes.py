@@ -8,6 +8,8 @@
         - model: Qwen/Qwen2.5-VL-7B-Instruct     # a served model id, or a glob: "Qwen/*", "*"
           mode: engine                           # the model's own token ids
           tokenizerDir: /models/Qwen2.5-VL-7B-Instruct
+          # chatTemplate: /etc/vllm/template.jinja   # only if the pods run --chat-template FILE
+          # contentFormat: auto                      # the pods' --chat-template-content-format
         - model: "*"
           mode: pseudo                           # the default: mmgate's pseudo-token stream
 
@@ -48,6 +50,8 @@ class TokenMode(msgspec.Struct, forbid_unknown_fields=True):
     model: str = "*"
     mode: str = "pseudo"  # one of MODES
     tokenizerDir: str | None = None
+    chatTemplate: str | None = None  # vLLM --chat-template: a file replacing the folder's template
+    contentFormat: str = "auto"  # vLLM --chat-template-content-format: auto, string, openai
 
 
 class TokenModes:
@@ -64,8 +68,10 @@ class TokenModes:
             if entry.mode not in MODES:
                 raise ValueError(f"{where}: mode {entry.mode!r} is not one of {', '.join(MODES)}")
             if entry.mode == "pseudo":
-                if entry.tokenizerDir:
-                    raise ValueError(f"{where}: tokenizerDir is read in mode engine only")
+                if entry.tokenizerDir or entry.chatTemplate or entry.contentFormat != "auto":
+                    raise ValueError(
+                        f"{where}: tokenizerDir, chatTemplate and contentFormat are read in mode engine only"
+                    )
                 resolved.append((entry.model, None))
                 continue
             if not entry.tokenizerDir:
@@ -76,7 +82,9 @@ class TokenModes:
             try:
                 from mmgate.tokens.engine.tokenizer import load_engine_tokenizer
 
-                tokenizer = load_engine_tokenizer(entry.tokenizerDir)
+                tokenizer = load_engine_tokenizer(
+                    entry.tokenizerDir, chat_template=entry.chatTemplate, content_format=entry.contentFormat
+                )
                 if not _GLOB & set(entry.model):  # a literal id: its family is known now
                     tokenizer.placeholder_ids(family_of(entry.model))
             except ModelFilesError as exc:
@@ -84,11 +92,6 @@ class TokenModes:
             resolved.append((entry.model, tokenizer))
         self._entries = tuple(resolved)
         self._cache: dict[str, EngineTokenizer | None] = {}
-
-    @property
-    def engine_models(self) -> tuple[str, ...]:
-        """The ``model`` patterns in engine mode (for the startup log)."""
-        return tuple(m for m, t in self._entries if t is not None)
 
     def for_model(self, model: str) -> EngineTokenizer | None:
         if model in self._cache:

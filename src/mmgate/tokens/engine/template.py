@@ -13,7 +13,8 @@ vLLM passes: ``messages``, ``tools``, ``documents``, ``add_generation_prompt``,
 vLLM shows a template either each content part as a dict (``{"type": "text", ...}``,
 ``{"type": "image"}``) or each message's text joined into one string, depending on whether the
 template loops over ``message['content']`` (its "openai" and "string" content formats):
-:attr:`ChatTemplate.content_format` makes the same choice by walking the template's syntax tree.
+:attr:`ChatTemplate.content_format` makes the same choice by walking the template's syntax tree,
+unless the pods force one (``--chat-template-content-format``, the ``contentFormat`` setting).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ContentFormat = Literal["string", "openai"]
+CONTENT_FORMATS = ("auto", "string", "openai")
+"""vLLM's ``--chat-template-content-format`` choices; ``auto`` detects it from the template."""
 
 
 class TemplateError(ValueError):
@@ -107,14 +110,31 @@ class ChatTemplate:
 
     __slots__ = ("content_format", "special_tokens", "template")
 
-    def __init__(self, source: str, special_tokens: Mapping[str, Any], *, where: str = "<template>") -> None:
+    def __init__(
+        self,
+        source: str,
+        special_tokens: Mapping[str, Any],
+        *,
+        where: str = "<template>",
+        content_format: str = "auto",
+    ) -> None:
         env = _environment()
         try:
             tree = env.parse(source)
             self.template = env.from_string(source)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"{where}: the chat template does not compile: {exc}") from None
-        self.content_format: ContentFormat = detect_content_format(tree)
+        if content_format not in CONTENT_FORMATS:
+            raise TemplateError(
+                f"content format {content_format!r} is not one of {', '.join(CONTENT_FORMATS)}"
+            )
+        self.content_format: ContentFormat = (
+            detect_content_format(tree)
+            if content_format == "auto"
+            else "string"
+            if content_format == "string"
+            else "openai"
+        )
         self.special_tokens = dict(special_tokens)
 
     def render(

@@ -68,12 +68,17 @@ class EngineTokenizer:
 
     __slots__ = ("_placeholder_ids", "_segments", "_tok", "files", "template")
 
-    def __init__(self, files: ModelFiles) -> None:
+    def __init__(self, files: ModelFiles, content_format: str = "auto") -> None:
         self.files = files
         self._tok = _load_tokenizer(files.tokenizer_json)
         self._segments = SegmentEncoder(self._tok, files.tokenizer_json)
         try:
-            self.template = ChatTemplate(files.chat_template, files.special_tokens, where=files.template_file)
+            self.template = ChatTemplate(
+                files.chat_template,
+                files.special_tokens,
+                where=files.template_file,
+                content_format=content_format,
+            )
         except TemplateError as exc:
             raise ModelFilesError(str(exc)) from None
         self._placeholder_ids: dict[str, dict[Modality, int]] = {}
@@ -181,11 +186,15 @@ class EngineTokenizer:
 
 
 @lru_cache(maxsize=16)
-def _cached(directory: str) -> EngineTokenizer:
-    return EngineTokenizer(load_model_files(directory))
+def _cached(directory: str, chat_template: str | None, content_format: str) -> EngineTokenizer:
+    return EngineTokenizer(load_model_files(directory, chat_template), content_format)
 
 
-def load_engine_tokenizer(directory: str | Path) -> EngineTokenizer:
-    """The tokenizer of a local model folder, loaded once per process per folder; raises
-    :class:`ModelFilesError` saying what the folder lacks."""
-    return _cached(str(Path(directory).expanduser().resolve()))
+def load_engine_tokenizer(
+    directory: str | Path, *, chat_template: str | Path | None = None, content_format: str = "auto"
+) -> EngineTokenizer:
+    """The tokenizer of a local model folder, loaded once per process per folder and settings;
+    raises :class:`ModelFilesError` saying what the folder lacks. ``chat_template`` and
+    ``content_format`` are vLLM's ``--chat-template`` and ``--chat-template-content-format``."""
+    template = str(Path(chat_template).expanduser().resolve()) if chat_template else None
+    return _cached(str(Path(directory).expanduser().resolve()), template, content_format)
