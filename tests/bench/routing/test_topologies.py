@@ -105,6 +105,9 @@ def test_quick_des_run_writes_tables_and_plots(tmp_path: Path, capsys: pytest.Ca
     folder = tmp_path / "image-heavy-des"
     for name in ("report.json", "report.md", "topologies.png"):
         assert (folder / name).stat().st_size > 0
+    records = json.loads((folder / "report.json").read_text())["records"]
+    assert {r["system"] for r in records} == {"aggregated", "e-pd"}
+    assert all(not r["encoder_cache_hit_ratio"] for r in records)  # cold: no image is sent twice
     text = capsys.readouterr().out
     assert "| **e-pd** | 1 E + 3 PD |" in text and "| **aggregated** | 4 EPD |" in text
     assert "TTFT ≤ 2 s and TPOT ≤ 50 ms" in text

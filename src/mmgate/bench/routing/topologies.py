@@ -46,10 +46,10 @@ from mmgate.bench.routing import report
 from mmgate.bench.routing.des import DesOptions, run_des
 from mmgate.bench.routing.http_mode import HttpOptions, prerender, start_fleet, start_router
 from mmgate.bench.routing.loadgen import Target, run_ladder, workload_bodies
-from mmgate.bench.routing.records import Ladder, RungResult, parse_rates
+from mmgate.bench.routing.records import Ladder, RungResult, arrival_times, parse_rates
 from mmgate.bench.routing.systems import System, resolve
 from mmgate.bench.workloads.media import MediaCache
-from mmgate.bench.workloads.synthetic import Workload, build
+from mmgate.bench.workloads.synthetic import Workload, build, scaled
 from mmgate.sim.engine import EngineConfig
 from mmgate.sim.profiles import ProfileError, load_profile
 
@@ -211,6 +211,12 @@ def _record(
     return rec
 
 
+def sent_by(ladder: Ladder) -> int:
+    """How many requests the ladder sends (warm-up included; Poisson arrivals get a margin)."""
+    sent = sum(len(arrival_times(rate, duration, "constant", 0)) for _, rate, duration, _ in ladder.rungs())
+    return sent if ladder.arrival == "constant" else int(sent * 1.2) + 10
+
+
 def gateway_config(topology: Topology, urls: Sequence[str], folder: Path) -> Path:
     """The topology's example config listing ``urls`` with their roles, the gateway running the
     legs itself (``orchestrator: gateway``) when there are stages: written into ``folder``."""
@@ -242,8 +248,11 @@ def run_http_topologies(
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Every topology over the ladder on loopback: a fresh simulated fleet with the topology's
-    roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator."""
-    media = MediaCache()
+    roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator.
+    The workload is cut to the requests the ladder sends, and every one of its images rendered
+    before the first rung, so the client renders nothing while it measures."""
+    workload = scaled(workload, sent_by(ladder))
+    media = MediaCache(capacity=max(512, workload.distinct_media()))
     spec = load_profile(profile)
     model = spec.model or spec.name
     prerender(workload, media, log)
@@ -466,8 +475,6 @@ def run(args: argparse.Namespace) -> int:
     sections: list[str] = []
     modes = (["des"] if not args.http_only else []) + (["http"] if args.http or args.http_only else [])
     for shape in plan.workloads:
-        params = {**shape.params, **({"requests": 60} if args.quick else {})}
-        workload = build(shape.workload, **params)
         des_rates = parse_rates("1,2" if args.quick else (args.rates or shape.rates))
         for mode in modes:
             if mode == "des":
@@ -476,6 +483,8 @@ def run(args: argparse.Namespace) -> int:
                 rates = parse_rates(args.http_rates) if args.http_rates else des_rates[:2]
                 duration = 4.0 if args.quick else args.http_duration
             ladder = Ladder(rates=rates, duration_s=duration, drain_timeout_s=120.0)
+            # As many requests as the ladder sends: none repeats, so every request stays cold.
+            workload = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
             layouts = ", ".join(f"{t.name} ({t.layout})" for t in plan.shapes)
             console.print(
                 f"{shape.workload} ({mode}): {layouts} on {args.accelerators} accelerators ({args.profile}), "
