@@ -59,8 +59,9 @@ TTFT_SLO_S = 2.0
 TPOT_SLO_S = 0.05
 ATTAINMENT = 0.9
 NAMES = ("aggregated", "encoder-dp", "e-pd", "e-p-d")
-ENCODER_DP_SETTING = "mm_encoder_data_parallel"
-"""The engine setting that makes a replica's encoder data parallel, when the engine has one."""
+ENCODER_DP = {"mm_encoder_tp_mode": "data"}
+"""The engine setting that makes a replica's encoder data parallel (vLLM's ``--mm-encoder-tp-mode
+data``), when the engine has it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,7 @@ def accelerators_per_pod(profile: str) -> int:
 
 
 def encoder_dp_available() -> bool:
-    return ENCODER_DP_SETTING in EngineConfig.__dataclass_fields__
+    return all(key in EngineConfig.__dataclass_fields__ for key in ENCODER_DP)
 
 
 STAGES = {"e-pd": ("encode", "prefill-decode"), "e-p-d": ("encode", "prefill", "decode")}
@@ -136,7 +137,7 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
         else:
             raise ValueError(f"unknown topology {name!r}; choose from {', '.join(NAMES)} (e-pd and e-p-d "
                              "may state their split in pods, e-p-d:1+2+1)")  # fmt: skip
-        engine = {ENCODER_DP_SETTING: True} if kind == "encoder-dp" else {}
+        engine = dict(ENCODER_DP) if kind == "encoder-dp" else {}
         system = "aggregated" if kind == "encoder-dp" else kind
         out.append(Topology(name, system, roles, accelerators, engine))
     return out
