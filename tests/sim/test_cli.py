@@ -14,6 +14,7 @@ import pytest
 from mmgate.sim.cli import add_arguments, specs_from_args
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role
+from mmgate.sim.server import SimPod
 from mmgate.sim.spec import load_fleet
 from support.processes import mmgate_command, subprocess_env
 from support.tokenizer_dir import model_dir
@@ -150,6 +151,22 @@ def test_flags_become_pod_settings() -> None:
     assert specs_from_args(args)[0].role is Role.DECODE
     args = parser.parse_args(["--ec-transfer-time-per-token", "1e-6"])
     assert specs_from_args(args)[0].ec_transfer_s_per_token == 1e-6
+    args = parser.parse_args(["--mm-encoder-tp-mode", "data", "--tensor-parallel-size", "2"])
+    pod = SimPod(specs_from_args(args)[0])
+    assert pod.engine.encoder_lanes == 2  # vLLM's flag names reach the engine
+
+
+def test_a_bad_tensor_parallel_size_is_a_message_and_exit_2() -> None:
+    out = subprocess.run(
+        mmgate_command(
+            "sim", "--mm-encoder-tp-mode", "data", "--tensor-parallel-size", "0", "--duration", "1"
+        ),
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert out.returncode == 2
+    assert "--tensor-parallel-size must be at least 1" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_tokenizer_flag_reaches_the_pods_and_a_bad_folder_exits_2(tmp_path: Path) -> None:

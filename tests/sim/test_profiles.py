@@ -75,3 +75,9 @@ def test_fit_poly() -> None:
     assert (a, b) == (pytest.approx(1.05), pytest.approx(1.95))
     with pytest.raises(ValueError):
         fit_poly([(1, 1), (1, 2), (1, 3)])
+
+
+def test_the_tp2_profile_encodes_on_both_gpus_in_data_mode() -> None:
+    profile = load_profile("qwen3-vl-32b-h200-tp2")
+    assert profile.encoder_for("weights") == (profile.encoder, 1)
+    assert profile.encoder_for("data") == (profile.encoder, 2)

@@ -121,6 +121,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it and the item is scheduled whole in a later step (default off, as in vLLM)",
     )
 
+    engine.add_argument(
+        "--mm-encoder-tp-mode",
+        choices=["weights", "data"],
+        help="weights (default): the encoder as the profile times it, items one after another; data: "
+        "each GPU of the replica encodes its share of a step's items (encoder data parallelism)",
+    )
+    engine.add_argument(
+        "--tensor-parallel-size",
+        metavar="N",
+        type=int,
+        help="GPUs of one replica (default: the profile's); data mode encodes on that many at once",
+    )
+
     roles = parser.add_argument_group("disaggregation")
     roles.add_argument(
         "--role",
@@ -182,6 +195,8 @@ ENGINE_FLAGS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "disable_chunked_mm_input",
+    "mm_encoder_tp_mode",
+    "tensor_parallel_size",
 )
 
 
@@ -201,6 +216,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, name)
         if value is not None:
             out[name] = value
+    if args.tensor_parallel_size is not None and args.tensor_parallel_size < 1:
+        raise ValueError(f"--tensor-parallel-size must be at least 1, not {args.tensor_parallel_size}")
     engine = {k: getattr(args, k) for k in ENGINE_FLAGS if getattr(args, k) is not None}
     if engine:
         out["engine"] = engine

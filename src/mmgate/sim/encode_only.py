@@ -4,7 +4,10 @@ vLLM's encoder-only instance allocates no KV cache and skips the language model.
 does not speed up with batching (the profiles' calibration: about 6 images/s at 672x448 for batch
 1 to 16), so items are encoded one request at a time in arrival order, each costing the profile's
 preprocessing and encoder time. Outputs are kept in an encoder cache keyed by identity (the EC
-producer's store), so a repeated item is neither preprocessed nor encoded again.
+producer's store), so a repeated item is neither preprocessed nor encoded again. With
+``--mm-encoder-tp-mode data`` each GPU of the replica is a lane that encodes one request's items
+while the others encode other requests' (vLLM batches the waiting encoder inputs into one step
+and splits them over the GPUs).
 """
 
 from __future__ import annotations
@@ -20,19 +23,28 @@ from mmgate.sim.profiles import Profile
 
 
 class EncodeOnly:
-    def __init__(self, profile: Profile, capacity_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        capacity_tokens: int | None = None,
+        *,
+        mode: str = "weights",
+        lanes: int | None = None,
+    ) -> None:
         self.profile = profile
+        self.encoder, self.lanes = profile.encoder_for(mode, lanes)
         self.capacity = capacity_tokens if capacity_tokens is not None else 1 << 30
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._used = 0
-        self._lock = asyncio.Lock()
+        self._lanes = asyncio.Semaphore(self.lanes)
+        self.encoding = 0  # requests on a lane now
         self.queries = 0
         self.hits = 0
         self.encoded_items = 0
 
     def seconds(self, items: Sequence[tuple[str, int]]) -> float:
         """Simulated seconds to encode the items not cached (marks them cached)."""
-        pre, enc = self.profile.preprocess, self.profile.encoder
+        pre, enc = self.profile.preprocess, self.encoder
         ms = 0.0
         for identity, tokens in items:
             self.queries += 1
@@ -55,13 +67,17 @@ class EncodeOnly:
             self._used -= size
 
     async def encode(self, items: Sequence[tuple[str, int]], faults: Faults, time_scale: float) -> None:
-        """Wait for the encoder (one request at a time), then for this request's encoding."""
-        async with self._lock:
-            while faults.stalled():
-                await asyncio.sleep(0.05)
-            duration = self.seconds(items) * faults.settings.slowdown * time_scale
-            if duration > 0:
-                await asyncio.sleep(duration)
+        """Wait for a free lane (one request at a time on each), then for this request's encoding."""
+        async with self._lanes:
+            self.encoding += 1
+            try:
+                while faults.stalled():
+                    await asyncio.sleep(0.05)
+                duration = self.seconds(items) * faults.settings.slowdown * time_scale
+                if duration > 0:
+                    await asyncio.sleep(duration)
+            finally:
+                self.encoding -= 1
 
     def merge_stats(self, stats: EngineStats) -> EngineStats:
         """The engine's snapshot with this encoder's cache counters (its LM side is idle)."""

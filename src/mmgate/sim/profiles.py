@@ -166,6 +166,13 @@ class Noise(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One model server. ``encoder`` is one item's encoder time as the server runs it by default
+    (vLLM's ``--mm-encoder-tp-mode weights``: a TP replica shards the encoder's weights over its
+    ``tensor_parallel_size`` GPUs, items one after another). ``encoder_lane`` is one item on one
+    GPU holding the whole encoder, what each GPU runs in ``--mm-encoder-tp-mode data`` (the items
+    of a step split over the GPUs); without it the lane costs ``encoder`` (a vision encoder
+    this small gains little from tensor parallelism, its per-layer all-reduce eats the split)."""
+
     name: str
     step: StepTiming
     encoder: Poly
@@ -173,6 +180,8 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     engine: EngineDefaults
     noise: Noise = Noise()
     media_load: MediaLoad = MediaLoad()
+    tensor_parallel_size: int = 1
+    encoder_lane: Poly | None = None
     model: str = ""
     hardware: str = ""
     description: str = ""
@@ -186,6 +195,21 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ProfileError(f"profile {self.name!r}: engine needs kv_tokens or kv_memory")
         if min(e.max_num_batched_tokens, e.max_num_seqs, e.block_size) <= 0:
             raise ProfileError(f"profile {self.name!r}: engine sizes must be positive")
+        if self.tensor_parallel_size < 1:
+            raise ProfileError(f"profile {self.name!r}: tensor_parallel_size must be at least 1")
+
+    def encoder_for(self, mode: str, tensor_parallel_size: int | None = None) -> tuple[Poly, int]:
+        """One item's encoder time and how many lanes encode at once, for vLLM's
+        ``--mm-encoder-tp-mode`` (``weights``: the profile's encoder, one lane; ``data``: the
+        lane's, one per GPU of the replica: ``tensor_parallel_size``, default the profile's)."""
+        if tensor_parallel_size is not None and tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be at least 1, not {tensor_parallel_size}")
+        if mode == "weights":
+            return self.encoder, 1
+        if mode == "data":
+            lanes = self.tensor_parallel_size if tensor_parallel_size is None else tensor_parallel_size
+            return self.encoder_lane or self.encoder, lanes
+        raise ValueError(f"mm_encoder_tp_mode must be 'weights' or 'data', not {mode!r}")
 
     def num_gpu_blocks(self, block_size: int | None = None) -> int:
         """KV blocks for ``block_size`` (the profile's by default), counting vLLM's null block."""

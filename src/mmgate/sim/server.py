@@ -67,7 +67,13 @@ class SimPod:
         self.tokenizer = self._tokenizer(spec)
         self.config = engine_config(spec)
         self.engine = Engine(self.profile, self.config)
-        self.encoder = EncodeOnly(self.profile) if spec.role is Role.ENCODE else None
+        self.encoder = (
+            EncodeOnly(
+                self.profile, mode=self.config.mm_encoder_tp_mode, lanes=self.config.tensor_parallel_size
+            )
+            if spec.role is Role.ENCODE
+            else None
+        )
         self.faults = Faults(spec.faults, seed=spec.seed)
         self.metrics = PodMetrics(model_name=self.model, prefix_caching=self.config.enable_prefix_caching)
         self.engine_id = f"{spec.name}-{uuid.uuid4().hex[:8]}"

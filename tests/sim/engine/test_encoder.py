@@ -1,4 +1,5 @@
-"""The encoder stage: encoder-cache hits, eviction, the per-step budget, whole items, pinning."""
+"""The encoder stage: encoder-cache hits, eviction, the per-step budget, whole items, pinning,
+and encoder data parallelism (vLLM's ``--mm-encoder-tp-mode data``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from mmgate.sim.engine import (
     MediaSpan,
     SimRequest,
 )
+from mmgate.sim.engine.encoder import lane_makespan
 from support.engine import IMG, Run, drain, mm_request, serve
 
 
@@ -95,3 +97,53 @@ def test_a_waiting_request_that_cannot_start_pins_no_encoder_output() -> None:
     drain(engine, run, max_steps=2000)
     assert engine.stats().num_preemptions > 0
     assert set(run.finished) == {"r1", "r2", "prime", "w"}
+
+
+def _four_images(rid: str = "r") -> SimRequest:
+    ids: list[int] = [1] * 8
+    items = []
+    for i in range(4):
+        items.append(MediaSpan(f"{rid}-img{i}", len(ids), 64))
+        ids += [IMG] * 64
+    return SimRequest(rid, [*ids, 2, 3], items, 1)
+
+
+def _encoder_seconds(config: EngineConfig) -> tuple[float, int]:
+    engine = Engine("fast", config)
+    engine.add_request(_four_images(), 0.0)
+    steps = drain(engine).steps
+    return sum(s.encoder_seconds for s in steps), sum(s.encoded_items for s in steps)
+
+
+def test_encoder_data_parallelism_encodes_four_items_of_a_step_in_a_quarter_of_the_time() -> None:
+    alone, items = _encoder_seconds(EngineConfig())
+    assert items == 4 and alone > 0
+    four, items = _encoder_seconds(EngineConfig(mm_encoder_tp_mode="data", tensor_parallel_size=4))
+    assert items == 4  # the same items, in the same step
+    assert four == pytest.approx(alone / 4)
+    two, _ = _encoder_seconds(EngineConfig(mm_encoder_tp_mode="data", tensor_parallel_size=2))
+    assert two == pytest.approx(alone / 2)
+
+
+def test_data_mode_on_a_one_gpu_replica_and_the_default_mode_run_the_same_steps() -> None:
+    def run(config: EngineConfig) -> list[tuple[float, int, int]]:
+        engine = Engine("fast", config)
+        for i in range(6):
+            engine.add_request(mm_request(f"r{i}", 10 + i, f"img{i % 3}", tokens=48 + 8 * i), 0.0)
+        return [(s.duration, s.encoded_items, s.prefill_tokens) for s in drain(engine).steps]
+
+    assert run(EngineConfig(mm_encoder_tp_mode="data")) == run(EngineConfig())  # the profile's TP is 1
+
+
+def test_lanes_take_the_largest_items_first_onto_the_least_loaded() -> None:
+    assert lane_makespan([5.0, 4.0, 3.0, 3.0, 3.0], 1) == 18.0
+    assert lane_makespan([5.0, 4.0, 3.0, 3.0, 3.0], 2) == 10.0  # 5+3 | 4+3+3
+    assert lane_makespan([5.0, 4.0], 4) == 5.0
+    assert lane_makespan([], 4) == 0.0
+
+
+def test_an_unknown_encoder_tp_mode_or_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="mm_encoder_tp_mode must be 'weights' or 'data'"):
+        Engine("fast", EngineConfig(mm_encoder_tp_mode="pipeline"))
+    with pytest.raises(ValueError, match="tensor_parallel_size must be at least 1"):
+        Engine("fast", EngineConfig(mm_encoder_tp_mode="data", tensor_parallel_size=0))

@@ -6,7 +6,8 @@ schedules one batch like vLLM's V1 scheduler (:mod:`mmgate.sim.engine.scheduler`
 how long it runs and which requests got tokens. The HTTP simulator and the discrete-event
 benchmark drive the same object, one with a real clock and one with a virtual one.
 
-Step time = encoder time of the items encoded + the LM forward (see
+Step time = encoder time of the items encoded (their sum, or with ``--mm-encoder-tp-mode data``
+the busiest GPU's share, :mod:`mmgate.sim.engine.encoder`) + the LM forward (see
 :class:`mmgate.sim.profiles.StepTiming`). A request whose prefill completes samples its first
 token at the end of the step.
 
@@ -55,12 +56,15 @@ class Engine:
         )
         pool = BlockPool(self.num_gpu_blocks, cfg.kv_events)
         self._prefix = PrefixCache(pool, hasher, cfg.enable_prefix_caching, cfg.output_token_id)
+        encoder, lanes = self.profile.encoder_for(cfg.mm_encoder_tp_mode, cfg.tensor_parallel_size)
+        self.encoder_lanes = lanes
         self._encoder = EncoderStage(
-            self.profile.encoder,
+            encoder,
             cfg.encoder_cache_tokens,
             self.max_num_batched_tokens,
             cfg.encoder_budget_tokens or self.max_num_batched_tokens,
             cfg.disable_chunked_mm_input,
+            lanes,
         )
         self._noise = Noise(self.profile.noise.relative_sd if cfg.noise is None else cfg.noise, cfg.seed)
         self._frontend = Frontend(
@@ -173,7 +177,7 @@ class Engine:
         s1 = batch.step + 1
         ctx_sum = n_dec * s1 + decode.offset_sum
         max_ctx = s1 + decode.max_offset() if n_dec and decode.track_max else None
-        encode_ms = batch.encode_ms
+        encode_ms = self._encoder.step_ms(batch.encode_ms, batch.encode_items_ms or [])
         total_ms = encode_ms + lm_ms(t, prefill_ms, bool(batch.chunks), n_dec, ctx_sum, max_ctx)
         noise = self._noise
         if noise.sd:

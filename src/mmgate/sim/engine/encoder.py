@@ -1,6 +1,16 @@
 """The vision/audio encoder as the scheduler sees it: which media items a prefill chunk reaches,
 which of them the encoder cache already holds, and which must be encoded in this step within the
-per-step encoder budget and the cache's room (vLLM's ``_try_schedule_encoder_inputs``)."""
+per-step encoder budget and the cache's room (vLLM's ``_try_schedule_encoder_inputs``), and how
+long the step's encoding takes.
+
+With one lane (vLLM's default ``--mm-encoder-tp-mode weights``) the items of a step are encoded
+one after another: the step's encoder time is their sum. With ``data`` mode each GPU of a tensor
+parallel replica holds the whole encoder and the step's items are split over the GPUs, largest
+first onto the least loaded (vLLM balances the split by patch count the same way), so the step
+waits for the busiest GPU: the largest lane sum. What the lanes do not change: which items are
+encoded in a step (the budget and the cache are the replica's), and the memory (the encoder's
+weights are small against the KV cache; the profile's KV capacity is kept).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +20,41 @@ from mmgate.sim.engine.types import SimRequest
 from mmgate.sim.profiles import Poly
 
 
+def lane_makespan(item_ms: list[float], lanes: int) -> float:
+    """Milliseconds until the last of ``lanes`` GPUs is done with ``item_ms`` split over them,
+    each item whole on one GPU, largest first onto the least loaded. One lane: the sum."""
+    if lanes <= 1 or len(item_ms) <= 1:
+        return sum(item_ms)
+    if len(item_ms) <= lanes:
+        return max(item_ms)
+    loads = [0.0] * lanes
+    for ms in sorted(item_ms, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += ms
+    return max(loads)
+
+
 class EncoderStage:
     """Encoder-cache bookkeeping per request, the encoder budget, and the cache's counters (in
-    items: a request's item counts once, at the first chunk that reaches it)."""
+    items: a request's item counts once, at the first chunk that reaches it). ``lanes``: GPUs
+    that encode a step's items at once (``data`` mode), 1 by default."""
 
-    __slots__ = ("budget", "cache", "hits", "profile", "queries", "whole_items")
+    __slots__ = ("budget", "cache", "hits", "lanes", "profile", "queries", "whole_items")
 
     def __init__(
-        self, profile: Poly, cache_tokens: int | None, default_tokens: int, budget: int, whole_items: bool
+        self,
+        profile: Poly,
+        cache_tokens: int | None,
+        default_tokens: int,
+        budget: int,
+        whole_items: bool,
+        lanes: int = 1,
     ) -> None:
         self.profile = profile
         self.cache = EncoderCache(cache_tokens or default_tokens, cache_tokens != 0)
         self.budget = budget
         self.whole_items = whole_items
+        self.lanes = lanes
         self.queries = 0
         self.hits = 0
 
@@ -91,8 +123,10 @@ class EncoderStage:
             i += 1
         return n, plan, planned
 
-    def allocate(self, r: RequestState, plan: list[int]) -> float:
-        """Encode the planned items (they enter the cache held by ``r``); their milliseconds."""
+    def allocate(self, r: RequestState, plan: list[int], lanes: list[float] | None = None) -> float:
+        """Encode the planned items (they enter the cache held by ``r``); their milliseconds
+        summed, each also appended to ``lanes`` when given (the step's items, for
+        :meth:`step_ms` with several lanes)."""
         ms = 0.0
         enc = self.cache
         for j in plan:
@@ -100,7 +134,13 @@ class EncoderStage:
             enc.allocate(key, r.items[j][1], r.id)
             r.enc_held.add(key)
             ms += r.enc_ms[j]
+            if lanes is not None:
+                lanes.append(r.enc_ms[j])
         return ms
+
+    def step_ms(self, summed_ms: float, item_ms: list[float]) -> float:
+        """The step's encoder milliseconds: the sum with one lane, else the busiest lane's."""
+        return summed_ms if self.lanes == 1 else lane_makespan(item_ms, self.lanes)
 
     def release_consumed(self, r: RequestState) -> None:
         """Drop ``r``'s hold on items its computed tokens have passed (their outputs are consumed)."""

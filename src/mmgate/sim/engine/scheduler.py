@@ -34,7 +34,8 @@ class Batch:
     step: int
     chunks: list[tuple[RequestState, int, int]] = field(default_factory=list)
     finishing: list[tuple[RequestState, int]] = field(default_factory=list)
-    encode_ms: float = 0.0
+    encode_ms: float = 0.0  # the items' encoder milliseconds summed
+    encode_items_ms: list[float] | None = None  # each item's, when the encoder has several lanes
     encoded: int = 0
     n_dec: int = 0
 
@@ -101,7 +102,7 @@ class Scheduler:
         """Decide the next step's batch (admissions and preemptions are booked in ``out``)."""
         s = self.step_no
         self.step_no = s + 1
-        batch = Batch(s)
+        batch = Batch(s, encode_items_ms=[] if self.encoder.lanes > 1 else None)
         bs = self.prefix.block_size
         decode = self.decode
 
@@ -121,7 +122,7 @@ class Scheduler:
         for r, from_waiting in self._prefill_candidates(out):
             if budget <= 0:
                 break
-            res = self._schedule_prefill(r, budget, enc_budget, from_waiting, out)
+            res = self._schedule_prefill(r, budget, enc_budget, from_waiting, out, batch.encode_items_ms)
             if res is None:
                 if from_waiting:
                     break
@@ -164,7 +165,13 @@ class Scheduler:
             yield self.waiting[0], True
 
     def _schedule_prefill(
-        self, r: RequestState, budget: int, enc_budget: int, from_waiting: bool, out: StepOutput
+        self,
+        r: RequestState,
+        budget: int,
+        enc_budget: int,
+        from_waiting: bool,
+        out: StepOutput,
+        item_ms: list[float] | None,
     ) -> tuple[int, int, float, int] | None:
         """Try to schedule a prefill chunk of ``r``.
 
@@ -203,7 +210,7 @@ class Scheduler:
         if need > 0:
             r.blocks.extend(pool.allocate(need))
         prefix.cache_computed(r, start + n)
-        ms = self.encoder.allocate(r, plan)
+        ms = self.encoder.allocate(r, plan, item_ms)
         return n, planned, ms, len(plan)
 
     def _admit(

@@ -113,6 +113,12 @@ class EngineConfig:
       seeds it.
     - ``preprocess_workers``: how many requests the frontend preprocesses at once (vLLM's API
       server runs the HF processor inline, i.e. one at a time).
+    - ``mm_encoder_tp_mode``: vLLM's ``--mm-encoder-tp-mode``. ``weights`` (default): the
+      profile's encoder, items one after another. ``data``: each GPU of the replica (the
+      profile's ``tensor_parallel_size``) holds the whole encoder and encodes its share of a
+      step's items; the step's encoder time is the busiest GPU's (:func:`lane_makespan`).
+    - ``tensor_parallel_size``: GPUs of the replica (None = the profile's); only data mode reads
+      it (the step timing is the profile's, so give the profile of a replica that size).
     """
 
     num_gpu_blocks: int | None = None
@@ -129,6 +135,8 @@ class EngineConfig:
     disable_chunked_mm_input: bool = False
     mm_processor_cache_gb: float = 4.0
     preprocess_workers: int = 1
+    mm_encoder_tp_mode: str = "weights"
+    tensor_parallel_size: int | None = None
     kv_events: bool = False
     noise: float | None = None
     seed: int = 0
