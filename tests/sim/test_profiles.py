@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from mmgate.sim.engine import Engine, EngineConfig
+from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import ProfileError, available_profiles, fit_poly, load_profile
+from mmgate.sim.spec import DEFAULT_EC_TRANSFER_S, DEFAULT_KV_TRANSFER_S, PodSpec, transfer_times
 from support.processes import REPO
+from support.stack import chat_body, png
 
-SHIPPED = {"fast", "qwen2-vl-2b-rtx4060", "smolvlm-256m-rtx4060", "qwen3-vl-32b-h200-tp2"}
+SHIPPED = {
+    "fast",
+    "qwen2-vl-2b-rtx4060",
+    "smolvlm-256m-rtx4060",
+    "qwen3-vl-32b-h200-tp2",
+    "qwen3-vl-4b-a100",
+    "qwen3-vl-8b-h100",
+}
 
 
 def test_shipped_profiles_load_and_run() -> None:
@@ -81,3 +92,63 @@ def test_the_tp2_profile_encodes_on_both_gpus_in_data_mode() -> None:
     profile = load_profile("qwen3-vl-32b-h200-tp2")
     assert profile.encoder_for("weights") == (profile.encoder, 1)
     assert profile.encoder_for("data") == (profile.encoder, 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "gb", "weights_gb", "reserved_gb", "encode_720p_ms", "prefill_tokens_s", "batch"),
+    [
+        ("qwen3-vl-4b-a100", 85.9, 8.87, 3.0, 30.3, 21_470, (2048, 256)),
+        ("qwen3-vl-8b-h100", 85.5, 17.53, 5.0, 13.9, 35_600, (8192, 1024)),
+    ],
+)
+def test_the_arithmetic_profiles_say_what_their_sources_derive(
+    name: str,
+    gb: float,
+    weights_gb: float,
+    reserved_gb: float,
+    encode_720p_ms: float,
+    prefill_tokens_s: float,
+    batch: tuple[int, int],
+) -> None:
+    profile = load_profile(name)
+    per_token = 36 * 8 * 128 * 2 * 2  # both LMs: 36 layers, 8 KV heads of 128
+    assert profile.engine.kv_capacity_tokens() == int(
+        (gb * 0.9 - weights_gb - reserved_gb) * 1e9 // per_token
+    )
+    assert (profile.engine.max_num_batched_tokens, profile.engine.max_num_seqs) == batch
+    assert profile.encoder.ms(880) == pytest.approx(encode_720p_ms, rel=0.01)  # a 1280x720 image
+    assert 1000 / profile.step.prefill_ms_per_token == pytest.approx(prefill_tokens_s, rel=0.01)
+    assert profile.transfer is not None and profile.transfer.kv_bytes_per_token == per_token
+    t = profile.transfer
+    for path, rate in (("shared-memory", t.shared_memory_gb_per_s), ("network", t.network_gb_per_s)):
+        ec, kv = t.seconds_per_token(path)
+        assert (ec, kv) == pytest.approx((t.ec_bytes_per_token / rate / 1e9, per_token / rate / 1e9))
+    assert profile.encoder_for("data") == (profile.encoder, 1)  # one GPU: nothing to split over
+
+
+def test_a_pods_transfer_times_come_from_its_own_settings_then_its_profile() -> None:
+    a100 = load_profile("qwen3-vl-4b-a100")
+    assert a100.transfer is not None
+    ec, kv = a100.transfer.seconds_per_token("network")
+    assert transfer_times(PodSpec(profile=a100.name), a100) == (kv, ec)
+    ec, kv = a100.transfer.seconds_per_token("shared-memory")
+    assert transfer_times(PodSpec(profile=a100.name, transfer_path="shared-memory"), a100) == (kv, ec)
+    assert transfer_times(PodSpec(kv_transfer_s_per_token=1e-3), a100)[0] == 1e-3
+    fast = load_profile("fast")  # no transfer section: the simulator's defaults
+    assert transfer_times(PodSpec(), fast) == (DEFAULT_KV_TRANSFER_S, DEFAULT_EC_TRANSFER_S)
+    with pytest.raises(ValueError, match="transfer_path must be one of"):
+        PodSpec(transfer_path="carrier-pigeon").validate()
+
+
+@pytest.mark.parametrize("name", ["qwen3-vl-4b-a100", "qwen3-vl-8b-h100"])
+async def test_the_arithmetic_profiles_serve_over_http(name: str) -> None:
+    async with SimFleet([PodSpec(profile=name, time_scale=0.05)]) as fleet:
+        pod = fleet.pods[0]
+        body = chat_body(pod.model, "what is this?", [png(1)], max_tokens=3)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(pod.url + "/v1/chat/completions", data=body) as r,
+        ):
+            assert r.status == 200
+            answer = await r.json()
+        assert answer["usage"]["completion_tokens"] == 3 and pod.model == load_profile(name).model

@@ -149,13 +149,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kv-transfer-time-per-token",
         metavar="X",
         type=float,
-        help="seconds to pull one token's KV (default 2e-5)",
+        help="seconds to pull one token's KV (default: the profile's transfer, else 2e-5)",
     )
     roles.add_argument(
         "--ec-transfer-time-per-token",
         metavar="X",
         type=float,
-        help="seconds to receive one visual token's encoder output from an encode pod (default 5e-7)",
+        help="seconds to receive one visual token's encoder output from an encode pod (default: the "
+        "profile's transfer, else 5e-7)",
+    )
+    roles.add_argument(
+        "--transfer-path",
+        choices=["shared-memory", "network"],
+        help="how encoder outputs and KV reach this pod, for the profile's transfer costs: shared-memory "
+        "(one host) or network (default)",
     )
 
     events = parser.add_argument_group("KV events")
@@ -235,6 +242,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         out["kv_transfer_s_per_token"] = args.kv_transfer_time_per_token
     if args.ec_transfer_time_per_token is not None:
         out["ec_transfer_s_per_token"] = args.ec_transfer_time_per_token
+    if args.transfer_path is not None:
+        out["transfer_path"] = args.transfer_path
     if args.kv_events_config:
         out["kv_events"] = parse_kv_events_config(args.kv_events_config)
     if args.kv_events_format:

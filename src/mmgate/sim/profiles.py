@@ -33,6 +33,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "StepTiming",
+    "Transfer",
     "available_profiles",
     "family_of",
     "fit_poly",
@@ -165,13 +166,36 @@ class Noise(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     relative_sd: float = 0.0
 
 
+class Transfer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What moving a request's state between pods costs on this hardware: one visual token's
+    encoder output (an encode pod to its consumer) and one prompt token's KV (a prefill pod to
+    a decode pod), in bytes, over CPU shared memory on one host or the network between hosts
+    (effective GB/s)."""
+
+    ec_bytes_per_token: int
+    kv_bytes_per_token: int
+    shared_memory_gb_per_s: float
+    network_gb_per_s: float
+
+    def seconds_per_token(self, path: str) -> tuple[float, float]:
+        """(encoder output, KV) seconds per token over ``path`` (``shared-memory``, ``network``)."""
+        if path == "shared-memory":
+            rate = self.shared_memory_gb_per_s
+        elif path == "network":
+            rate = self.network_gb_per_s
+        else:
+            raise ValueError(f"transfer path must be 'shared-memory' or 'network', not {path!r}")
+        return self.ec_bytes_per_token / (rate * 1e9), self.kv_bytes_per_token / (rate * 1e9)
+
+
 class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One model server. ``encoder`` is one item's encoder time as the server runs it by default
     (vLLM's ``--mm-encoder-tp-mode weights``: a TP replica shards the encoder's weights over its
     ``tensor_parallel_size`` GPUs, items one after another). ``encoder_lane`` is one item on one
     GPU holding the whole encoder, what each GPU runs in ``--mm-encoder-tp-mode data`` (the items
     of a step split over the GPUs); without it the lane costs ``encoder`` (a vision encoder
-    this small gains little from tensor parallelism, its per-layer all-reduce eats the split)."""
+    this small gains little from tensor parallelism, its per-layer all-reduce eats the split).
+    ``transfer``: the disaggregation transfer costs (without it the simulator's defaults)."""
 
     name: str
     step: StepTiming
@@ -182,6 +206,7 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     media_load: MediaLoad = MediaLoad()
     tensor_parallel_size: int = 1
     encoder_lane: Poly | None = None
+    transfer: Transfer | None = None
     model: str = ""
     hardware: str = ""
     description: str = ""
@@ -197,6 +222,9 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ProfileError(f"profile {self.name!r}: engine sizes must be positive")
         if self.tensor_parallel_size < 1:
             raise ProfileError(f"profile {self.name!r}: tensor_parallel_size must be at least 1")
+        t = self.transfer
+        if t is not None and min(t.shared_memory_gb_per_s, t.network_gb_per_s) <= 0:
+            raise ProfileError(f"profile {self.name!r}: transfer bandwidths must be positive")
 
     def encoder_for(self, mode: str, tensor_parallel_size: int | None = None) -> tuple[Poly, int]:
         """One item's encoder time and how many lanes encode at once, for vLLM's

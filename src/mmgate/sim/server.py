@@ -38,7 +38,7 @@ from mmgate.sim.output import Usage, Writer
 from mmgate.sim.pooling_output import pooling_body, tokenizer_body
 from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params, transfer_seconds
-from mmgate.sim.spec import PodSpec, engine_config
+from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class SimPod:
         self.pricing = PricingConfig(family=spec.family or family_of(self.profile))
         self.tokenizer = self._tokenizer(spec)
         self.config = engine_config(spec)
+        self.kv_transfer_s, self.ec_transfer_s = transfer_times(spec, self.profile)
         self.engine = Engine(self.profile, self.config)
         self.encoder = (
             EncodeOnly(
@@ -306,8 +307,8 @@ class SimPod:
             transfer,
             prompt_tokens,
             seq.mm_items,
-            kv_s_per_token=self.spec.kv_transfer_s_per_token,
-            ec_s_per_token=self.spec.ec_transfer_s_per_token,
+            kv_s_per_token=self.kv_transfer_s,
+            ec_s_per_token=self.ec_transfer_s,
         )
         if wire_s > 0:
             await asyncio.sleep(wire_s * self.spec.time_scale)

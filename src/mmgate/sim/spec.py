@@ -23,6 +23,7 @@ import yaml
 
 from mmgate.sim.engine.types import EngineConfig
 from mmgate.sim.faults import FaultSettings
+from mmgate.sim.profiles import Profile
 from mmgate.sim.roles import Role
 from mmgate.tokens.engine.files import ModelFilesError, load_model_files
 from mmgate.vllm.kv_events_config import KVEventsConfig
@@ -45,10 +46,11 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     time_scale: float = 1.0  # wall seconds per simulated second (0.5 = twice as fast)
     seed: int = 0
     natural_output_tokens: int = 256  # answer length when the client sets no max_tokens/ignore_eos
-    kv_transfer_s_per_token: float = 2e-5  # P/D: time to pull one token's KV on the decode side
-    # E/PD: time to receive one visual token's encoder output (an estimate: 8 KiB per token of an
-    # 8B model's hidden size in bf16 over ~16 GB/s; CPU shared memory is faster, a network slower)
-    ec_transfer_s_per_token: float = 5e-7
+    # P/D: time to pull one token's KV on the decode side; E/PD: to receive one visual token's
+    # encoder output. None: the profile's ``transfer`` over ``transfer_path``, else the defaults.
+    kv_transfer_s_per_token: float | None = None
+    ec_transfer_s_per_token: float | None = None
+    transfer_path: str = "network"  # shared-memory (one host) | network (between hosts)
     kv_events: KVEventsConfig | None = None
     kv_events_format: WireFormat = WireFormat.CURRENT
     kv_events_int_hashes: bool = True  # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
@@ -62,16 +64,40 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             raise ValueError(f"pod {self.name}: port {self.port} out of range")
         if self.natural_output_tokens < 1:
             raise ValueError(f"pod {self.name}: natural_output_tokens must be >= 1")
-        if self.kv_transfer_s_per_token < 0:
-            raise ValueError(f"pod {self.name}: kv_transfer_s_per_token must be >= 0")
-        if self.ec_transfer_s_per_token < 0:
-            raise ValueError(f"pod {self.name}: ec_transfer_s_per_token must be >= 0")
+        for what in ("kv_transfer_s_per_token", "ec_transfer_s_per_token"):
+            value = getattr(self, what)
+            if value is not None and value < 0:
+                raise ValueError(f"pod {self.name}: {what} must be >= 0")
+        if self.transfer_path not in TRANSFER_PATHS:
+            raise ValueError(f"pod {self.name}: transfer_path must be one of {', '.join(TRANSFER_PATHS)}")
         self.faults.validate()
         if self.tokenizer:
             try:
                 load_model_files(self.tokenizer)
             except ModelFilesError as exc:
                 raise ValueError(f"pod {self.name}: tokenizer: {exc}") from None
+
+
+TRANSFER_PATHS = ("shared-memory", "network")
+DEFAULT_KV_TRANSFER_S = 2e-5
+"""Per token of KV, for a profile without ``transfer`` (an estimate: 20 µs, a few hundred KiB per
+token of a large model over a fast network)."""
+DEFAULT_EC_TRANSFER_S = 5e-7
+"""Per visual token of encoder output, for a profile without ``transfer`` (an estimate: 8 KiB per
+token of an 8B model's hidden size in bf16 over about 16 GB/s)."""
+
+
+def transfer_times(spec: PodSpec, profile: Profile) -> tuple[float, float]:
+    """(KV, encoder output) seconds per token for ``spec``'s pod: its own settings, else its
+    profile's ``transfer`` over its ``transfer_path``, else the defaults."""
+    kv, ec = DEFAULT_KV_TRANSFER_S, DEFAULT_EC_TRANSFER_S
+    if profile.transfer is not None:
+        ec, kv = profile.transfer.seconds_per_token(spec.transfer_path)
+    if spec.kv_transfer_s_per_token is not None:
+        kv = spec.kv_transfer_s_per_token
+    if spec.ec_transfer_s_per_token is not None:
+        ec = spec.ec_transfer_s_per_token
+    return kv, ec
 
 
 class FleetFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

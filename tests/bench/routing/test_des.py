@@ -101,3 +101,12 @@ def test_headline_quick_writes_reports_and_summary(tmp_path: Path) -> None:
     text = (tmp_path / "summary.md").read_text()
     assert "## shared-prefix" in text and "## image-reuse" in text and "× round-robin" in text
     assert "simulated requests" in text
+
+
+@pytest.mark.parametrize("profile", ["qwen3-vl-4b-a100", "qwen3-vl-8b-h100"])
+def test_the_arithmetic_profiles_run_in_virtual_time(profile: str) -> None:
+    workload = shared_prefix(output_tokens=10, **SMALL)  # type: ignore[arg-type]
+    ladder = Ladder(rates=(2.0,), duration_s=3.0)
+    opts = DesOptions(pods=2, profile=profile)
+    (rung,) = run_des(workload, [resolve("aggregated")], ladder, opts, progress=False)
+    assert rung.records and all(r.ok and r.output_tokens == 10 for r in rung.records)

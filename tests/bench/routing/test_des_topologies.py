@@ -71,3 +71,16 @@ def test_an_encoder_that_times_out_falls_back_as_configured() -> None:
     assert sum(p.encoder_seconds for p in _by_role(pods, "prefill-decode")) > 0  # the PD pods encoded
     fail, _ = _run("e-pd", hopeless("fail"))
     assert fail.records and all(r.error == "http_503" for r in fail.records)
+
+
+def test_an_encode_pod_with_encoder_data_parallelism_encodes_legs_side_by_side() -> None:
+    roles = ("encode", "prefill-decode")
+    one, one_pods = _run("e-pd", DesOptions(pods=2, roles=roles))
+    data = {"mm_encoder_tp_mode": "data", "tensor_parallel_size": 4}
+    four, four_pods = _run("e-pd", DesOptions(pods=2, roles=roles, engine=data))
+    assert all(r.ok for r in (*one.records, *four.records)) and len(one.records) == len(four.records)
+    (enc1,), (enc4,) = _by_role(one_pods, "encode"), _by_role(four_pods, "encode")
+    assert enc1.encoded_items == enc4.encoded_items > 0  # the same work ...
+    assert enc1.encoder_seconds == enc4.encoder_seconds  # ... and encoder time, on four lanes at once:
+    waited = [sum(r.ttft_s or 0.0 for r in rung.records) for rung in (one, four)]
+    assert waited[1] < waited[0]

@@ -66,7 +66,7 @@ from mmgate.sim.roles import (
     read_transfer,
     transfer_seconds,
 )
-from mmgate.sim.spec import PodSpec, engine_config
+from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
 from mmgate.tokens.sequence import MMItem
 
@@ -108,7 +108,7 @@ class _Pod:
     encoder: EncodeOnly | None = None  # an encode-only pod: legs queue for its encoder
     busy: bool = False
     pending: StepOutput | None = None
-    encode_free_at: float = 0.0  # when the encode-only pod's encoder is next free
+    encode_free_at: list[float] = field(default_factory=lambda: [0.0])  # when each encoder lane is next free
     encoder_s: float = 0.0  # encoder time: the engine's own items, or the encode-only pod's legs
     legs: int = 0  # encode or prefill legs it was sent
 
@@ -233,8 +233,15 @@ def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod
         role = opts.roles[i] if i < len(opts.roles) else None
         record = registry.add(parse_endpoint(f"http://10.0.0.{i + 1}:8000", role=role))
         own = profile if name == opts.profile else load_profile(name)
-        encoder = EncodeOnly(own) if role == "encode" else None
-        pods.append(_Pod(i, Engine(own, config), record, spec, encoder))
+        encoder = (
+            EncodeOnly(own, mode=config.mm_encoder_tp_mode, lanes=config.tensor_parallel_size)
+            if role == "encode"
+            else None
+        )
+        pod = _Pod(i, Engine(own, config), record, spec, encoder)
+        if encoder is not None:
+            pod.encode_free_at = [0.0] * encoder.lanes
+        pods.append(pod)
     return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
 
 
@@ -410,11 +417,10 @@ class Simulation:
         self._push(self.now + self.delay + wire, _RECEIVE, (flight.pod, sim))
 
     def _wire_s(self, pod: _Pod, transfer: Transfer, sim: SimRequest) -> float:
-        spec = pod.spec
+        kv_s, ec_s = transfer_times(pod.spec, pod.engine.profile)
         return transfer_seconds(
-            transfer, len(sim.token_ids), sim.mm_items,
-            kv_s_per_token=spec.kv_transfer_s_per_token, ec_s_per_token=spec.ec_transfer_s_per_token,
-        )  # fmt: skip
+            transfer, len(sim.token_ids), sim.mm_items, kv_s_per_token=kv_s, ec_s_per_token=ec_s
+        )
 
     def start_leg(self, leg: Leg) -> Pending[tuple[int, bytes]]:
         """Send ``leg`` to its pod; the answer is settled when it would arrive back. A host the
@@ -450,18 +456,20 @@ class Simulation:
         return answer
 
     def _encode(self, payload: tuple[str, list[MMItem]]) -> None:
-        """An encode leg reached its encode pod: it waits for the encoder (one leg at a time, in
-        arrival order, as ``mmgate sim --mm-encoder-only`` serves them), then answers."""
+        """An encode leg reached its encode pod: it waits for the encoder (one leg at a time on
+        each lane, in arrival order, as ``mmgate sim --mm-encoder-only`` serves them), then answers."""
         leg_id, items = payload
         leg = self._legs.get(leg_id)
         if leg is None:
             return
         pod = leg.pod
         assert pod.encoder is not None
-        start = max(self.now, pod.encode_free_at)
+        free = pod.encode_free_at
+        lane = free.index(min(free))  # the lane free first (several with encoder data parallelism)
+        start = max(self.now, free[lane])
         seconds = pod.encoder.seconds([(m.identity, m.length) for m in items])
         pod.encoder_s += seconds
-        done = pod.encode_free_at = start + seconds
+        done = free[lane] = start + seconds
         triples = [(m.identity, m.modality.value, m.length) for m in items]
         host, _, port = pod.endpoint.name.rpartition(":")
         params = encoder_response_params(triples, host=host, port=int(port))
