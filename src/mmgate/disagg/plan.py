@@ -100,7 +100,10 @@ def assign_encoders(
     for identity in identities:
         held = [e for e in holders.get(identity, ()) if e in pool]
         choices = held or pool
-        best = min(choices, key=lambda e: (load.get(e, 0.0) + given.get(e, 0), -_rendezvous(identity, e)))
+        least = min(load.get(e, 0.0) + given.get(e, 0) for e in choices)
+        tied = [e for e in choices if load.get(e, 0.0) + given.get(e, 0) == least]
+        # Only a tie needs the hash (the decision is on the request path: hash no more than that).
+        best = tied[0] if len(tied) == 1 else max(tied, key=lambda e: _rendezvous(identity, e))
         given[best] = given.get(best, 0) + 1
         out.append(best)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from mmgate.datalayer.index.memory import AffinityIndex
 
 
@@ -33,3 +35,22 @@ def test_remove_endpoint_drops_all_its_keys() -> None:
     idx.remove_endpoint("missing")
     assert idx.held_keys() == [0] and idx.holders(0) == {"b"}
     assert idx.endpoints() == ["b"] and idx.size("a") == 0
+
+
+def test_longest_prefix_agrees_with_walking_each_endpoint_on_random_indexes() -> None:
+    """Endpoints drop out at different depths, some hold later keys but not the first ones."""
+    rng = random.Random(7)
+    endpoints = [f"pod-{i}" for i in range(6)]
+    for _ in range(300):
+        idx: AffinityIndex[int] = AffinityIndex()
+        keys = list(range(rng.randint(1, 30)))
+        for ep in endpoints:
+            idx.add(ep, [k for k in keys if rng.random() < 0.92])
+        expected = {}
+        for ep in endpoints:
+            n = 0
+            while n < len(keys) and idx.holds(ep, keys[n]):
+                n += 1
+            if n:
+                expected[ep] = n
+        assert idx.longest_prefix(keys) == expected

@@ -105,20 +105,34 @@ class AffinityIndex(Generic[K]):
         return 0 if lru is None else lru.get(key, 0)
 
     def longest_prefix(self, keys: Sequence[K]) -> dict[str, int]:
-        """For each endpoint, how many of ``keys`` it holds consecutively from the first."""
-        matched: dict[str, int] = {}
+        """For each endpoint, how many of ``keys`` it holds consecutively from the first.
+
+        The endpoints still matching are carried as a set and narrowed only when a key is held
+        by fewer of them (usually every holder of a shared prefix holds all of it, so a block
+        costs one subset test, not a loop over its holders)."""
+        if not keys:
+            return {}
         holders = self._holders
-        for i, key in enumerate(keys):
-            owners = holders.get(key)
+        alive = holders.get(keys[0])
+        if not alive:
+            return {}
+        matched: dict[str, int] = {}
+        depth = len(keys)
+        for i in range(1, depth):
+            owners = holders.get(keys[i])
             if not owners:
+                depth = i
                 break
-            advanced = False
-            for ep in owners:
-                if matched.get(ep, 0) == i:
-                    matched[ep] = i + 1
-                    advanced = True
-            if not advanced:
-                break
+            if alive <= owners:
+                continue
+            left = alive & owners
+            for ep in alive - left:
+                matched[ep] = i
+            if not left:
+                return matched
+            alive = left
+        for ep in alive:
+            matched[ep] = depth
         return matched
 
     def remove_endpoint(self, endpoint: str) -> None:
