@@ -108,3 +108,15 @@ def test_each_modality_is_matched_in_its_own_order(tok: EngineTokenizer) -> None
     assert [m.identity for m in seq.mm_items] == [a.identity for a in view.assets]
     assert [m.modality.value for m in seq.mm_items] == ["video", "image"]
     assert seq.mm_items[0].offset < seq.mm_items[1].offset
+
+
+def test_a_template_that_breaks_on_a_conversation_keeps_the_pseudo_layout(tmp_path: Path) -> None:
+    # A template doing arithmetic on client text: TypeError inside Jinja, not a 500.
+    broken = load_engine_tokenizer(model_dir(tmp_path / "m", template="{{ messages[0]['content'] + 1 }}"))
+    assert lay_out(broken, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}) is None
+
+
+def test_arguments_nested_too_deep_for_json_become_empty(tok: EngineTokenizer) -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 100_000}}
+    body = {"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": [call]}]}
+    assert lay_out(tok, body) is not None

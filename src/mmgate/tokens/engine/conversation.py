@@ -166,7 +166,7 @@ def _tool_calls(calls: Any) -> list[Any] | None:
             if isinstance(arguments, str):
                 try:
                     function["arguments"] = json.loads(arguments)
-                except ValueError:
+                except (ValueError, RecursionError):  # vLLM: anything not JSON becomes {}
                     function["arguments"] = {}
             elif not isinstance(arguments, dict | list):
                 function["arguments"] = {}

@@ -159,8 +159,8 @@ class ChatTemplate:
             text = self.template.render(variables)
         except TemplateError:
             raise
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"the chat template failed: {exc}") from None
+        except Exception as exc:  # a template is a program: whatever it raises on a conversation
+            raise TemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
         if continue_final_message and messages:
             text = _continue(text, messages[-1])
         return text
