@@ -88,7 +88,7 @@ async def test_the_gateway_continues_the_client_trace_and_the_pod_sees_its_attem
     relay = only(otlp.children(upstream), "relay")
     assert relay.attributes["http.response.status_code"] == 200
     assert relay.attributes["mmgate.bytes_sent"] == len(answer)
-    assert parse.end_ns <= decide.start_ns + 1000 and upstream.start_ns >= decide.start_ns
+    assert parse.start_ns < decide.start_ns < upstream.start_ns  # the steps in their order
     # The pod got the gateway's attempt span as its parent (same trace, the client's flags).
     assert pod.trace_parents == (f"00-{TRACE_ID}-{upstream.span_id}-01",)
     assert other.trace_parents == ()
