@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import yaml
@@ -192,6 +193,7 @@ def _check_mmgate(m: MmgateSection) -> list[ConfigError]:
             )
         if m.sharedIndex.outboxLimit < 1:
             errors.append(ConfigError("must be >= 1", path="mmgate.sharedIndex.outboxLimit"))
+    errors += _check_tracing(m)
     d = m.disaggregation
     for key in ("encodeTimeoutS", "prefillTimeoutS"):
         if getattr(d, key) <= 0:
@@ -236,6 +238,24 @@ def _check_references(m: MmgateSection) -> list[ConfigError]:
             client_context(m.upstreamTLS.caFile)
         except ConfigError as exc:
             errors.append(exc)
+    return errors
+
+
+def _check_tracing(m: MmgateSection) -> list[ConfigError]:
+    """``mmgate.tracing``: an OTLP/HTTP collector is an http(s) URL with a host; a sample ratio is
+    a fraction."""
+    errors: list[ConfigError] = []
+    spec = m.tracing
+    if spec is None:
+        return errors
+    if spec.endpoint is not None:
+        parts = urlsplit(spec.endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            message = f"expected the http(s) URL of an OTLP/HTTP collector, got {spec.endpoint!r}"
+            errors.append(ConfigError(message, path="mmgate.tracing.endpoint"))
+    if spec.sampleRatio is not None and not 0.0 <= spec.sampleRatio <= 1.0:
+        message = f"must be between 0 and 1, got {spec.sampleRatio}"
+        errors.append(ConfigError(message, path="mmgate.tracing.sampleRatio"))
     return errors
 
 
