@@ -30,7 +30,8 @@ def test_the_same_accelerators_make_each_layout() -> None:
     tp2 = {t.name: t.layout for t in topologies(8, accelerators_per_pod("qwen3-vl-32b-h200-tp2"))}
     assert tp2["e-pd"] == "1 E + 3 PD" and tp2["e-p-d"] == "1 E + 1 P + 2 D" and tp2["aggregated"] == "4 EPD"
     assert all(t.accelerators == 8 for t in topologies(8, 2))
-    assert topologies(8, 2, ("encoder-dp",))[0].system == "aggregated"  # the same gateway, another engine
+    (dp,) = topologies(8, 2, ("encoder-dp",))
+    assert dp.system == "aggregated" and dp.engine == {"mm_encoder_tp_mode": "data"}  # another engine
 
 
 def test_layouts_that_do_not_fit_are_refused() -> None:
@@ -100,13 +101,13 @@ def test_the_http_config_lists_the_fleet_with_roles_and_runs_the_legs_in_the_gat
 
 def test_quick_des_run_writes_tables_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["topologies", "--quick", "--quiet", "--workloads", "image-heavy",
-            "--topologies", "aggregated,e-pd", "--out", str(tmp_path)]  # fmt: skip
+            "--topologies", "aggregated,encoder-dp,e-pd", "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
     folder = tmp_path / "image-heavy-des"
     for name in ("report.json", "report.md", "topologies.png"):
         assert (folder / name).stat().st_size > 0
     records = json.loads((folder / "report.json").read_text())["records"]
-    assert {r["system"] for r in records} == {"aggregated", "e-pd"}
+    assert {r["system"] for r in records} == {"aggregated", "encoder-dp", "e-pd"}
     assert all(not r["encoder_cache_hit_ratio"] for r in records)  # cold: no image is sent twice
     text = capsys.readouterr().out
     assert "| **e-pd** | 1 E + 3 PD |" in text and "| **aggregated** | 4 EPD |" in text

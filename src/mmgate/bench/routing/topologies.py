@@ -1,11 +1,11 @@
 """``mmgate bench topologies``: the same accelerators arranged four ways, on two kinds of traffic.
 
-Topologies (``--accelerators`` of them, a pod counting as many as its profile's tensor-parallel
-degree: ``-tp2`` in the profile's name is 2):
+Topologies (``--accelerators`` of them, a pod counting as many as its profile's
+``tensor_parallel_size``):
 
 - **aggregated**: every pod encodes, prefills and decodes (``examples/aggregated.yaml``);
 - **encoder-dp**: the same, each replica's encoder running data parallel over its GPUs
-  (vLLM's ``--mm-encoder-tp-mode data``; shown when the engine has the option);
+  (vLLM's ``--mm-encoder-tp-mode data``);
 - **e-pd**: a quarter of the pods (at least one) encode only, the rest prefill and decode
   (``examples/e-pd.yaml``);
 - **e-p-d**: a quarter encode, a quarter prefill, the rest decode (``examples/e-p-d.yaml``);
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import re
 import sys
 import tempfile
 import time
@@ -50,7 +49,6 @@ from mmgate.bench.routing.records import Ladder, RungResult, arrival_times, pars
 from mmgate.bench.routing.systems import System, resolve
 from mmgate.bench.workloads.media import MediaCache
 from mmgate.bench.workloads.synthetic import Workload, build, scaled
-from mmgate.sim.engine import EngineConfig
 from mmgate.sim.profiles import ProfileError, load_profile
 
 PROFILE = "qwen3-vl-32b-h200-tp2"
@@ -61,7 +59,7 @@ ATTAINMENT = 0.9
 NAMES = ("aggregated", "encoder-dp", "e-pd", "e-p-d")
 ENCODER_DP = {"mm_encoder_tp_mode": "data"}
 """The engine setting that makes a replica's encoder data parallel (vLLM's ``--mm-encoder-tp-mode
-data``), when the engine has it."""
+data``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +100,8 @@ class Topology:
 
 
 def accelerators_per_pod(profile: str) -> int:
-    """A pod's accelerators: the tensor-parallel degree its profile's name states (``-tp2``), else 1."""
-    match = re.search(r"-tp(\d+)\b", profile)
-    return int(match.group(1)) if match else 1
-
-
-def encoder_dp_available() -> bool:
-    return all(key in EngineConfig.__dataclass_fields__ for key in ENCODER_DP)
+    """A pod's accelerators: its profile's ``tensor_parallel_size`` (GPUs of one replica)."""
+    return load_profile(profile).tensor_parallel_size
 
 
 STAGES = {"e-pd": ("encode", "prefill-decode"), "e-p-d": ("encode", "prefill", "decode")}
@@ -446,9 +439,6 @@ class _Plan:
 def _plan(args: argparse.Namespace) -> _Plan:
     load_profile(args.profile)
     names = [n.strip() for n in args.topologies.split(",") if n.strip()]
-    if "encoder-dp" in names and not encoder_dp_available():
-        print("encoder-dp skipped: the simulated engine has no encoder data parallelism yet", file=sys.stderr)
-        names.remove("encoder-dp")
     shapes = topologies(args.accelerators, accelerators_per_pod(args.profile), names)
     workloads = []
     for name in (w.strip() for w in args.workloads.split(",") if w.strip()):
