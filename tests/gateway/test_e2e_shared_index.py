@@ -126,6 +126,7 @@ async def test_two_gateways_share_affinity_and_survive_redis_going_away(
             first = {p: await a.route(model, p, "first question?") for p in range(6)}
             await b.until(APPLIED, lambda v: v >= 6, "applied a's 6 changes")
             assert {p: await b.route(model, p, "another question?") for p in range(6)} == first
+            assert await a.metric('mmgate_shared_index_round_trips_total{kind="write"}') >= 1
 
             # 2. Redis dies mid-run: every request is still answered, on the local view; the
             # outage shows in the metrics of both.

@@ -8,6 +8,7 @@ persistence) to check what the gateway does when its shared index goes away and 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -72,6 +73,17 @@ class RedisServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def freeze(self) -> None:
+        """Stop it answering (SIGSTOP) while its connections stay open: every command now waits,
+        as on a hung or overloaded server, instead of failing at once as after a crash."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen server answer again (SIGCONT)."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         self.kill()

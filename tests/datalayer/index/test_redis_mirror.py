@@ -3,6 +3,7 @@ goes away costs only freshness, and the views converge again when it returns."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -97,6 +98,32 @@ async def test_redis_going_away_keeps_the_local_view_and_recovers(redis_server: 
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_frozen_redis_never_blocks_the_local_view_and_its_changes_land_after(
+    pair: tuple[RedisIndexes, RedisIndexes], redis_server: RedisServer
+) -> None:
+    """A hung Redis (stopped, connections open) is worse than a dead one for anything that waits:
+    the index methods the scheduler calls are synchronous and answer from the local view."""
+    a, b = pair
+    a.index(NS).add("pod-1:8000", [1], capacity=100)
+    await until(lambda: b.index(NS).holders(1) == {"pod-1:8000"}, "b learns before the freeze")
+    writes = a.stats.round_trips["write"]
+    redis_server.freeze()
+    try:
+        for key in range(2, 40):
+            a.index(NS).add("pod-1:8000", [key], capacity=100)
+            assert a.index(NS).longest_prefix([1, key]) == {"pod-1:8000": 2}  # at once, locally
+            await asyncio.sleep(0)  # let the writer start its (stuck) pipeline
+        assert a.pending >= 1  # queued behind the write Redis does not answer
+        assert b.index(NS).holders(39) is None
+    finally:
+        redis_server.thaw()
+    await until(lambda: b.index(NS).holders(39) == {"pod-1:8000"}, "the queued changes land")
+    assert a.pending == 0 and a.stats.dropped == 0
+    # 38 changes went in far fewer pipelined writes than changes (batches of up to 512)
+    assert 1 <= a.stats.round_trips["write"] - writes < 38
+    assert b.stats.round_trips["tail"] >= 1 and b.stats.round_trips["resync"] >= 1
 
 
 async def test_a_full_outbox_drops_the_oldest_changes_and_counts_them() -> None:

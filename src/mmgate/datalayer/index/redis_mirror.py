@@ -54,6 +54,9 @@ _decode = msgspec.msgpack.decode
 
 ADD, REMOVE, FORGET = b"a", b"r", b"x"
 
+ROUND_TRIP_KINDS = ("write", "tail", "resync")
+"""Who talks to Redis: the write-behind pipelines, the ``XREAD`` tail, the (re)connect resync."""
+
 
 @dataclass(slots=True, frozen=True)
 class SharedIndexSettings:
@@ -89,6 +92,9 @@ class SharedIndexStats:
     dropped: int = 0  # changes lost because the outbox was full
     resyncs: int = 0
     failures: int = 0  # times Redis was found unreachable
+    round_trips: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUND_TRIP_KINDS, 0))
+    """Commands or pipelines sent to Redis, by the task that sent them (:data:`ROUND_TRIP_KINDS`).
+    All of them run in the background; the request path sends none."""
 
 
 class MirroredIndex(AffinityStore[Any]):
@@ -216,6 +222,7 @@ class RedisIndexes:
             writer = self._client()
             reader = self._client()
             try:
+                self.stats.round_trips["resync"] += 1
                 await writer.ping()
                 await self._resync(writer)
                 if not self.stats.up:
@@ -246,14 +253,17 @@ class RedisIndexes:
 
     async def _resync(self, client: aioredis.Redis) -> None:
         """Merge the shared view into the local one and the local one back into Redis."""
+        trips = self.stats.round_trips
         for namespace, index in list(self._indexes.items()):
             log_key = self._key(namespace, "log")
             last: Any = await client.xrevrange(log_key, count=1)
             self._last_ids[namespace] = last[0][0] if last else b"0-0"
             endpoints: Any = await client.smembers(self._key(namespace, "eps"))
+            trips["resync"] += 2
             for raw in endpoints:
                 endpoint = raw.decode()
                 members: Any = await client.zrange(self._key(namespace, "ep", endpoint), 0, -1)
+                trips["resync"] += 1
                 index.local.add(endpoint, [_decode(m) for m in members])
                 await asyncio.sleep(0)  # a large snapshot must not hold the loop in one go
             stamp = time.time()
@@ -265,6 +275,7 @@ class RedisIndexes:
                     pipe = client.pipeline(transaction=False)
                     pipe.zadd(self._key(namespace, "ep", endpoint), scores, nx=True)
                     pipe.sadd(self._key(namespace, "eps"), endpoint)
+                    trips["resync"] += 1
                     await pipe.execute()
         self.stats.resyncs += 1
 
@@ -311,6 +322,7 @@ class RedisIndexes:
             if change.capacity is not None:
                 fields["c"] = change.capacity
             pipe.xadd(self._key(ns, "log"), fields, maxlen=self.settings.stream_maxlen, approximate=True)
+        self.stats.round_trips["write"] += 1
         await pipe.execute()
 
     async def _tail_loop(self, client: aioredis.Redis) -> None:
@@ -320,6 +332,7 @@ class RedisIndexes:
         block_ms = max(1, int(self.settings.command_timeout_s * 500))  # answers before the timeout
         while True:
             streams: Any = {key: self._last_ids.get(ns, b"0-0") for key, ns in by_stream.items()}
+            self.stats.round_trips["tail"] += 1
             replies: Any = await client.xread(streams, count=1000, block=block_ms)
             for stream, entries in replies or ():
                 ns = by_stream[stream.decode() if isinstance(stream, bytes) else stream]
@@ -385,3 +398,11 @@ class SharedIndexCollector(Collector):
         yield CounterMetricFamily(
             "mmgate_shared_index_failures", "Times Redis was found unreachable", value=s.failures
         )
+        trips = CounterMetricFamily(
+            "mmgate_shared_index_round_trips",
+            "Commands or pipelines sent to Redis, by background task (the request path sends none)",
+            labels=["kind"],
+        )
+        for kind in ROUND_TRIP_KINDS:
+            trips.add_metric([kind], s.round_trips[kind])
+        yield trips
