@@ -19,6 +19,7 @@ import yaml
 from mmgate.config import parse_config
 from mmgate.config.strict import ConfigError
 from mmgate.gateway.app import Running, build_gateway, start
+from mmgate.request.payload import identity_of
 from mmgate.request.view import Api
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.ingest import ingest
@@ -83,12 +84,30 @@ async def running(fleet: SimFleet) -> AsyncIterator[Running]:
     await up.stop()
 
 
-def first_block(pod: SimPod, data: bytes) -> int:
+def block_keys(pod: SimPod, data: bytes) -> list[int]:
+    """The keys ``pod`` gives the full blocks of ``data``'s prompt, as its events carry them."""
     seq = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2, tokenizer=pod.tokenizer).sequence
-    return int(event_hash(pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None)[0]))
+    return [int(event_hash(k)) for k in pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None)]
 
 
-def gateway_for(fleet: SimFleet, params: dict[str, Any] | None = None) -> Running | Any:
+def first_block(pod: SimPod, data: bytes) -> int:
+    return block_keys(pod, data)[0]
+
+
+def image_body(model: str, image: bytes, question: str, uuid: str | None = None) -> bytes:
+    part: dict[str, object] = {"type": "image_url", "image_url": {"url": data_url(image)}}
+    if uuid is not None:
+        part["uuid"] = uuid
+    content = [part, {"type": "text", "text": question}]
+    return orjson.dumps({"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 2})
+
+
+def payload_identity(image: bytes) -> str:
+    """The gateway's identity of an inline image: xxh3-128 of its base64 text as sent."""
+    return identity_of(data_url(image).split(",", 1)[1])
+
+
+def gateway_for(fleet: SimFleet, params: dict[str, Any] | None = None, **mmgate: object) -> Running | Any:
     doc = yaml.safe_load(PRECISE)
     if params is not None:
         doc["plugins"][0]["parameters"] = params
@@ -98,6 +117,7 @@ def gateway_for(fleet: SimFleet, params: dict[str, Any] | None = None) -> Runnin
             {"url": p.url, "kvEvents": p.kv_endpoint, "kvEventsReplay": p.kv_replay_endpoint}
             for p in fleet.pods
         ],
+        **mmgate,
     }
     gateway = build_gateway(parse_config(doc, source="<test>"))
     gateway.settings.access_log = False
@@ -170,3 +190,58 @@ async def test_engine_exact_tokens_end_to_end(tmp_path: Path) -> None:
                         assert r.headers["x-mmgate-endpoint"] == pod.url.removeprefix("http://")
         finally:
             await up.stop()
+
+
+async def test_media_blocks_match_because_the_gateway_writes_each_items_uuid(
+    fleet: SimFleet, running: Running
+) -> None:
+    """vLLM keys an image without a uuid by a hash the gateway cannot compute; with the uuid the
+    gateway writes, the pod's blocks, its events and the gateway's index all carry one identity."""
+    sub = running.gateway.data.kv_events
+    assert sub is not None
+    model = fleet.pods[0].model
+    image = png(21)
+    question = "Describe the picture in one sentence, then list every colour you see in it."
+    sent = image_body(model, image, question)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(running.url + "/v1/chat/completions", data=sent) as r:
+            assert r.status == 200
+            chosen = r.headers["x-mmgate-endpoint"]
+        pod = fleet.by_url("http://" + chosen)
+        # what the pod received carries the gateway's identity as the part's uuid
+        spliced = block_keys(pod, image_body(model, image, question, uuid=payload_identity(image)))
+        await until(lambda: all(sub.index.holds(chosen, k) for k in spliced), "the index mirrors the pod")
+        own = block_keys(pod, sent)  # the pod's keys had the body gone out without the uuid
+        media = next(i for i, (a, b) in enumerate(zip(own, spliced, strict=True)) if a != b)
+
+        # The same image sent straight to another pod (no gateway, no uuid): the pod's own hash.
+        other = next(p for p in fleet.pods if p is not pod)
+        other_name = other.url.removeprefix("http://")
+        async with http.post(other.url + "/v1/chat/completions", data=sent) as r:
+            assert r.status == 200
+        await until(lambda: sub.index.holds(other_name, own[-1]), "the other pod reported")
+        assert not sub.index.holds(other_name, spliced[media])
+
+        # A new question on the same image goes where its image blocks are.
+        async with http.post(
+            running.url + "/v1/chat/completions", data=image_body(model, image, "What is in the corner?")
+        ) as r:
+            assert r.status == 200
+            assert r.headers["x-mmgate-endpoint"] == chosen
+
+
+async def test_with_media_uuids_off_the_body_goes_out_as_sent(fleet: SimFleet) -> None:
+    up = await gateway_for(fleet, mediaUuids=False)
+    try:
+        sub = up.gateway.data.kv_events
+        assert sub is not None
+        model = fleet.pods[0].model
+        sent = image_body(model, png(22), "Describe the picture in one sentence, then name its colours.")
+        chat = up.url + "/v1/chat/completions"
+        async with aiohttp.ClientSession() as http, http.post(chat, data=sent) as r:
+            assert r.status == 200
+            chosen = r.headers["x-mmgate-endpoint"]
+        keys = block_keys(fleet.by_url("http://" + chosen), sent)  # the pod's own media hash
+        await until(lambda: all(sub.index.holds(chosen, k) for k in keys), "the pod keyed it itself")
+    finally:
+        await up.stop()

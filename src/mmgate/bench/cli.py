@@ -118,6 +118,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "tokens": Benchmark(
         "micro", "mmgate.bench.micro.tokens", "token-producer per chat request: pseudo vs engine-exact ids"
     ),
+    "media-uuids": Benchmark(
+        "micro", "mmgate.bench.micro.media_uuids", "media uuids in 2/20 MB bodies: splice vs re-serialise"
+    ),
     "engine": Benchmark(
         "micro", "mmgate.bench.micro.engine", "simulated requests per wall-clock minute of the engine alone"
     ),

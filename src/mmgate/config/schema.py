@@ -311,6 +311,9 @@ class MmgateSection(_Strict):
     seed: int | None = None
     kvEvents: KVEventsSpec | None = None
     sharedIndex: SharedIndexSpec | None = None
+    mediaUuids: bool = True
+    """Write each chat media part's content identity as its ``uuid`` when the client gave none, so
+    vLLM keys the item (caches, KV events) as the gateway does (``mmgate.request.media_uuids``)."""
 
 
 class GatewayConfig(msgspec.Struct):

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
 from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits
+from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.parse import parse_request
 from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
@@ -211,11 +212,17 @@ def orchestration_of(section: MmgateSection) -> OrchestrationSettings | None:
 
 
 def make_parser(limits: Limits) -> Parser:
+    """The gateway's parse step; with ``limits.own_media_uuids`` the view's ``body`` (what is
+    forwarded) gains the media parts' uuids (``mmgate.mediaUuids``)."""
+
     def parse(body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
         try:
-            return parse_request(body, headers, api=api, limits=limits)
+            view = parse_request(body, headers, api=api, limits=limits)
         except RecursionError:  # JSON nested thousands deep: the decoder gives up, the client erred
             raise RequestError("The request body is nested too deeply.", param="body") from None
+        if limits.own_media_uuids:
+            view.body = with_media_uuids(view)
+        return view
 
     return parse
 
@@ -233,7 +240,7 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     family = section.pricing.family
     pricing = PricingConfig(family=family, refuse_unserved=refuse) if family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
-    limits = section.limits.to_limits(section.validation)
+    limits = replace(section.limits.to_limits(section.validation), own_media_uuids=section.mediaUuids)
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks

@@ -168,7 +168,7 @@ class Proxy:
         if attempt.propagation:  # tracing on: this attempt's traceparent, on every leg
             headers = with_trace_context(headers, attempt.propagation)
         send_headers = [*headers, *routing.items()] if routing else headers
-        body = request.body
+        body = attempt.flight.view.body  # the client's bytes, with media uuids when written
         orchestrated = False
         ok = False
         try:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from mmgate.errors import RequestError
 from mmgate.request.limits import Limits
+from mmgate.request.media_uuids import check_client_uuid
 from mmgate.request.payload import Buffer, check_base64, identity_of, parse_data_uri, unescape
 from mmgate.request.probe import (
     AUDIO_FORMATS,
@@ -187,8 +188,12 @@ class PromptBuilder:
                 payload = clean
                 identity = str(uuid) if uuid is not None else identity_of(payload)
                 first = self._seen.get(identity)
+        if uuid is not None and self._limits.own_media_uuids:
+            check_client_uuid(str(uuid), payload if payload is not None else url, param)
         if first is not None:  # a repeat: same asset, already validated and probed
-            self.parts.append(dataclasses.replace(first, field=param, detail=detail))
+            self.parts.append(
+                dataclasses.replace(first, field=param, detail=detail, client_uuid=uuid is not None)
+            )
             self.unprobed += not first.probed and modality is not Modality.EMBEDS
             return
         asset = MediaAsset(
@@ -200,6 +205,7 @@ class PromptBuilder:
             payload_size=len(payload) if payload is not None else len(url or ""),
             url=url,
             detail=detail,
+            client_uuid=uuid is not None,
         )
         if probe_me and payload is not None:
             self._probe(asset, Base64Reader(payload) if raw is None else BytesReader(payload), param)

@@ -19,6 +19,9 @@ class Limits:
     # Refusals of what the model server would refuse anyway (``mmgate.validation``):
     require_model: bool = False  # a missing or empty "model" is a 400 naming it (on in the gateway)
     check_media_content: bool = True  # inline bytes must be a media file of the part's kind
+    # The gateway writes content identities as parts' uuids (``mmgate.mediaUuids``): a client uuid of
+    # that form on a part with data must be that data's identity (mmgate.request.media_uuids).
+    own_media_uuids: bool = False
 
 
 DEFAULT_LIMITS = Limits()

@@ -102,6 +102,7 @@ class MediaAsset:
     detail: str | None = None  # OpenAI image "detail" when given
     pages: int | None = None  # documents: pages counted from the PDF's page tree
     text_bytes: int | None = None  # documents: UTF-8 bytes of the text layer, when extracted (CLI)
+    client_uuid: bool = False  # ``identity`` is the client's own uuid (or file id), not a content hash
 
 
 @dataclass(slots=True)

@@ -7,10 +7,17 @@ Given a model folder (``--tokenizer``) the ids are the engine-exact ones instead
 code the gateway's engine mode runs (:class:`~mmgate.tokens.engine.tokenizer.EngineTokenizer`), so
 the pod's KV events carry block hashes of real token ids; what that layout does not model keeps the
 pseudo-token stream, as in the gateway.
+
+Media identities follow vLLM: a part's ``uuid`` is the item's identifier verbatim (its caches, its
+block keys, its KV events' ``extra_keys``); without one the pod uses its own content hash
+(:func:`engine_mm_hash`), which a router cannot know, as it cannot know vLLM's blake3 of the
+decoded media. So a gateway's precise index agrees with a simulated pod on media blocks only when
+the gateway wrote its identities as uuids (``mmgate.mediaUuids``), as with a real vLLM.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -112,6 +119,9 @@ def ingest(
     transfer = read_transfer(knobs.kv_transfer_params, knobs.ec_transfer_params)
     if view is None:
         view = parse_request(body, headers, api=api)
+    for asset in view.assets:
+        if not asset.client_uuid:
+            asset.identity = engine_mm_hash(view.model, asset.modality, asset.identity)
     try:
         priced = price(view, pricing)
     except ValueError as exc:
@@ -131,6 +141,14 @@ def ingest(
         out = natural_output_tokens if limit is None else min(limit, natural_output_tokens)
     reason = "length" if limit is not None and out >= limit else "stop"
     return Ingested(view, knobs, transfer, priced, sequence, out, reason)
+
+
+def engine_mm_hash(model: str, modality: Modality, content: str) -> str:
+    """The simulated pod's ``mm_hash`` of an item without a uuid: a hash of the model id, the
+    modality and the content (64 hex digits, as vLLM's blake3 ``hash_kwargs``), deliberately not
+    the gateway's identity. ``content`` is the payload's identity as sent; vLLM hashes the decoded
+    file instead (so a URL and a data URI of one file agree there and not here)."""
+    return hashlib.sha256(f"{model}\x00{modality.value}\x00{content}".encode()).hexdigest()
 
 
 def _field_of(exc: msgspec.ValidationError) -> str | None:

@@ -139,6 +139,7 @@ class RequestStream:
         self.body.clear()
         try:
             self.view = controller.parse(body, self.headers, self.api, self.trace)
+            body = self.view.body  # with media uuids when the gateway writes them
             self.flight = controller.open(
                 self.view,
                 self.request_id,
