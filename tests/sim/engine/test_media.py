@@ -49,3 +49,14 @@ def test_url_fetch_costs_only_what_the_profile_says() -> None:
     assert load_ms(MediaLoad(per_item_ms=0.0, other_decode_ms_per_megapixel=9.0), unknown) == pytest.approx(
         9.0
     )
+
+
+def test_a_part_with_a_uuid_is_loaded_but_not_hashed() -> None:
+    """vLLM takes a part's uuid as the item's mm_hash, so it skips the content hash (the gateway
+    writes one on every media part by default, mmgate.mediaUuids)."""
+    jpeg = data_uri(image("JPEG", 640, 480), "image/jpeg")
+    body = chat(image_part(jpeg), {**image_part(jpeg), "uuid": "named-by-the-gateway"}, "Same?")
+    plain, named = payloads_of(parse_request(body, {"content-type": "application/json"}).assets)
+    assert plain.hashed and not named.hashed and named.base64_bytes == plain.base64_bytes
+    cost = MediaLoad(per_item_ms=0.0, base64_ms_per_mib=1.0, hash_ms_per_mib=10.0)
+    assert load_ms(cost, plain) - load_ms(cost, named) == pytest.approx(10.0 * plain.file_bytes / 2**20)

@@ -19,7 +19,8 @@ _MIB = float(1 << 20)
 
 def payloads_of(assets: Sequence[MediaAsset]) -> tuple[MediaPayload, ...]:
     """One payload per media part (repeats included: each part is loaded), none for a part that
-    names a cached item by uuid only (vLLM's cached-item form carries no bytes to load)."""
+    names a cached item by uuid only (vLLM's cached-item form carries no bytes to load); a part
+    with a uuid and its bytes is loaded but not hashed."""
     out = []
     for a in assets:
         if a.source is Source.UUID:
@@ -35,6 +36,7 @@ def payloads_of(assets: Sequence[MediaAsset]) -> tuple[MediaPayload, ...]:
                 pixels=pixels,
                 fmt=a.detected_format or "",
                 url=a.source is Source.URL,
+                hashed=not a.client_uuid,
             )
         )
     return tuple(out)
@@ -43,7 +45,9 @@ def payloads_of(assets: Sequence[MediaAsset]) -> tuple[MediaPayload, ...]:
 def load_ms(cost: MediaLoad, item: MediaPayload) -> float:
     """Milliseconds the API server spends loading ``item`` (see :class:`MediaLoad`)."""
     ms = cost.per_item_ms
-    ms += cost.base64_ms_per_mib * item.base64_bytes / _MIB + cost.hash_ms_per_mib * item.file_bytes / _MIB
+    ms += cost.base64_ms_per_mib * item.base64_bytes / _MIB
+    if item.hashed:  # a uuid on the part is the item's hash (vLLM's multi_modal_uuids)
+        ms += cost.hash_ms_per_mib * item.file_bytes / _MIB
     if item.url:
         ms += cost.url_fetch_ms
     if item.pixels:

@@ -43,7 +43,7 @@ class MediaPayload:
     """What the API server receives for one media item, for its front-end cost
     (:class:`mmgate.sim.profiles.MediaLoad`): the base64 text to decode (0 when the bytes did not
     come inline), the file's size, and its pixels and format when it is an image. ``url`` marks
-    media the server would fetch."""
+    media the server would fetch; ``hashed`` whether its content is hashed (no uuid on the part)."""
 
     modality: str = "image"
     base64_bytes: int = 0
@@ -51,6 +51,7 @@ class MediaPayload:
     pixels: int = 0
     fmt: str = ""
     url: bool = False
+    hashed: bool = True  # False when the part carries a uuid: vLLM takes it as the hash, hashes nothing
 
 
 class TokenSequenceLike(Protocol):
