@@ -76,6 +76,9 @@ BENCHMARKS: dict[str, Benchmark] = {
         "add_export_arguments",
         "export",
     ),
+    "shared-index": Benchmark(
+        "routing", "mmgate.bench.routing.shared_index", "prefix hit ratio: one gateway vs two sharing Redis"
+    ),
     "overhead": Benchmark(
         "overhead",
         "mmgate.bench.overhead.harness",
@@ -117,6 +120,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     "pricing": Benchmark("micro", "mmgate.bench.micro.pricing", "pricing cost per asset under several rules"),
     "tokens": Benchmark(
         "micro", "mmgate.bench.micro.tokens", "token-producer per chat request: pseudo vs engine-exact ids"
+    ),
+    "index-scale": Benchmark(
+        "micro", "mmgate.bench.micro.index_scale", "precise index: memory, lookup, event ingest, Redis trips"
     ),
     "media-uuids": Benchmark(
         "micro", "mmgate.bench.micro.media_uuids", "media uuids in 2/20 MB bodies: splice vs re-serialise"

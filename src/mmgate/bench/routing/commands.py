@@ -107,6 +107,12 @@ def _add_ladder_arguments(run: argparse.ArgumentParser, des_only: bool) -> None:
         )
     run.add_argument("--network-delay-ms", type=float, default=0.5, help="DES: one-way gateway↔pod delay")
     run.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=None,
+        help="DES: each pod's KV capacity in blocks (default: the profile's); small values make pods evict",
+    )
+    run.add_argument(
         "--scrape-interval-ms",
         type=float,
         default=None,
@@ -182,6 +188,8 @@ def run_ladder(args: argparse.Namespace) -> int:
         return _refuse(verb, exc)
     if args.jsonl is not None and not args.jsonl.is_file():
         return _refuse(verb, f"--jsonl {args.jsonl}: no such file")
+    if args.kv_blocks is not None and (not args.des or args.kv_blocks < 1):
+        return _refuse(verb, "--kv-blocks takes a positive block count, in the discrete-event mode (--des)")
     if args.jsonl is not None:
         from mmgate.bench.workloads.synthetic import load_jsonl, shuffled_replay
 
@@ -201,6 +209,7 @@ def run_ladder(args: argparse.Namespace) -> int:
             pods=args.pods,
             network_delay_s=args.network_delay_ms / 1000,
             scrape_interval_s=None if args.scrape_interval_ms is None else args.scrape_interval_ms / 1000,
+            engine={} if args.kv_blocks is None else {"num_gpu_blocks": args.kv_blocks},
         )
         results = des.run_des(
             workload, systems, ladder, opts, replay=replay, progress=not args.quiet, log=console.print

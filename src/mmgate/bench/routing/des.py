@@ -20,7 +20,10 @@ simulated server runs. Only the clock and the transport differ:
   over a virtual transport: an encode leg waits its turn on an encode pod (``role: encode``, the
   ``mmgate sim --mm-encoder-only`` model), a prefill leg runs on the prefill pod's engine, and the
   decode pod waits for the KV or the encoder outputs the transfer parameters name
-  (:func:`mmgate.sim.roles.transfer_seconds`, as the HTTP simulator does) before its engine runs.
+  (:func:`mmgate.sim.roles.transfer_seconds`, as the HTTP simulator does) before its engine runs;
+- a system with ``precise-prefix-cache-producer`` reads a block index fed by the engines' own KV
+  events, one network delay after the step that produced them (:mod:`~mmgate.bench.routing.kv_feed`);
+  its engines then hash blocks with the producer's algorithm and seed, as real pods must.
 
 The output is the same :class:`~mmgate.bench.routing.records.RungResult` the HTTP mode produces. ITL is
 kept as (step duration, tokens) pairs rather than one number per token: every decoding request
@@ -38,6 +41,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from mmgate.bench.routing.kv_feed import KVEventFeed, precise_hashing
 from mmgate.bench.routing.loadgen import RungProgress
 from mmgate.bench.routing.records import CacheCounters, Ladder, RequestRecord, RungResult, arrival_times
 from mmgate.bench.routing.systems import System
@@ -54,6 +58,7 @@ from mmgate.disagg.stages import stages_with_spares
 from mmgate.errors import RequestError
 from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import Scheduler, build_scheduler
+from mmgate.scheduling.plugins.precise_prefix_cache_producer import TokenProcessorConfig
 from mmgate.scheduling.registry import PluginRegistry
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.engine import Engine, MediaPayload, SimRequest, StepOutput
@@ -73,7 +78,7 @@ from mmgate.tokens.sequence import MMItem
 T = TypeVar("T")
 
 # Event kinds, in the order they are handled when simultaneous.
-_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE, _ENCODE, _ANSWER, _LEG_TIMEOUT = range(10)
+_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE, _ENCODE, _ANSWER, _LEG_TIMEOUT, _KV = range(11)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +157,13 @@ class _MemoHasher:
     is hashed once: the DES re-sends the same prepared sequence objects, keyed here by identity.
     The engine gets a fresh list each time (it may extend it with decode blocks)."""
 
-    def __init__(self, inner: Any, memo: dict[tuple[int, str | None], list[Any]]) -> None:
+    def __init__(self, inner: Any, memo: dict[tuple[Any, ...], list[Any]]) -> None:
         self._inner = inner
         self._memo = memo
+        self._algo = (inner.algo, inner.seed)  # systems hashing differently share no entries
 
     def block_hashes(self, token_ids: Any, mm_items: Any = (), cache_salt: str | None = None) -> list[Any]:
-        key = (id(token_ids), cache_salt)
+        key = (id(token_ids), cache_salt, *self._algo)
         hit = self._memo.get(key)
         if hit is None:
             hit = self._inner.block_hashes(token_ids, mm_items, cache_salt)
@@ -177,7 +183,7 @@ class _Prepared:
         self.model = model
         self._cache: dict[str, tuple[RequestView, TokenSequence, int, tuple[MediaPayload, ...]]] = {}
         self._bodies: dict[str, tuple[bytes, dict[bytes, MMItem]]] = {}
-        self.hashes: dict[tuple[int, str | None], list[Any]] = {}
+        self.hashes: dict[tuple[Any, ...], list[Any]] = {}
 
     def get(
         self, item: WorkItem | RawItem
@@ -214,8 +220,11 @@ class _Prepared:
         return hit
 
 
-def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod], PricingConfig, str]:
-    """Engines configured exactly as ``mmgate sim`` configures its pods, named like endpoints."""
+def _build_pods(
+    opts: DesOptions, registry: EndpointRegistry, hashing: TokenProcessorConfig | None = None
+) -> tuple[list[_Pod], PricingConfig, str]:
+    """Engines configured exactly as ``mmgate sim`` configures its pods, named like endpoints.
+    With ``hashing`` (a precise system's) they hash as its producer does and record KV events."""
     profile = load_profile(opts.profile)
     pods = []
     for i in range(opts.pods):
@@ -228,8 +237,15 @@ def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod
         except TypeError as exc:
             raise ValueError(f"pod settings: {exc}") from None
         spec.validate()
-        # Block keys never leave the process here, so the fast process-local hash is enough.
-        config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
+        if hashing is None:  # block keys never leave the process: the fast process-local hash
+            config = replace(engine_config(spec), prefix_caching_hash_algo="builtin")
+        else:
+            config = replace(
+                engine_config(spec),
+                prefix_caching_hash_algo=hashing.hashAlgorithm,
+                hash_seed=hashing.hashSeed or None,
+                kv_events=True,
+            )
         role = opts.roles[i] if i < len(opts.roles) else None
         record = registry.add(parse_endpoint(f"http://10.0.0.{i + 1}:8000", role=role))
         own = profile if name == opts.profile else load_profile(name)
@@ -238,7 +254,13 @@ def _build_pods(opts: DesOptions, registry: EndpointRegistry) -> tuple[list[_Pod
             if role == "encode"
             else None
         )
-        pod = _Pod(i, Engine(own, config), record, spec, encoder)
+        engine = Engine(own, config)
+        if hashing is not None and engine.hasher.block_size != hashing.blockSize:
+            raise ValueError(
+                f"precise-prefix-cache-producer blockSize {hashing.blockSize} differs from the pods' "
+                f"block size {engine.hasher.block_size} (profile {name})"
+            )
+        pod = _Pod(i, engine, record, spec, encoder)
         if encoder is not None:
             pod.encode_free_at = [0.0] * encoder.lanes
         pods.append(pod)
@@ -291,14 +313,20 @@ class Simulation:
             raise ValueError(f"{system.name} is not an mmgate config; the DES runs mmgate configs only")
         cfg = load_config(system.config)
         self.system = system
+        hashing = precise_hashing(cfg.picker)
+        self.kv_feed = KVEventFeed() if hashing is not None else None
         self.scheduler: Scheduler = build_scheduler(
-            cfg.picker, mmgate=cfg.mmgate, seed=opts.seed, registry=registry
+            cfg.picker,
+            mmgate=cfg.mmgate,
+            seed=opts.seed,
+            registry=registry,
+            kv_blocks=self.kv_feed.index if self.kv_feed is not None else None,
         )
         self.scrape_s = opts.scrape_interval_s or cfg.mmgate.scrapeIntervalMs / 1000.0
         self.delay = opts.network_delay_s
         self.now = 0.0
         endpoints = EndpointRegistry()
-        self.pods, pricing, model = _build_pods(opts, endpoints)
+        self.pods, pricing, model = _build_pods(opts, endpoints, hashing)
         self.endpoints = [p.endpoint for p in self.pods]
         clock = self.clock
         # Nothing reads a decision's reporting fields here, so the picker does not fill them.
@@ -560,6 +588,8 @@ class Simulation:
             return
         out = engine.step(now)
         self.steps += 1
+        if self.kv_feed is not None and out.events:  # published when the step ends, as vLLM does
+            self._push(now + out.duration + self.delay, _KV, (pod, out.events))
         pod.encoder_s += out.encoder_seconds
         if out.duration > 0:
             pod.pending = out
@@ -580,6 +610,12 @@ class Simulation:
             self._push(seen, _FIRST, rid)
         for fin in out.finished:
             self._push(seen, _FINISH, fin)
+
+    def _kv(self, payload: tuple[_Pod, Any]) -> None:
+        """A step's KV events reach the gateway's index (precise systems only)."""
+        pod, events = payload
+        assert self.kv_feed is not None
+        self.kv_feed.apply(pod.endpoint.name, events, self.now)
 
     def _first(self, rid: str) -> None:
         flight = self._flights.get(rid)
@@ -649,6 +685,7 @@ class Simulation:
             _ENCODE: self._encode,
             _ANSWER: self._answer,
             _LEG_TIMEOUT: self._leg_timeout,
+            _KV: self._kv,
         }
         events = self._events
         while events and self._open > 0:

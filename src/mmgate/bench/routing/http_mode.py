@@ -31,7 +31,7 @@ from mmgate.sim.profiles import load_profile
 SRC = Path(mmgate.__file__).resolve().parents[1]
 
 
-def _probe(model: str) -> bytes:
+def probe_request(model: str) -> bytes:
     """A one-token request that proves the router can reach a pod."""
     return json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
@@ -51,7 +51,8 @@ class HttpOptions:
     engine: dict[str, Any] = field(default_factory=dict)  # engine settings of every pod
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """This environment with the checkout's ``src`` first on PYTHONPATH (for child processes)."""
     import os
 
     env = dict(os.environ)
@@ -67,7 +68,7 @@ def start_fleet(opts: HttpOptions, logs: Path) -> tuple[Managed, list[str]]:
         cmd += ["--roles", ",".join(opts.roles)]
     if opts.engine:
         cmd += ["--engine", json.dumps(opts.engine)]
-    fleet = Managed("fleet", cmd, logs / "fleet.log", env=_env())
+    fleet = Managed("fleet", cmd, logs / "fleet.log", env=child_env())
     fleet.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -93,7 +94,7 @@ def start_router(
         cmd = [sys.executable, "-m", "mmgate", "serve", "--config", str(system.config), *listed,
                "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
                "--log-level", "warning"]  # fmt: skip
-        env = _env()
+        env = child_env()
     else:
         from mmgate.bench.overhead.peers import PEERS, find_peers_python, installed_versions
 
@@ -113,7 +114,7 @@ def start_router(
         env = None
     router = Managed(system.name, cmd, logs / f"{system.name.replace(':', '_')}.log", env=env)
     router.start()
-    why = wait_until_serving(base + "/v1/chat/completions", _probe(model), router, timeout=60)
+    why = wait_until_serving(base + "/v1/chat/completions", probe_request(model), router, timeout=60)
     if why is not None:
         tail = router.log_tail()
         router.stop()
