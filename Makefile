@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# xds-protos (extproc) ships older copies of opentelemetry-proto's modules into the same folder;
+	# whichever installs last wins, so put opentelemetry-proto's own files back (same version).
+	$(PY) -m pip install -q --force-reinstall --no-deps \
+	  "opentelemetry-proto==$$($(PY) -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 	touch $(STAMP)
 
 # About 70 s and 100 MB on a fresh machine (measured: docs/quickstart.md); nothing if the

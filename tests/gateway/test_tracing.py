@@ -21,7 +21,7 @@ from mmgate.config import ConfigError, parse_config
 from mmgate.config.schema import EndpointSpec, TracingSpec
 from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.datalayer.layer import DataLayerConfig
-from mmgate.gateway.app import build_gateway, start
+from mmgate.gateway.app import build_gateway, start, tracing_import_problem
 from mmgate.gateway.cli import add_arguments, load
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
@@ -209,7 +209,7 @@ OFF_SCRIPT = textwrap.dedent(
     import asyncio, json, sys
     import aiohttp, msgspec, yaml
     from mmgate.config import parse_config
-    from mmgate.gateway.app import build_gateway, start
+    from mmgate.gateway.app import build_gateway, start, tracing_import_problem
     from mmgate.sim.fleet import SimFleet
 
     async def main():
@@ -303,3 +303,16 @@ def test_the_serve_flag_turns_tracing_on_and_keeps_the_file_s_other_keys(tmp_pat
     )
     assert build_gateway(loaded).controller.tracing
     assert not build_gateway(load(parser.parse_args(["--endpoints", "127.0.0.1:9"]))).controller.tracing
+
+
+def test_a_clobbered_opentelemetry_install_says_how_to_repair_it() -> None:
+    """xds-protos (extproc) overwrites opentelemetry-proto's modules with older copies when pip
+    installs it last: the error names the repair, not a missing extra."""
+    clobbered = ImportError(
+        "cannot import name 'InstrumentationScope' from 'opentelemetry.proto.common.v1.common_pb2'",
+        name="opentelemetry.proto.common.v1.common_pb2",
+    )
+    assert "pip install --force-reinstall --no-deps opentelemetry-proto" in tracing_import_problem(clobbered)
+    missing = ImportError("No module named 'opentelemetry'", name="opentelemetry")
+    problem = tracing_import_problem(missing)
+    assert "opentelemetry is missing" in problem and "mmgate[tracing]" in problem

@@ -136,13 +136,24 @@ def tracing_of(section: MmgateSection) -> Tracing | None:
     try:
         from mmgate.gateway.tracing import Tracing, TracingSettings
     except ImportError as exc:
-        raise ConfigError(
-            f"tracing needs OpenTelemetry ({exc.name} is missing): pip install 'mmgate[tracing]'",
-            path="mmgate.tracing",
-        ) from None
+        raise ConfigError(tracing_import_problem(exc), path="mmgate.tracing") from None
     return Tracing(
         TracingSettings(endpoint=spec.endpoint, service_name=spec.serviceName, sample_ratio=spec.sampleRatio)
     )
+
+
+def tracing_import_problem(exc: ImportError) -> str:
+    """What to do when OpenTelemetry does not import. A module that is absent means the extra is
+    not installed; a name missing from a module that is there means a broken install: xds-protos
+    (the ``extproc`` extra) ships its own, older copies of the ``opentelemetry.proto`` modules
+    into the same package folder, and whichever of the two packages pip installs last owns them."""
+    if "cannot import name" in str(exc):
+        return (
+            f"tracing cannot load OpenTelemetry ({exc}); another package (xds-protos, from the extproc "
+            "extra) overwrote opentelemetry-proto's files: "
+            "pip install --force-reinstall --no-deps opentelemetry-proto"
+        )
+    return f"tracing needs OpenTelemetry ({exc.name} is missing): pip install 'mmgate[tracing]'"
 
 
 def settings_of(section: MmgateSection) -> GatewaySettings:
