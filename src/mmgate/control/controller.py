@@ -385,7 +385,7 @@ class RequestController:
                     request_id=flight.request_id,
                     headers=flight.headers,
                     debug=flight.debug,
-                    tenant=flight.tenant,
+                    tenant=identity.tenant if (identity := flight.identity) is not None else None,
                 )
             except NoEndpoint as exc:
                 flight.last_error = str(exc) or "no endpoint passed the scheduler's filters"
@@ -541,7 +541,8 @@ class RequestController:
         this one: that is a client mistake, not a fleet problem.
         """
         records = self.endpoints.records()
-        if records and all(r.models for r in records) and not any(model in r.models for r in records):
+        serving = [r for r in records if not r.models or model in r.models]
+        if not serving and records:
             served = ", ".join(self.endpoints.models()[:20])
             raise RequestError(
                 f"The model '{model}' is not served here; available: {served}",
@@ -549,7 +550,7 @@ class RequestController:
                 status=404,
                 code="model_not_found",
             )
-        out = [r for r in records if r.health.healthy and (not r.models or model in r.models)]
+        out = [r for r in serving if r.health.healthy]
         if subset is not None:
             out = [r for r in out if r.name in subset]
         return out

@@ -68,20 +68,21 @@ class SchedulerPicker:
         """Every endpoint's scheduler state by name (read-only; in-flight counters live there)."""
 
     def state_of(self, record: EndpointRecord) -> EndpointState:
-        state = self._states.get(record.name)
         endpoint = record.endpoint
+        name = endpoint.name
+        state = self._states.get(name)
         if state is None or (
-            self._endpoint_of.get(record.name) is not endpoint
+            self._endpoint_of.get(name) is not endpoint
             and (state.url != endpoint.url or state.role != endpoint.role)
         ):
             labels = dict(endpoint.labels)
             if endpoint.role:
                 labels[ROLE_LABEL] = endpoint.role
-            fresh = EndpointState(name=record.name, url=endpoint.url, role=endpoint.role, labels=labels)
+            fresh = EndpointState(name=name, url=endpoint.url, role=endpoint.role, labels=labels)
             if state is not None:
                 fresh.inflight = state.inflight
-            state = self._states[record.name] = fresh
-        self._endpoint_of[record.name] = endpoint  # the same object next time: no string compares
+            state = self._states[name] = fresh
+        self._endpoint_of[name] = endpoint  # the same object next time: no string compares
         state.metrics = record.metrics
         return state
 

@@ -68,8 +68,10 @@ class _Family(Collector, Generic[C]):
         self._new = child
         self._series: dict[tuple[str, ...], C] = {}  # what is exposed, in creation order
         self._lookup: dict[tuple[object, ...], C] = {}  # as callers pass the values
+        # An unlabelled metric's one child, reached without a lookup on every update.
+        self._single: C | None = None
         if not self.labelnames:
-            self._series[()] = child()
+            self._single = self._series[()] = child()
         if registry is not None:
             registry.register(self)
 
@@ -111,7 +113,7 @@ class LoopCounter(_Family[CounterChild]):
         super().__init__(name, documentation, labelnames, registry, CounterChild)
 
     def inc(self, amount: float = 1.0) -> None:
-        self._only().inc(amount)
+        (self._single or self._only()).inc(amount)
 
     def _family(self) -> CounterMetricFamily:
         return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -143,7 +145,7 @@ class LoopHistogram(_Family[HistogramChild]):
         super().__init__(name, documentation, labelnames, registry, lambda: HistogramChild(bounds))
 
     def observe(self, amount: float) -> None:
-        self._only().observe(amount)
+        (self._single or self._only()).observe(amount)
 
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

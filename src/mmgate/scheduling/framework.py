@@ -410,7 +410,8 @@ class Scheduler:
             return
         for plugin in self._lifecycle:
             plugin.on_first_token(held.request, now)
-        _release(held.stages)
+        if held.stages:  # none in an aggregated fleet: nothing to release
+            _release(held.stages)
 
     def on_finished(self, request_id: str, now: float) -> None:
         """The response ended (successfully or not, after streaming started)."""
@@ -418,7 +419,8 @@ class Scheduler:
         if held is None:
             return
         _release(held.serving)
-        _release(held.stages)
+        if held.stages:
+            _release(held.stages)
         for plugin in self._lifecycle:
             plugin.on_finished(held.request, now)
 
