@@ -117,7 +117,7 @@ def part_ends(body: bytes, parts: Collection[_Part]) -> dict[_Part, int] | None:
         char = body[at]
         if char == 0x22:  # '"': a key or a string value; jump to its closing quote
             end = find(b'"', at + 1)
-            while _escaped(body, end):
+            while body[end - 1] == 0x5C and _escaped(body, end):  # most strings end unescaped
                 end = find(b'"', end + 1)
             frame = stack[-1] if stack else None
             if frame is not None and frame.expecting_key:
