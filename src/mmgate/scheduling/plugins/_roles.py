@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mmgate.scheduling.framework import Filter, NoParams
-from mmgate.scheduling.types import EndpointState, SchedulingRequest
+from mmgate.scheduling.types import ROLE_LABEL, EndpointState, SchedulingRequest
 
 
 class RoleFilter(Filter[NoParams]):
@@ -17,7 +17,9 @@ class RoleFilter(Filter[NoParams]):
         keep_none = self.accept_unlabelled
         out = []
         for ep in endpoints:
-            role = ep.effective_role
+            # EndpointState.effective_role written out: three profiles filter every endpoint of
+            # the fleet by role on each disaggregated decision.
+            role = ep.role if ep.role is not None else ep.labels.get(ROLE_LABEL)
             if (role is None and keep_none) or role in roles:
                 out.append(ep)
         return out

@@ -154,9 +154,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             fresh = m is not None and now - m.scraped_at <= staleness
             if fresh and m is not None and m.waiting:
                 ahead = max(ahead, int(m.waiting * mean_tokens))
+            uncached = total - cached if total > cached else 0
             x = (
                 1.0,
-                float(max(0, total - cached)),
+                float(uncached),
                 float(flight.media_tokens + encode),
                 float(hits),
                 float(cached),
@@ -166,7 +167,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             s = rates.seconds(x)
             seconds[name] = s
             work[name] = (
-                rates.prefill_s_per_token * max(0, total - cached)
+                rates.prefill_s_per_token * uncached
                 + rates.encoder_s_per_token * encode
                 + rates.encoder_hit_s_per_token * hits
                 + rates.prefix_hit_s_per_token * cached
