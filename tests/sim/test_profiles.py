@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 
 from mmgate.sim.engine import Engine, EngineConfig
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import ProfileError, available_profiles, fit_poly, load_profile
 from mmgate.sim.spec import DEFAULT_EC_TRANSFER_S, DEFAULT_KV_TRANSFER_S, PodSpec, transfer_times
+from support.media import wav
 from support.processes import REPO
 from support.stack import chat_body, png
 
@@ -21,6 +24,7 @@ SHIPPED = {
     "qwen3-vl-32b-h200-tp2",
     "qwen3-vl-4b-a100",
     "qwen3-vl-8b-h100",
+    "qwen2.5-omni-7b-h100",
 }
 
 
@@ -126,6 +130,20 @@ def test_the_arithmetic_profiles_say_what_their_sources_derive(
     assert profile.encoder_for("data") == (profile.encoder, 1)  # one GPU: nothing to split over
 
 
+def test_the_omni_profile_says_what_its_sources_derive() -> None:
+    profile = load_profile("qwen2.5-omni-7b-h100")
+    per_token = 28 * 4 * 128 * 2 * 2  # Qwen2.5-7B: 28 layers, 4 KV heads of 128
+    assert profile.engine.kv_capacity_tokens() == int((85.5 * 0.9 - 17.86 - 5.0) * 1e9 // per_token)
+    assert profile.engine.max_model_len == 32_768
+    assert 1000 / profile.step.prefill_ms_per_token == pytest.approx(37_890, rel=0.01)
+    assert profile.encoder.ms(1198) == pytest.approx(18.9, rel=0.01)  # a 1280x720 image
+    towers = profile.modality_encoders()
+    assert set(towers) == {"video", "audio"}
+    assert towers["audio"].ms(752) == pytest.approx(6.9, rel=0.02)  # 30 s of audio
+    assert (towers["audio"].ms(1502) - towers["audio"].ms(752)) / 30 == pytest.approx(0.163, rel=0.01)
+    assert profile.transfer is not None and profile.transfer.kv_bytes_per_token == per_token
+
+
 def test_a_pods_transfer_times_come_from_its_own_settings_then_its_profile() -> None:
     a100 = load_profile("qwen3-vl-4b-a100")
     assert a100.transfer is not None
@@ -140,7 +158,7 @@ def test_a_pods_transfer_times_come_from_its_own_settings_then_its_profile() -> 
         PodSpec(transfer_path="carrier-pigeon").validate()
 
 
-@pytest.mark.parametrize("name", ["qwen3-vl-4b-a100", "qwen3-vl-8b-h100"])
+@pytest.mark.parametrize("name", ["qwen3-vl-4b-a100", "qwen3-vl-8b-h100", "qwen2.5-omni-7b-h100"])
 async def test_the_arithmetic_profiles_serve_over_http(name: str) -> None:
     async with SimFleet([PodSpec(profile=name, time_scale=0.05)]) as fleet:
         pod = fleet.pods[0]
@@ -152,3 +170,23 @@ async def test_the_arithmetic_profiles_serve_over_http(name: str) -> None:
             assert r.status == 200
             answer = await r.json()
         assert answer["usage"]["completion_tokens"] == 3 and pod.model == load_profile(name).model
+
+
+async def test_the_omni_profile_prices_audio_at_25_tokens_a_second_over_http() -> None:
+    async with SimFleet([PodSpec(profile="qwen2.5-omni-7b-h100", time_scale=0.05)]) as fleet:
+        pod = fleet.pods[0]
+        prompts = []
+        for seconds in (2.0, 6.0):
+            audio = {"data": base64.b64encode(wav(seconds)).decode(), "format": "wav"}
+            content = [
+                {"type": "text", "text": "what is said?"},
+                {"type": "input_audio", "input_audio": audio},
+            ]
+            body = orjson.dumps({"model": pod.model, "messages": [{"role": "user", "content": content}]})
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(pod.url + "/v1/chat/completions", data=body) as r,
+            ):
+                assert r.status == 200
+                prompts.append((await r.json())["usage"]["prompt_tokens"])
+        assert prompts[1] - prompts[0] == 100  # 4 more seconds of audio: 100 more embeddings

@@ -227,6 +227,8 @@ def test_param_values_are_coerced_or_refused() -> None:
         ("Qwen/Qwen2.5-VL-7B-Instruct", "qwen2.5-vl"),
         ("Qwen/Qwen2-VL-2B-Instruct", "qwen2-vl"),
         ("Qwen/Qwen3-VL-32B-Instruct", "qwen3-vl"),
+        ("Qwen/Qwen2.5-Omni-7B", "qwen2.5-omni"),
+        ("qwen2.5-omni-7b-h100", "qwen2.5-omni"),  # a simulator profile name
         ("google/gemma-3-27b-it", "gemma3"),
         ("llava-hf/llava-v1.6-mistral-7b-hf", "llava-next"),
         ("llava-hf/llava-1.5-7b-hf", "llava-1.5"),

@@ -36,6 +36,7 @@ from transformers.models.pixtral.image_processing_pil_pixtral import (
     PixtralImageProcessorPil,
     get_resize_output_image_size,
 )
+from transformers.models.qwen2_5_omni.processing_qwen2_5_omni import Qwen2_5OmniProcessor
 from transformers.models.qwen2_audio.processing_qwen2_audio import Qwen2AudioProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
@@ -79,7 +80,7 @@ def check_all(family: str, reference: Any, total: bool = False, **params: object
 QWEN_HUB = {"min_pixels": 3136, "max_pixels": 12_845_056}
 
 
-@pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl"])
+@pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl", "qwen2.5-omni"])
 def test_qwen2_vl_images(family: str) -> None:
     proc = Qwen2VLImageProcessorPil(**QWEN_HUB)
     n = check_all(family, lambda w, h: proc.get_number_of_image_patches(h, w) // 4)
@@ -136,15 +137,53 @@ def test_qwen3_vl_video_matches_sample_frames_and_patch_count() -> None:
         assert fam.count_video(w, h, frames / fps, fps).tokens == expected, (frames, fps, w, h)
 
 
-def test_qwen2_vl_video_matches_sample_frames_and_patch_count() -> None:
+# Qwen2_5OmniProcessor's own videos_kwargs size: what it passes the video processor for every clip.
+OMNI_VIDEO_SIZE = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
+
+
+@pytest.mark.parametrize(
+    ("family", "videos_kwargs"), [("qwen2-vl", {}), ("qwen2.5-omni", {"size": OMNI_VIDEO_SIZE})]
+)
+def test_qwen2_vl_video_matches_sample_frames_and_patch_count(
+    family: str, videos_kwargs: dict[str, Any]
+) -> None:
     mod = qwen2_video_module()
     proc = bare(mod.Qwen2VLVideoProcessor, num_frames=None)
-    fam = get_family("qwen2-vl")
+    fam = get_family(family)
     for frames, fps, w, h in _video_cases(11, 200):
         meta = VideoMetadata(total_num_frames=frames, fps=fps, width=w, height=h)
         sampled = len(mod.Qwen2VLVideoProcessor.sample_frames(proc, meta, fps=2))
-        expected = mod.Qwen2VLVideoProcessor.get_num_of_video_patches(proc, sampled, h, w, {}) // 4
-        assert fam.count_video(w, h, frames / fps, fps).tokens == expected, (frames, fps, w, h)
+        patches = mod.Qwen2VLVideoProcessor.get_num_of_video_patches(proc, sampled, h, w, videos_kwargs)
+        assert fam.count_video(w, h, frames / fps, fps) == (patches // 4, 2), (frames, fps, w, h)
+
+
+def test_qwen2_5_omni_audio_matches_the_processor_to_its_five_minute_window() -> None:
+    # the hub's preprocessor_config.json: chunk_length 300 -> n_samples 4,800,000, nb_max_frames 30,000
+    extractor = WhisperFeatureExtractor(chunk_length=300)
+    proc = bare(Qwen2_5OmniProcessor, feature_extractor=extractor)
+    fam = get_family("qwen2.5-omni")
+    samples_cases = [1, 159, 160, 161, 16_000, 100_000, 480_000, 480_001, 1_600_000, 4_799_999, 4_800_000]
+    for samples in [*samples_cases, 6_000_000]:
+        expected = Qwen2_5OmniProcessor._get_num_audio_tokens(proc, samples)
+        assert fam.count_audio(samples / 16_000) == (expected, 2), samples
+    assert fam.count_audio(60.0).tokens == 1500  # 25 a second, past Qwen2-Audio's 30-s cap
+    assert fam.count_audio(600.0).tokens == 7500
+
+
+def test_qwen2_5_omni_audio_count_agrees_with_the_feature_extractors_mask() -> None:
+    """The counting shortcut against the real feature extraction: the attention mask the padded
+    five-minute spectrogram carries, through the tower's output-length formula."""
+    extractor = WhisperFeatureExtractor(chunk_length=300)
+    fam = get_family("qwen2.5-omni")
+    for samples in [16_000, 37_123, 160_000]:
+        out = extractor(
+            np.zeros(samples, dtype=np.float32),
+            sampling_rate=16_000,
+            padding="max_length",
+            return_attention_mask=True,
+        )
+        frames = int(out["attention_mask"].sum())
+        assert fam.count_audio(samples / 16_000).tokens == ((frames - 1) // 2 + 1 - 2) // 2 + 1
 
 
 PAS = {

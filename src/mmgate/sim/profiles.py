@@ -27,6 +27,7 @@ __all__ = [
     "EngineDefaults",
     "KVMemory",
     "MediaLoad",
+    "ModalityCosts",
     "Noise",
     "Poly",
     "Preprocess",
@@ -126,6 +127,23 @@ class MediaLoad(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url_fetch_ms: float = 0.0
 
 
+MODALITIES = ("image", "video", "audio")
+
+
+class ModalityCosts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A modality's own encoder and HF-processor costs, where its tower or processor is not the
+    profile's vision one: an omni model's audio tower is a Whisper-style encoder with windowed
+    attention (linear in the clip's length, far cheaper per token than the ViT), and its audio
+    processor pads every clip to a fixed window before the mel spectrogram (a fixed cost per item).
+    Each field left out falls back to the profile's ``encoder`` / ``preprocess``. The encoder cost
+    is per item of ``t`` tokens like ``encoder``; with ``--mm-encoder-tp-mode data`` each lane runs
+    it unchanged. ``bytes_per_token`` sizes the modality's processed tensors in the processor cache."""
+
+    encoder: Poly | None = None
+    preprocess: Poly | None = None
+    bytes_per_token: int | None = None
+
+
 class KVMemory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """KV capacity from memory arithmetic, as vLLM sizes it:
     ``(gpu_memory_gb * utilization - weights_gb - reserved_gb) * 1e9 / kv_bytes_per_token``."""
@@ -195,7 +213,9 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     GPU holding the whole encoder, what each GPU runs in ``--mm-encoder-tp-mode data`` (the items
     of a step split over the GPUs); without it the lane costs ``encoder`` (a vision encoder
     this small gains little from tensor parallelism, its per-layer all-reduce eats the split).
-    ``transfer``: the disaggregation transfer costs (without it the simulator's defaults)."""
+    ``transfer``: the disaggregation transfer costs (without it the simulator's defaults).
+    ``modalities``: per-modality encoder and processor costs (:class:`ModalityCosts`) for models
+    whose video or audio is not priced like an image."""
 
     name: str
     step: StepTiming
@@ -207,6 +227,7 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tensor_parallel_size: int = 1
     encoder_lane: Poly | None = None
     transfer: Transfer | None = None
+    modalities: dict[str, ModalityCosts] = msgspec.field(default_factory=dict)
     model: str = ""
     hardware: str = ""
     description: str = ""
@@ -225,6 +246,30 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         t = self.transfer
         if t is not None and min(t.shared_memory_gb_per_s, t.network_gb_per_s) <= 0:
             raise ProfileError(f"profile {self.name!r}: transfer bandwidths must be positive")
+        for modality, costs in self.modalities.items():
+            if modality not in MODALITIES:
+                raise ProfileError(
+                    f"profile {self.name!r}: modalities.{modality} is not a modality"
+                    f"{did_you_mean(modality, MODALITIES)}; use one of {', '.join(MODALITIES)}"
+                )
+            if costs.bytes_per_token is not None and costs.bytes_per_token < 0:
+                raise ProfileError(
+                    f"profile {self.name!r}: modalities.{modality}.bytes_per_token must be >= 0"
+                )
+
+    def modality_encoders(self) -> dict[str, Poly]:
+        """The per-modality encoders the profile gives (modalities without one use ``encoder``)."""
+        return {m: c.encoder for m, c in self.modalities.items() if c.encoder is not None}
+
+    def preprocess_for(self, modality: str) -> tuple[Poly, int]:
+        """One item's HF-processor time and its processed bytes per token, for ``modality``."""
+        costs = self.modalities.get(modality)
+        pre = self.preprocess
+        if costs is None:
+            return pre, pre.bytes_per_token
+        poly = costs.preprocess if costs.preprocess is not None else pre
+        size = costs.bytes_per_token if costs.bytes_per_token is not None else pre.bytes_per_token
+        return poly, size
 
     def encoder_for(self, mode: str, tensor_parallel_size: int | None = None) -> tuple[Poly, int]:
         """One item's encoder time and how many lanes encode at once, for vLLM's

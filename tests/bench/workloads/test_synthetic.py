@@ -86,6 +86,26 @@ def test_mixed_spans_text_only_to_many_images() -> None:
     assert len(sizes) >= 5
 
 
+def test_mixed_av_blends_every_modality_in_its_fractions() -> None:
+    w = wl.mixed_av(requests=2000)
+    kinds: dict[str, int] = {}
+    for item in w.items:
+        media = item.media
+        kind = media[0].modality if media else "text"
+        assert all(m.modality == kind for m in media) and (kind == "image" or len(media) <= 1)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    expected = {"text": 0.25, "video": 0.15, "audio": 0.2, "image": 0.4}
+    assert set(kinds) == set(expected)
+    for kind, share in expected.items():
+        assert kinds[kind] / 2000 == pytest.approx(share, abs=0.03), kind
+    clips = [m for i in w.items for m in i.media if m.modality == "video"]
+    assert {(m.width, m.height) for m in clips} == {(640, 360), (854, 480)}
+    assert all(4.0 <= m.duration_s <= 12.0 for m in clips)
+    assert all(5.0 <= m.duration_s <= 60.0 for i in w.items for m in i.media if m.modality == "audio")
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        wl.mixed_av(requests=10, video_fraction=0.5, audio_fraction=0.5)
+
+
 def test_view_matches_the_body() -> None:
     item = wl.shared_prefix(groups=1, prompts_per_group=1).items[0]
     view = item.view()

@@ -39,6 +39,8 @@ WORKLOAD_FLAGS: dict[str, tuple[type, str]] = {
     "conversations": (int, "conversations (multi-turn-document)"),
     "turns": (int, "turns per conversation (multi-turn-document)"),
     "max_images": (int, "most images in one request (mixed)"),
+    "video_fraction": (float, "share of requests with a video clip (mixed-av)"),
+    "audio_fraction": (float, "share of requests with an audio clip (mixed-av)"),
 }
 
 

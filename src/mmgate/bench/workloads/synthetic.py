@@ -297,18 +297,71 @@ def mixed(
 ) -> Workload:
     """Text-only requests blended with 1..max_images images of varied resolutions, so the cost of
     one request spans two orders of magnitude."""
-    sizes = [(224, 224), (448, 448), (640, 480), (1024, 768), (1280, 720), (1920, 1080), (2048, 1536)]
-    rng = random.Random(f"{seed}:mixed")
+    shape = _Blend(text_only_fraction, 0.0, 0.0, max_images, (min_text_tokens, max_text_tokens))
+    return _blended("mixed", "mx", requests, shape, (min_output_tokens, max_output_tokens), seed)
+
+
+@_recorded
+def mixed_av(
+    requests: int = 3000,
+    text_only_fraction: float = 0.25,
+    video_fraction: float = 0.15,
+    audio_fraction: float = 0.2,
+    max_images: int = 8,
+    min_text_tokens: int = 50,
+    max_text_tokens: int = 2000,
+    min_output_tokens: int = 32,
+    max_output_tokens: int = 400,
+    seed: int = 0,
+) -> Workload:
+    """:func:`mixed` with video and audio (issue 17's text + image + video + audio mix, for a
+    model that takes all three): a request is text only, one clip of 4-12 s at 360p or 480p
+    (24 fps), one recording of 5-60 s, or 1..max_images images; every item is its request's own."""
+    shape = _Blend(
+        text_only_fraction, video_fraction, audio_fraction, max_images, (min_text_tokens, max_text_tokens)
+    )
+    return _blended("mixed-av", "mxav", requests, shape, (min_output_tokens, max_output_tokens), seed)
+
+
+MIXED_IMAGE_SIZES = [(224, 224), (448, 448), (640, 480), (1024, 768), (1280, 720), (1920, 1080), (2048, 1536)]
+MIXED_VIDEO_SIZES = [(640, 360), (854, 480)]
+
+
+@dataclass(frozen=True)
+class _Blend:
+    text_only: float
+    video: float
+    audio: float
+    max_images: int
+    text_tokens: tuple[int, int]
+
+
+def _blended(
+    name: str, key: str, requests: int, shape: _Blend, output_tokens: tuple[int, int], seed: int
+) -> Workload:
+    """One draw decides a request's kind (text only, video, audio, else images) so that, with no
+    video or audio, the draws are exactly those of the image-only mix."""
+    if min(shape.text_only, shape.video, shape.audio) < 0 or shape.text_only + shape.video + shape.audio > 1:
+        raise ValueError("text-only, video and audio fractions must be >= 0 and sum to at most 1")
+    rng = random.Random(f"{seed}:{name}")
     items = []
     for n in range(requests):
-        text = text_of(rng.randint(min_text_tokens, max_text_tokens), rng)
-        shots: tuple[MediaSpec, ...] = ()
-        if rng.random() >= text_only_fraction:
-            k = rng.randint(1, max_images)
-            shots = tuple(image(f"{seed}:mx:{n}:{j}", *rng.choice(sizes)) for j in range(k))
-        out = rng.randint(min_output_tokens, max_output_tokens)
-        items.append(WorkItem(f"mx-{n}", (Message("user", (*shots, text)),), out))
-    return Workload("mixed", items, "cycle", seed)
+        text = text_of(rng.randint(*shape.text_tokens), rng)
+        parts: tuple[MediaSpec, ...] = ()
+        kind = rng.random()
+        if kind < shape.text_only:
+            pass
+        elif kind < shape.text_only + shape.video:
+            w, h = rng.choice(MIXED_VIDEO_SIZES)
+            parts = (video(f"{seed}:{key}:{n}:v", w, h, round(rng.uniform(4.0, 12.0), 1)),)
+        elif kind < shape.text_only + shape.video + shape.audio:
+            parts = (audio(f"{seed}:{key}:{n}:a", round(rng.uniform(5.0, 60.0), 1)),)
+        else:
+            k = rng.randint(1, shape.max_images)
+            parts = tuple(image(f"{seed}:{key}:{n}:{j}", *rng.choice(MIXED_IMAGE_SIZES)) for j in range(k))
+        out = rng.randint(*output_tokens)
+        items.append(WorkItem(f"{key}-{n}", (Message("user", (*parts, text)),), out))
+    return Workload(name, items, "cycle", seed)
 
 
 @_recorded
@@ -422,6 +475,7 @@ GENERATORS: dict[str, Callable[..., Workload]] = {
     "image-reuse": image_reuse,
     "multi-turn-document": multi_turn_document,
     "mixed": mixed,
+    "mixed-av": mixed_av,
     "video": video_reuse,
     "audio": audio_reuse,
     "image-heavy": image_heavy,

@@ -65,6 +65,7 @@ class Engine:
             cfg.encoder_budget_tokens or self.max_num_batched_tokens,
             cfg.disable_chunked_mm_input,
             lanes,
+            self.profile.modality_encoders(),
         )
         self._noise = Noise(self.profile.noise.relative_sd if cfg.noise is None else cfg.noise, cfg.seed)
         self._frontend = Frontend(
@@ -73,6 +74,7 @@ class Engine:
             cfg.mm_processor_cache_gb,
             cfg.preprocess_workers,
             self._noise,
+            {m: self.profile.preprocess_for(m) for m in self.profile.modalities},
         )
         self._timing = self.profile.step
         self._scheduler = Scheduler(

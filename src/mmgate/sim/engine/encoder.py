@@ -1,7 +1,8 @@
 """The vision/audio encoder as the scheduler sees it: which media items a prefill chunk reaches,
 which of them the encoder cache already holds, and which must be encoded in this step within the
 per-step encoder budget and the cache's room (vLLM's ``_try_schedule_encoder_inputs``), and how
-long the step's encoding takes.
+long the step's encoding takes. An item costs its modality's encoder where the profile gives one
+(an omni model's audio tower), the vision encoder otherwise.
 
 With one lane (vLLM's default ``--mm-encoder-tp-mode weights``) the items of a step are encoded
 one after another: the step's encoder time is their sum. With ``data`` mode each GPU of a tensor
@@ -13,6 +14,8 @@ weights are small against the KV cache; the profile's KV capacity is kept).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from mmgate.sim.engine.caches import EncoderCache
 from mmgate.sim.engine.request import RequestState
@@ -37,9 +40,10 @@ def lane_makespan(item_ms: list[float], lanes: int) -> float:
 class EncoderStage:
     """Encoder-cache bookkeeping per request, the encoder budget, and the cache's counters (in
     items: a request's item counts once, at the first chunk that reaches it). ``lanes``: GPUs
-    that encode a step's items at once (``data`` mode), 1 by default."""
+    that encode a step's items at once (``data`` mode), 1 by default. ``by_modality``: encoders
+    that replace ``profile`` for items of their modality."""
 
-    __slots__ = ("budget", "cache", "hits", "lanes", "profile", "queries", "whole_items")
+    __slots__ = ("budget", "by_modality", "cache", "hits", "lanes", "profile", "queries", "whole_items")
 
     def __init__(
         self,
@@ -49,8 +53,10 @@ class EncoderStage:
         budget: int,
         whole_items: bool,
         lanes: int = 1,
+        by_modality: Mapping[str, Poly] | None = None,
     ) -> None:
         self.profile = profile
+        self.by_modality = dict(by_modality or {})
         self.cache = EncoderCache(cache_tokens or default_tokens, cache_tokens != 0)
         self.budget = budget
         self.whole_items = whole_items
@@ -68,13 +74,17 @@ class EncoderStage:
         enc_keys: list[str] = []
         enc_ms: list[float] = []
         shared = self.cache.shared
+        by_modality = self.by_modality
         for span in request.mm_items:
             if span.offset < prev_end or span.length < 1 or span.offset + span.length > n:
                 raise ValueError(f"media item {span.identity!r} overlaps another or lies outside the prompt")
             prev_end = span.offset + span.length
             enc_keys.append(span.identity if shared else f"{rid}\x00{span.identity}")
             remote = span.identity in request.remote_encoded
-            enc_ms.append(0.0 if remote else self.profile.ms(span.length))
+            poly = self.profile
+            if by_modality:
+                poly = by_modality.get(getattr(span, "modality", "image"), poly)
+            enc_ms.append(0.0 if remote else poly.ms(span.length))
             self.cache.ensure_capacity(span.length)
             self.budget = max(self.budget, span.length)
         return enc_keys, enc_ms

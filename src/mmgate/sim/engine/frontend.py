@@ -6,22 +6,32 @@ server, one request at a time), so under load requests queue here before the eng
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mmgate.sim.engine.caches import ProcessorCache
 from mmgate.sim.engine.media import load_ms
 from mmgate.sim.engine.timing import Noise
 from mmgate.sim.engine.types import SimRequest
-from mmgate.sim.profiles import MediaLoad, Preprocess
+from mmgate.sim.profiles import MediaLoad, Poly, Preprocess
 
 
 class Frontend:
-    """Front-end time per request, with the processor cache's hit/query counters."""
+    """Front-end time per request, with the processor cache's hit/query counters. ``by_modality``:
+    (processor time, processed bytes per token) replacing ``profile``'s for items of a modality."""
 
-    __slots__ = ("cache", "hits", "load", "noise", "profile", "queries", "workers")
+    __slots__ = ("by_modality", "cache", "hits", "load", "noise", "profile", "queries", "workers")
 
     def __init__(
-        self, profile: Preprocess, load: MediaLoad, cache_gb: float, workers: int, noise: Noise
+        self,
+        profile: Preprocess,
+        load: MediaLoad,
+        cache_gb: float,
+        workers: int,
+        noise: Noise,
+        by_modality: Mapping[str, tuple[Poly, int]] | None = None,
     ) -> None:
         self.profile = profile
+        self.by_modality = dict(by_modality or {})
         self.load = load
         self.cache = ProcessorCache(int(cache_gb * (1 << 30))) if cache_gb > 0 else None
         self.workers = [0.0] * max(1, workers)
@@ -39,13 +49,18 @@ class Frontend:
         for payload in request.media:
             ms += load_ms(load, payload)
         proc = self.cache
+        by_modality = self.by_modality
         for item in request.mm_items:
+            poly: Poly = pre
+            size = pre.bytes_per_token
+            if by_modality:
+                poly, size = by_modality.get(getattr(item, "modality", "image"), (pre, size))
             if proc is not None:
                 self.queries += 1
-                if proc.lookup(item.identity, item.length * pre.bytes_per_token):
+                if proc.lookup(item.identity, item.length * size):
                     self.hits += 1
                     continue
-            ms += pre.ms(item.length)
+            ms += poly.ms(item.length)
         return ms
 
     def preprocess(self, request: SimRequest, now: float) -> float:

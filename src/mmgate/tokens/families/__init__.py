@@ -14,6 +14,7 @@ from mmgate.tokens.families.llava import LLAVA_1_5, LLAVA_NEXT
 from mmgate.tokens.families.phi import PHI3_5_VISION, PHI4_MM
 from mmgate.tokens.families.pixtral import PIXTRAL
 from mmgate.tokens.families.qwen import QWEN2_5_VL, QWEN2_VL, QWEN3_VL
+from mmgate.tokens.families.qwen_omni import QWEN2_5_OMNI
 from mmgate.tokens.rules import Family, unknown
 
 FAMILIES: dict[str, Family[Any]] = {
@@ -22,6 +23,7 @@ FAMILIES: dict[str, Family[Any]] = {
         QWEN2_VL,
         QWEN2_5_VL,
         QWEN3_VL,
+        QWEN2_5_OMNI,
         GEMMA3,
         GEMMA4,
         IDEFICS3,
@@ -43,6 +45,7 @@ ALIASES = {
     "qwen2_vl": "qwen2-vl",
     "qwen2_5_vl": "qwen2.5-vl",
     "qwen3_vl": "qwen3-vl",
+    "qwen2_5_omni": "qwen2.5-omni",
     "gemma-3": "gemma3",
     "gemma-4": "gemma4",
     "llava": "llava-1.5",

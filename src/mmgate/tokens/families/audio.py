@@ -3,13 +3,15 @@
 Whisper (vLLM ``whisper.py``): every started 30-s chunk is padded to 3,000 mel frames and encoded
 to ``max_source_positions`` = 1,500 positions. Qwen2-Audio (transformers
 ``qwen2_audio/processing_qwen2_audio.py``): mel frames ``ceil(samples/160)`` capped at 3,000 (one
-30-s window), then two halvings; wrapped in ``<|audio_bos|>`` ... ``<|audio_eos|>``.
+30-s window), then two halvings; wrapped in ``<|audio_bos|>`` ... ``<|audio_eos|>``. Qwen2.5-Omni's
+audio tower is the same front end with a 300-s window (:mod:`mmgate.tokens.families.qwen`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from mmgate.tokens.rules import Count, Family
 
@@ -31,7 +33,20 @@ class Qwen2AudioParams:
     chunk_length: int = 30
 
 
-def qwen2_audio_tokens(p: Qwen2AudioParams, samples: int) -> int:
+class MelFrontEnd(Protocol):
+    """The Whisper feature extractor's settings a mel-frame count depends on (HF names)."""
+
+    @property
+    def sampling_rate(self) -> int: ...
+    @property
+    def hop_length(self) -> int: ...
+    @property
+    def chunk_length(self) -> int: ...
+
+
+def qwen2_audio_tokens(p: MelFrontEnd, samples: int) -> int:
+    """Audio embeddings for ``samples``: mel frames (one per ``hop_length`` samples, at most one
+    ``chunk_length``-second window), halved by the stride-2 convolution, halved again by pooling."""
     frames = min(-(-samples // p.hop_length), p.chunk_length * p.sampling_rate // p.hop_length)
     return (((frames - 1) // 2 + 1) - 2) // 2 + 1
 
