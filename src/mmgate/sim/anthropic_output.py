@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from mmgate.sim.output import Usage, completion_text, token_events
+from mmgate.serving.openai_output import Usage
+from mmgate.sim.output import completion_text, token_events
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 

@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 from mmgate.request.view import Api
-from mmgate.sim.output import Usage, completion_text, token_events
+from mmgate.serving.openai_output import Usage
+from mmgate.sim.output import completion_text, token_events
 
 
 class SpeechWriter:

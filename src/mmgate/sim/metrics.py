@@ -1,242 +1,41 @@
-"""One simulated pod's ``/metrics``, with vLLM's metric names and labels.
-
-Hand-written Prometheus text rather than ``prometheus_client``: a gateway scrapes eight pods every
-50 ms, and token-level histograms are observed once per engine step for a whole batch
-(``observe(value, n)``), which ``prometheus_client`` cannot do without a loop. The rendered text is
-cached until something changes (see ``docs/benchmarks/sim.md`` for the measured cost).
-"""
+"""One simulated pod's ``/metrics``: vLLM's families (:mod:`mmgate.serving.metrics`) and the
+simulator's own, which say whether the process keeps up with the simulated GPU (a pod whose step
+loop falls behind reports slower timings than its profile)."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Sequence
-
-from mmgate.sim.engine.types import EngineStats
-
-# Bucket bounds as vLLM defines them (vllm/v1/metrics/loggers.py and buckets.py).
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-ITL_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-E2E_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
-"""vLLM's ``request_latency_buckets``: end-to-end, queue, prefill, decode and inference time."""
+from mmgate.serving.metrics import MetricLines, ServerMetrics
 
 
-class Histogram:
-    """Cumulative-on-render histogram; ``observe(v, n)`` records ``n`` equal observations at once."""
-
-    __slots__ = ("_counts", "_text", "_text_count", "bounds", "count", "les", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.les = (*(repr(float(b)) for b in self.bounds), "+Inf")
-        self._counts = [0] * (len(self.bounds) + 1)
-        self.count = 0
-        self.sum = 0.0
-        self._text = ""
-        self._text_count = -1
-
-    def observe(self, value: float, n: int = 1) -> None:
-        self._counts[bisect_left(self.bounds, value)] += n
-        self.count += n
-        self.sum += value * n
-
-    def samples(self, name: str, labels: str) -> str:
-        """The ``_bucket``/``_count``/``_sum`` lines, re-rendered only after an observation (most
-        request-level histograms change once per finished request, not every step)."""
-        if self._text_count != self.count:
-            lines = [
-                f'{name}_bucket{{{labels},le="{le}"}} {_num(c)}'
-                for le, c in zip(self.les, self.cumulative(), strict=True)
-            ]
-            lines.append(f"{name}_count{{{labels}}} {_num(self.count)}")
-            lines.append(f"{name}_sum{{{labels}}} {_num(self.sum)}")
-            self._text = "\n".join(lines)
-            self._text_count = self.count
-        return self._text
-
-    def cumulative(self) -> list[int]:
-        out: list[int] = []
-        running = 0
-        for c in self._counts:
-            running += c
-            out.append(running)
-        return out
-
-
-class PodMetrics:
-    """Counters and histograms of one pod, rendered as vLLM names them."""
+class PodMetrics(ServerMetrics):
+    """A simulated pod's counters; times are simulated seconds, as a real pod would report them."""
 
     def __init__(self, *, model_name: str, prefix_caching: bool = True, engine: str = "0") -> None:
-        self.labels = f'engine="{_esc(engine)}",model_name="{_esc(model_name)}"'
-        self.prefix_caching = prefix_caching
-        self.engine = engine
-        self.request_success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
-        self.e2e = Histogram(E2E_BUCKETS)
-        # Per-request phases, observed when a request finishes (vLLM's FinishedRequestStats).
-        self.queue_time = Histogram(E2E_BUCKETS)
-        self.prefill_time = Histogram(E2E_BUCKETS)
-        self.decode_time = Histogram(E2E_BUCKETS)
-        self.inference_time = Histogram(E2E_BUCKETS)
-        self.tpot = Histogram(ITL_BUCKETS)  # each request's mean time per output token
+        super().__init__(model_name=model_name, prefix_caching=prefix_caching, engine=engine)
         self.driver_lag = 0.0
         self.busy_sim_s = 0.0  # simulated seconds of engine steps run
         self.encoder_s = 0.0  # of which the vision/audio encoder
         self.busy_wall_s = 0.0  # wall seconds those steps took (x time scale); > sim means falling behind
-        self._version = 0
-        self._cached_version = -1
-        self._cached = b""
 
-    def finished(
-        self,
-        arrival: float,
-        queued: float,
-        scheduled: float | None,
-        first_token: float | None,
-        last_token: float,
-        generated: int,
-    ) -> None:
-        """Observe one finished request, with vLLM's phase boundaries (simulated seconds):
-        queue = queued → first scheduled, prefill = first scheduled → first token, decode = first
-        → last token, inference = first scheduled → last token, TPOT = decode / (tokens - 1)."""
-        scheduled = queued if scheduled is None else scheduled
-        first = last_token if first_token is None else first_token
-        decode = last_token - first
-        self.e2e.observe(last_token - arrival)
-        self.queue_time.observe(scheduled - queued)
-        self.prefill_time.observe(first - scheduled)
-        self.decode_time.observe(decode)
-        self.inference_time.observe(last_token - scheduled)
-        self.tpot.observe(decode / (generated - 1) if generated > 1 else 0.0)
-
-    def touch(self) -> None:
-        """Mark the rendered text stale (call after any change)."""
-        self._version += 1
-
-    def render(self, stats: Callable[[], EngineStats]) -> bytes:
-        if self._cached_version == self._version:
-            return self._cached
-        g = stats()
-        lab = self.labels
-        lines: list[str] = []
-        add = lines.append
-
-        def head(name: str, kind: str, text: str) -> None:
-            add(f"# HELP {name} {text}")
-            add(f"# TYPE {name} {kind}")
-
-        def gauge(name: str, value: float, text: str) -> None:
-            head(name, "gauge", text)
-            add(f"{name}{{{lab}}} {_num(value)}")
-
-        def counter(name: str, value: float, text: str) -> None:
-            # prometheus_client (so vLLM) declares counters under their ``_total`` sample name
-            head(name + "_total", "counter", text)
-            add(f"{name}_total{{{lab}}} {_num(value)}")
-
-        def histogram(name: str, h: Histogram, text: str) -> None:
-            head(name, "histogram", text)
-            add(h.samples(name, lab))
-
-        gauge("vllm:num_requests_running", g.num_running, "Number of requests in model execution batches.")
-        gauge("vllm:num_requests_waiting", g.num_waiting, "Number of requests waiting to be processed.")
-        gauge("vllm:kv_cache_usage_perc", g.kv_cache_usage, "KV-cache usage. 1 means 100 percent usage.")
-        counter("vllm:prefix_cache_queries", g.prefix_cache_queries, "Prefix cache queries, in tokens.")
-        counter("vllm:prefix_cache_hits", g.prefix_cache_hits, "Prefix cache hits, in tokens.")
-        counter(
-            "vllm:mm_cache_queries", g.processor_cache_queries, "Multi-modal processor cache queries, items."
-        )
-        counter("vllm:mm_cache_hits", g.processor_cache_hits, "Multi-modal processor cache hits, items.")
-        counter("vllm:num_preemptions", g.num_preemptions, "Cumulative number of preemptions.")
-        counter("vllm:prompt_tokens", g.prompt_tokens, "Number of prefill tokens processed.")
-        counter("vllm:generation_tokens", g.generation_tokens, "Number of generation tokens processed.")
-        head("vllm:request_success_total", "counter", "Count of successfully processed requests.")
-        for reason, n in self.request_success.items():
-            add(f'vllm:request_success_total{{{lab},finished_reason="{reason}"}} {_num(n)}')
-        histogram("vllm:time_to_first_token_seconds", self.ttft, "Histogram of time to first token.")
-        histogram("vllm:inter_token_latency_seconds", self.itl, "Histogram of inter-token latency.")
-        histogram("vllm:e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency.")
-        histogram(
-            "vllm:request_queue_time_seconds",
-            self.queue_time,
-            "Histogram of time spent in WAITING phase for request.",
-        )
-        histogram(
-            "vllm:request_inference_time_seconds",
-            self.inference_time,
-            "Histogram of time spent in RUNNING phase for request.",
-        )
-        histogram(
-            "vllm:request_prefill_time_seconds",
-            self.prefill_time,
-            "Histogram of time spent in PREFILL phase for request.",
-        )
-        histogram(
-            "vllm:request_decode_time_seconds",
-            self.decode_time,
-            "Histogram of time spent in DECODE phase for request.",
-        )
-        histogram(
-            "vllm:request_time_per_output_token_seconds",
-            self.tpot,
-            "Histogram of time_per_output_token_seconds per request.",
-        )
-        head("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.")
-        add(
-            f'vllm:cache_config_info{{block_size="{g.block_size}",enable_prefix_caching="{self.prefix_caching}",'
-            f'engine="{_esc(self.engine)}",num_gpu_blocks="{g.num_gpu_blocks}"}} 1.0'
-        )
-        counter(
-            "mmgate_sim:encoder_cache_queries",
-            g.encoder_cache_queries,
-            "mmgate simulator: encoder-cache lookups, in media items (vLLM has no such metric).",
-        )
-        counter(
-            "mmgate_sim:encoder_cache_hits",
-            g.encoder_cache_hits,
-            "mmgate simulator: encoder-cache hits, in media items (the encoder was skipped).",
-        )
-        gauge(
+    def extra(self, out: MetricLines) -> None:
+        out.gauge(
             "mmgate_sim:driver_lag_seconds",
             self.driver_lag,
             "mmgate simulator: how far the pod's step loop runs behind its schedule (CPU saturation).",
         )
-        counter(
+        out.counter(
             "mmgate_sim:encoder_seconds",
             self.encoder_s,
             "mmgate simulator: simulated seconds the encoder ran (inside engine steps).",
         )
-        counter(
+        out.counter(
             "mmgate_sim:busy_sim_seconds",
             self.busy_sim_s,
             "mmgate simulator: simulated seconds of engine steps run.",
         )
-        counter(
+        out.counter(
             "mmgate_sim:busy_wall_seconds",
             self.busy_wall_s,
             "mmgate simulator: wall seconds (divided by the time scale) those steps took; "
             "above busy_sim_seconds when the process cannot keep up.",
         )
-        text = ("\n".join(lines) + "\n").encode()
-        self._cached = text
-        self._cached_version = self._version
-        return text
-
-
-def _num(value: float) -> str:
-    if isinstance(value, int) or float(value).is_integer():
-        return f"{float(value)!r}"
-    return repr(float(value))
-
-
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -2,18 +2,18 @@
 
 The streaming hot path of a simulated pod writes one SSE event per token for hundreds of concurrent
 streams, so nothing is JSON-encoded per token: a request's chunk prefix and suffix are encoded once
-and each token is a pre-escaped word from a small vocabulary.
+(:class:`~mmgate.serving.openai_output.OpenAIWriter`) and each token is a pre-escaped word from a
+small vocabulary.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from mmgate.request.view import Api
+from mmgate.serving.openai_output import OpenAIWriter, Usage
 
 _TEXT = (
     "The image shows a quiet street with parked cars and tall trees under a pale sky . "
@@ -31,21 +31,6 @@ def token_text(index: int, offset: int = 0) -> str:
 
 def completion_text(n: int, offset: int = 0) -> str:
     return "".join(token_text(i, offset) for i in range(n))
-
-
-@dataclass(slots=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "completion_tokens": self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        }
 
 
 class Writer(Protocol):
@@ -77,105 +62,22 @@ def token_events(prefix: bytes, suffix: bytes, start: int, count: int) -> bytes:
     return b"".join(prefix + _VOCAB_JSON[(start + i) % n] + suffix for i in range(count))
 
 
-class ResponseWriter:
-    """Builds the bytes of one OpenAI chat or completions response: SSE chunks while streaming
-    (the usage chunk when the client asked for it), or the final JSON body."""
+class ResponseWriter(OpenAIWriter):
+    """A simulated chat or completions answer: :class:`~mmgate.serving.openai_output.OpenAIWriter`
+    fed from the synthetic vocabulary (``offset`` picks where in it the request's text starts)."""
 
-    __slots__ = ("_created", "_id", "_include_usage", "_model", "_offset", "_prefix", "_suffix", "api")
+    __slots__ = ("_offset",)
 
     def __init__(
         self, api: Api, request_id: str, model: str, offset: int = 0, *, include_usage: bool = False
     ) -> None:
-        self.api = api
-        self._id = request_id
-        self._model = model
-        self._created = int(time.time())
+        super().__init__(api, request_id, model, include_usage=include_usage)
         self._offset = offset
-        self._include_usage = include_usage
-        head = {"id": request_id, "object": self._chunk_object, "created": self._created, "model": model}
-        start = orjson.dumps(head)[:-1]  # drop the closing brace, choices follow
-        if api is Api.CHAT:
-            self._prefix = b"data: " + start + b',"choices":[{"index":0,"delta":{"content":'
-            self._suffix = b'},"logprobs":null,"finish_reason":null}]}\n\n'
-        else:
-            self._prefix = b"data: " + start + b',"choices":[{"index":0,"text":'
-            self._suffix = b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
-
-    @property
-    def _chunk_object(self) -> str:
-        return "chat.completion.chunk" if self.api is Api.CHAT else "text_completion"
-
-    def role_chunk(self) -> bytes:
-        """vLLM's first chat chunk announces the assistant role with empty content."""
-        if self.api is not Api.CHAT:
-            return b""
-        return self._event(
-            [
-                {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
-            ]
-        )
 
     def tokens(self, start: int, count: int) -> bytes:
         """SSE events for tokens ``start .. start+count-1`` (one event per token, like vLLM)."""
-        return token_events(self._prefix, self._suffix, start + self._offset, count)
-
-    def finish(self, reason: str, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
-        """The closing chunk (finish reason), the usage chunk when asked for, and ``[DONE]``."""
-        if self.api is Api.CHAT:
-            choice: dict[str, Any] = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}
-        else:
-            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason, "stop_reason": None}
-        out = self._event([choice], extra)
-        if self._include_usage:
-            out += self._event([], {"usage": usage.to_dict()})
-        return out + b"data: [DONE]\n\n"
+        return token_events(self.prefix, self.suffix, start + self._offset, count)
 
     def body(self, n_tokens: int, reason: str, usage: Usage, extra: dict[str, Any] | None = None) -> bytes:
         """A whole non-streaming response."""
-        text = completion_text(n_tokens, self._offset)
-        if self.api is Api.CHAT:
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-            }
-            obj = "chat.completion"
-        else:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-            }
-            obj = "text_completion"
-        doc: dict[str, Any] = {
-            "id": self._id,
-            "object": obj,
-            "created": self._created,
-            "model": self._model,
-            "choices": [choice],
-            "usage": usage.to_dict(),
-        }
-        if extra:
-            doc.update(extra)
-        return orjson.dumps(doc)
-
-    def _event(self, choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> bytes:
-        doc: dict[str, Any] = {
-            "id": self._id,
-            "object": self._chunk_object,
-            "created": self._created,
-            "model": self._model,
-            "choices": choices,
-        }
-        if extra:
-            doc.update(extra)
-        return b"data: " + orjson.dumps(doc) + b"\n\n"
+        return self.text_body(completion_text(n_tokens, self._offset), reason, usage, extra)

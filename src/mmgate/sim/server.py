@@ -24,6 +24,9 @@ from aiohttp import web
 
 from mmgate.errors import RequestError
 from mmgate.request.view import API_PATHS, Api, Modality
+from mmgate.serving import routes
+from mmgate.serving.kv_publisher import KVEventPublisher, kv_topic
+from mmgate.serving.openai_output import Usage
 from mmgate.sim.answers import writer_for
 from mmgate.sim.driver import Driver, Flight
 from mmgate.sim.encode_only import EncodeOnly
@@ -32,9 +35,8 @@ from mmgate.sim.engine.media import payloads_of
 from mmgate.sim.engine.types import EngineStats, SimRequest, StepOutput
 from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
-from mmgate.sim.kv_publisher import KVEventPublisher
 from mmgate.sim.metrics import PodMetrics
-from mmgate.sim.output import Usage, Writer
+from mmgate.sim.output import Writer
 from mmgate.sim.pooling_output import pooling_body, tokenizer_body
 from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params, transfer_seconds
@@ -46,12 +48,11 @@ if TYPE_CHECKING:
 
 POD_HEADER = "x-mmgate-sim-pod"
 _ID_PREFIX = {Api.CHAT: "chatcmpl", Api.COMPLETIONS: "cmpl"}  # the others' writers add their own
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 TRACE_PARENTS_KEPT = 256
 
 
 def error_response(err: RequestError, pod: str) -> web.Response:
-    return web.json_response(err.to_dict(), status=err.status, headers={POD_HEADER: pod})
+    return routes.error_response(err, {POD_HEADER: pod})
 
 
 class SimPod:
@@ -144,24 +145,12 @@ class SimPod:
             self.port = self._runner.addresses[0][1]
         kv = self.spec.kv_events
         if kv is not None and kv.active:
-            kv = msgspec.structs.replace(kv, topic=self.kv_topic(kv.topic))
+            topic = kv_topic(kv.topic, pod=self.name, host=self.spec.host, port=self.port, model=self.model)
+            kv = msgspec.structs.replace(kv, topic=topic)
             self.publisher = KVEventPublisher(
                 kv, fmt=self.spec.kv_events_format, int_hashes=self.spec.kv_events_int_hashes
             )
             self.publisher.start()
-
-    def kv_topic(self, template: str) -> str:
-        """The KV-event topic: vLLM's as given, or (mmgate's extension) a template naming this pod,
-        e.g. ``kv@{host}:{port}@{model}`` as llm-d's simulator and indexer spell it."""
-        if "{" not in template:
-            return template
-        try:
-            return template.format(pod=self.name, host=self.spec.host, port=self.port, model=self.model)
-        except (KeyError, IndexError, ValueError) as exc:
-            known = "{pod} {host} {port} {model}"
-            raise ValueError(
-                f"kv_events topic {template!r}: unknown placeholder {exc}; use {known}"
-            ) from None
 
     async def stop(self) -> None:
         if self.driver is not None:
@@ -184,28 +173,10 @@ class SimPod:
         return web.Response(headers={POD_HEADER: self.name})
 
     async def _models(self, request: web.Request) -> web.Response:
-        doc = {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.model,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "vllm",
-                    "root": self.model,
-                    "parent": None,
-                    "max_model_len": self.profile.engine.max_model_len,
-                }
-            ],
-        }
-        return web.json_response(doc, headers={POD_HEADER: self.name})
+        return routes.models_response(self.model, self.profile.engine.max_model_len, {POD_HEADER: self.name})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = self.metrics.render(self.stats)
-        return web.Response(
-            body=body,
-            headers={POD_HEADER: self.name, "Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-        )
+        return routes.metrics_response(self.metrics.render(self.stats), {POD_HEADER: self.name})
 
     def stats(self) -> EngineStats:
         """The pod's counters as ``/metrics`` shows them (engine, plus the encoder's cache)."""
@@ -260,13 +231,7 @@ class SimPod:
                 tokenizer=self.tokenizer,
             )
             if job.view.model and job.view.model != self.model:
-                raise RequestError(
-                    f"The model `{job.view.model}` does not exist.",
-                    param="model",
-                    status=404,
-                    type="NotFoundError",
-                    code="model_not_found",
-                )
+                raise routes.unknown_model(job.view.model)
         except RequestError as err:
             return error_response(err, self.name)
         outcome = self.faults.draw()
@@ -393,7 +358,7 @@ class SimPod:
     ) -> web.StreamResponse:
         # Like vLLM, nothing (not even headers or the role chunk) goes out before the first token:
         # a gateway may still retry elsewhere until then.
-        resp = web.StreamResponse(headers={**SSE_HEADERS, POD_HEADER: self.name})
+        resp = web.StreamResponse(headers={**routes.SSE_HEADERS, POD_HEADER: self.name})
         while not flight.emitted and not flight.finished:
             await flight.wait()
         if flight.reason == "abort":

@@ -475,8 +475,9 @@ def metrics_cost(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
     from prometheus_client import Histogram as PromHistogram
 
+    from mmgate.serving.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
     from mmgate.sim.engine import Engine
-    from mmgate.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, PodMetrics
+    from mmgate.sim.metrics import PodMetrics
 
     engine = Engine("fast")
     ours = PodMetrics(model_name="Qwen/Qwen3-VL-32B-Instruct")

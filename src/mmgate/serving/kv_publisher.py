@@ -1,4 +1,4 @@
-"""A simulated pod's KV-event publisher, as vLLM's ``ZmqEventPublisher`` behaves.
+"""A model server's KV-event publisher, as vLLM's ``ZmqEventPublisher`` behaves.
 
 A ZMQ PUB socket that binds or connects by vLLM's rule (:func:`mmgate.vllm.kv_events_config.binds`)
 and sends one multipart message per engine step; an optional replay ROUTER serves buffered batches.
@@ -69,12 +69,25 @@ def to_wire(event: KVEvent, fmt: WireFormat, *, int_hashes: bool = True) -> msgs
     return LegacyAllBlocksCleared() if fmt is WireFormat.LEGACY else AllBlocksCleared()
 
 
+def kv_topic(template: str, *, pod: str, host: str, port: int, model: str) -> str:
+    """The KV-event topic: vLLM's as given, or (mmgate's extension) a template naming this server,
+    e.g. ``kv@{host}:{port}@{model}`` as llm-d's simulator and indexer spell it."""
+    if "{" not in template:
+        return template
+    try:
+        return template.format(pod=pod, host=host, port=port, model=model)
+    except (KeyError, IndexError, ValueError) as exc:
+        known = "{pod} {host} {port} {model}"
+        raise ValueError(f"kv_events topic {template!r}: unknown placeholder {exc}; use {known}") from None
+
+
 class KVEventPublisher:
-    """One pod's PUB socket (+ optional replay ROUTER), driven from the event loop.
+    """One server's PUB socket (+ optional replay ROUTER), driven from the event loop.
 
     ``publish`` encodes and sends without blocking (PUB drops beyond its high-water mark, as in
-    vLLM); there is no background thread because a simulated step produces few events and 8 pods
-    share one loop. The replay socket is served by a task on the running loop.
+    vLLM); there is no background thread because a step produces few events (a simulated fleet
+    runs 8 pods on one loop; the reference engine hands its steps' events to the loop). The replay
+    socket is served by a task on the running loop.
     """
 
     def __init__(
