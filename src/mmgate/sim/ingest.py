@@ -21,13 +21,12 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from mmgate.errors import RequestError
 from mmgate.request import parse_request
 from mmgate.request.view import Api, Modality, RequestView
+from mmgate.serving.knobs import Knobs, read_knobs
 from mmgate.sim.roles import Transfer, read_transfer
 from mmgate.tokens import Pricing, PricingConfig, TokenSequence, build_sequence, price
 
@@ -35,44 +34,6 @@ if TYPE_CHECKING:
     from mmgate.tokens.engine.tokenizer import EngineTokenizer
 
 
-class _StreamOptions(msgspec.Struct):
-    include_usage: bool = False
-
-
-class Knobs(msgspec.Struct):
-    """The generation fields the simulator honours (the parser reads the prompt)."""
-
-    stream: bool = False
-    stream_options: _StreamOptions | None = None
-    ignore_eos: bool = False
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    max_output_tokens: int | None = None  # the Responses API's name
-    dimensions: int | None = None  # embeddings
-    encoding_format: str = "float"  # embeddings: "float" or "base64"
-    top_n: int = 0  # rerank
-    kv_transfer_params: Any = None
-    ec_transfer_params: Any = None
-
-    @property
-    def include_usage(self) -> bool:
-        return self.stream_options is not None and self.stream_options.include_usage
-
-    @property
-    def limit(self) -> int | None:
-        for value in (self.max_completion_tokens, self.max_output_tokens):
-            if value is not None:
-                return value
-        return self.max_tokens
-
-    @property
-    def limit_name(self) -> str:
-        if self.max_completion_tokens is not None:
-            return "max_completion_tokens"
-        return "max_output_tokens" if self.max_output_tokens is not None else "max_tokens"
-
-
-_KNOBS = msgspec.json.Decoder(Knobs)
 _FORM_APIS = frozenset({Api.TRANSCRIPTIONS, Api.TRANSLATIONS})
 SPOKEN_TOKENS_PER_S = 3.0
 """Speech runs at about 150 words a minute, some 3 tokens a second."""
@@ -106,16 +67,9 @@ def ingest(
         view = parse_request(body, headers, api=api)
         knobs = Knobs(stream=view.stream)
     else:
-        try:
-            knobs = _KNOBS.decode(body)
-        except msgspec.ValidationError as exc:
-            raise RequestError(str(exc), param=_field_of(exc)) from None
-        except msgspec.DecodeError as exc:
-            raise RequestError(f"request body is not valid JSON: {exc}") from None
+        knobs = read_knobs(body)
         view = None
-    limit = knobs.limit if api.generates else 1
-    if limit is not None and limit < 1:
-        raise RequestError(f"{knobs.limit_name} must be at least 1, got {limit}", param=knobs.limit_name)
+    limit = knobs.checked_limit() if api.generates else 1
     transfer = read_transfer(knobs.kv_transfer_params, knobs.ec_transfer_params)
     if view is None:
         view = parse_request(body, headers, api=api)
@@ -149,12 +103,3 @@ def engine_mm_hash(model: str, modality: Modality, content: str) -> str:
     the gateway's identity. ``content`` is the payload's identity as sent; vLLM hashes the decoded
     file instead (so a URL and a data URI of one file agree there and not here)."""
     return hashlib.sha256(f"{model}\x00{modality.value}\x00{content}".encode()).hexdigest()
-
-
-def _field_of(exc: msgspec.ValidationError) -> str | None:
-    """``Expected `int`, got `str` - at `$.max_tokens``` → ``max_tokens``."""
-    text = str(exc)
-    marker = "at `$."
-    if marker not in text:
-        return None
-    return text.rsplit(marker, 1)[1].rstrip("`")
