@@ -4,7 +4,7 @@ reference engine). A wrong type or an impossible limit is a 400 naming the field
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -57,12 +57,19 @@ class Knobs(msgspec.Struct):
 
 _KNOBS = msgspec.json.Decoder(Knobs)
 
+T = TypeVar("T")
+
 
 def read_knobs(body: bytes) -> Knobs:
-    """The knobs of a JSON body; :class:`RequestError` for a body that is not JSON or a field of
-    the wrong type."""
+    """The knobs of a JSON body (:func:`decode_body`)."""
+    return decode_body(_KNOBS, body)
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """``body`` decoded; :class:`RequestError` for a body that is not JSON or a field of the wrong
+    type (naming the field)."""
     try:
-        return _KNOBS.decode(body)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise RequestError(str(exc), param=field_of(exc)) from None
     except msgspec.DecodeError as exc:

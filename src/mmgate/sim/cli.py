@@ -15,13 +15,13 @@ from typing import Any
 
 from rich.console import Console
 
+from mmgate.serving.flags import add_cache_arguments, add_kv_events_arguments
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.profiles import ProfileError
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
 from mmgate.sim.spec import PodSpec, expand, load_fleet
 from mmgate.tables import Table, add_format_argument, columns, emit
 from mmgate.vllm.kv_events_config import parse_kv_events_config
-from mmgate.vllm.kvevents import WireFormat
 
 EPILOG = """\
 examples:
@@ -98,20 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_argument(parser)
 
     engine = parser.add_argument_group("engine (vLLM flag names)")
-    engine.add_argument(
-        "--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None, help="KV prefix cache"
-    )
-    engine.add_argument(
-        "--encoder-cache-tokens", metavar="N", type=int, help="encoder-cache capacity in embeddings; 0 = off"
-    )
-    engine.add_argument(
-        "--mm-processor-cache-gb", metavar="X", type=float, help="processor cache size in GiB; 0 = off"
-    )
-    engine.add_argument("--block-size", metavar="N", type=int, help="KV block size in tokens")
-    engine.add_argument(
-        "--num-gpu-blocks", metavar="N", type=int, help="override the profile's KV capacity in blocks"
-    )
-    engine.add_argument("--max-num-seqs", metavar="N", type=int, help="max running sequences")
+    add_cache_arguments(engine, capacity_help="override the profile's KV capacity in blocks")
     engine.add_argument("--max-num-batched-tokens", metavar="N", type=int, help="per-step token budget")
     engine.add_argument(
         "--disable-chunked-mm-input",
@@ -165,18 +152,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(one host) or network (default)",
     )
 
-    events = parser.add_argument_group("KV events")
-    events.add_argument("--kv-events-config", metavar="JSON", help="vLLM's --kv-events-config JSON")
-    events.add_argument(
-        "--kv-events-format",
-        choices=[f.value for f in WireFormat],
-        help="current: tagged maps (current vLLM); legacy: tagged arrays (older vLLM, llm-d sim default)",
-    )
-    events.add_argument(
-        "--kv-events-raw-hashes",
-        action="store_true",
-        help="publish raw digests (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)",
-    )
+    add_kv_events_arguments(parser)
 
     faults = parser.add_argument_group("fault injection (also at run time: POST /admin/faults)")
     faults.add_argument("--fail-rate-429", metavar="X", type=float, help="fraction of requests answered 429")
