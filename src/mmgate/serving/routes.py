@@ -17,6 +17,17 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+async def listen(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (0 picks a free port); the runner to clean up and the port.
+    No access log (a scrape every 50 ms would drown it) and no signal handlers (the command owns
+    them)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    return runner, runner.addresses[0][1] if port == 0 else port
+
+
 def error_response(err: RequestError, headers: Mapping[str, str]) -> web.Response:
     return web.json_response(err.to_dict(), status=err.status, headers=headers)
 

@@ -137,12 +137,7 @@ class SimPod:
         app.router.add_get("/admin/faults", self._get_faults)
         app.router.add_post("/admin/faults", self._set_faults)
         app.router.add_post("/reset_prefix_cache", self._reset_prefix_cache)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.spec.host, self.spec.port, reuse_address=True)
-        await site.start()
-        if self.spec.port == 0:
-            self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await routes.listen(app, self.spec.host, self.spec.port)
         kv = self.spec.kv_events
         if kv is not None and kv.active:
             topic = kv_topic(kv.topic, pod=self.name, host=self.spec.host, port=self.port, model=self.model)
