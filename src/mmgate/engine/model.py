@@ -1,0 +1,159 @@
+"""Getting a model: a tiny randomly initialised one for tests and demos, or a real one from disk.
+
+The tiny model is a real architecture at toy size (Qwen2-VL: two decoder layers of width 64, a
+one-block vision tower), built from a config with a fixed seed and a tokenizer trained offline
+(:mod:`mmgate.engine.tiny_tokenizer`), so it runs every code path a real checkpoint runs, in
+milliseconds, and gives the same (meaningless but deterministic) replies on every machine.
+
+A real model is read from a local directory with ``local_files_only``: nothing is ever downloaded
+(a directory of the Hugging Face cache, ``.../snapshots/<rev>``, works as any other). Images are
+preprocessed with the PIL backend, so torchvision is not needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoImageProcessor,
+    AutoModelForImageTextToText,
+    AutoTokenizer,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from mmgate.engine import tiny_tokenizer
+from mmgate.engine.qwen2_vl import Qwen2VL
+from mmgate.engine.vlm import VisionLanguageModel
+from mmgate.tokens.engine.files import ModelFilesError, load_model_files
+
+__all__ = ["TINY_ARCHS", "ModelLoadError", "load_model", "save_tiny", "tiny_model"]
+
+TINY_ARCHS = ("qwen2-vl",)
+"""Architectures :func:`tiny_model` builds."""
+
+QWEN2_VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+"""``model_type`` values of checkpoints :func:`load_model` runs with :class:`Qwen2VL`."""
+
+TINY_PIXELS = (56 * 56, 28 * 28 * 16)
+"""The tiny model's processor bounds: every image becomes 4 to 16 tokens (a real Qwen2-VL's
+default is 4 to 16,384), so tests with several images stay fast."""
+
+
+class ModelLoadError(ValueError):
+    """A model directory the engine cannot run; the message names the directory and what is wrong."""
+
+
+@functools.cache
+def _tiny_tokenizer_files() -> dict[str, str]:
+    """The tiny Qwen tokenizer's two files (trained once per process: ~0.3 s)."""
+    with tempfile.TemporaryDirectory(prefix="mmgate-tiny-tok-") as tmp:
+        folder = tiny_tokenizer.build(
+            Path(tmp),
+            vocab_size=1024,
+            special=tiny_tokenizer.QWEN_TOKENS,
+            chat_template=tiny_tokenizer.QWEN_TEMPLATE,
+        )
+        return {p.name: p.read_text() for p in folder.iterdir()}
+
+
+def _tiny_tokenizer() -> Any:
+    with tempfile.TemporaryDirectory(prefix="mmgate-tiny-tok-") as tmp:
+        for name, text in _tiny_tokenizer_files().items():
+            (Path(tmp) / name).write_text(text)
+        return AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+
+
+def _tiny_parts(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
+    """(model, tokenizer, image processor, end-of-turn id) of the tiny ``arch``."""
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
+    tokenizer = _tiny_tokenizer()
+    ids = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in tiny_tokenizer.QWEN_TOKENS}
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 8192,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": int(tokenizer.pad_token_id),
+        },
+        vision_config={
+            "depth": 1,
+            "embed_dim": 32,
+            "hidden_size": 64,
+            "num_heads": 2,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2VLForConditionalGeneration(config)
+    model.generation_config.eos_token_id = ids["<|im_end|>"]
+    processor = Qwen2VLImageProcessorPil(min_pixels=TINY_PIXELS[0], max_pixels=TINY_PIXELS[1])
+    return model, tokenizer, processor, ids["<|im_end|>"]
+
+
+def tiny_model(arch: str = "qwen2-vl", seed: int = 0) -> VisionLanguageModel:
+    """A randomly initialised model of ``arch`` (one of :data:`TINY_ARCHS`), the same for a seed."""
+    model, tokenizer, processor, eos = _tiny_parts(arch, seed)
+    return Qwen2VL(
+        f"mmgate/tiny-{arch}", model, tokenizer, processor, tiny_tokenizer.QWEN_TEMPLATE, frozenset({eos})
+    )
+
+
+def save_tiny(folder: Path, arch: str = "qwen2-vl", seed: int = 0) -> Path:
+    """Write the tiny model as a checkpoint directory :func:`load_model` reads (demos, tests)."""
+    model, tokenizer, processor, _ = _tiny_parts(arch, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def load_model(directory: str | Path, name: str | None = None) -> VisionLanguageModel:
+    """The model in ``directory`` (config, weights, tokenizer, preprocessor config, chat template),
+    read from local files only. ``name`` is the served model id (default: the directory's name)."""
+    folder = Path(directory).expanduser()
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"{folder} has no config.json: give a local model directory (nothing is downloaded)"
+        )
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    if config.model_type not in QWEN2_VL_TYPES:
+        supported = ", ".join(sorted(QWEN2_VL_TYPES))
+        raise ModelLoadError(
+            f"{folder}: model_type {config.model_type!r} is not supported (supported: {supported})"
+        )
+    try:
+        template = load_model_files(folder).chat_template
+    except ModelFilesError as exc:
+        raise ModelLoadError(str(exc)) from None
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True, backend="pil")  # type: ignore[no-untyped-call]
+    model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+    if eos is None:
+        eos = config.text_config.eos_token_id
+    eos_ids = frozenset(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
+    return Qwen2VL(name or folder.name, model, tokenizer, processor, template, eos_ids)
