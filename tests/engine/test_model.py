@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmgate.engine.model import ModelLoadError, load_model, save_tiny, tiny_model
+from mmgate.engine.model import TINY_ARCHS, ModelLoadError, load_model, save_tiny, tiny_model
 from mmgate.engine.prompt import prompt_from_messages
 from mmgate.engine.qwen2_vl import Qwen2VL
 from mmgate.engine.runtime import Engine, EngineConfig, GenerateRequest
@@ -28,9 +28,11 @@ def _first_logits(model: VisionLanguageModel, messages: list[dict[str, object]])
     return out[0].logits
 
 
-def test_engine_prefill_is_the_models_own_forward(tiny: VisionLanguageModel) -> None:
+@pytest.mark.parametrize("arch", TINY_ARCHS)
+def test_engine_prefill_is_the_models_own_forward(arch: str) -> None:
     """The engine's piecewise pass (processor, vision tower, embeddings with features written over
     the pads, multimodal rope, the text model) gives the logits transformers' forward gives."""
+    tiny = tiny_model(arch)
     messages = [user_turn("describe the image", picture(1), picture(2))]
     engine = Engine(tiny, STATELESS)
     prompt = prompt_from_messages(messages)

@@ -23,6 +23,8 @@ from transformers import (
     AutoImageProcessor,
     AutoModelForImageTextToText,
     AutoTokenizer,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
     Qwen2VLConfig,
     Qwen2VLForConditionalGeneration,
 )
@@ -35,8 +37,26 @@ from mmgate.tokens.engine.files import ModelFilesError, load_model_files
 
 __all__ = ["TINY_ARCHS", "ModelLoadError", "load_model", "save_tiny", "tiny_model"]
 
-TINY_ARCHS = ("qwen2-vl",)
+TINY_ARCHS = ("qwen2-vl", "qwen2.5-vl")
 """Architectures :func:`tiny_model` builds."""
+
+_TINY_CLASSES: dict[str, tuple[Any, Any]] = {
+    "qwen2-vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration),
+    "qwen2.5-vl": (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration),
+}
+_TINY_VISION: dict[str, dict[str, Any]] = {
+    # Qwen2-VL: a ViT of width embed_dim merged into the text width (hidden_size)
+    "qwen2-vl": {"embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "temporal_patch_size": 2},
+    # Qwen2.5-VL: windowed attention (block 0 attends fully), merged into out_hidden_size
+    "qwen2.5-vl": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "out_hidden_size": 64,
+        "window_size": 56,
+        "fullatt_block_indexes": [0],
+        "temporal_patch_size": 2,
+    },
+}
 
 QWEN2_VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 """``model_type`` values of checkpoints :func:`load_model` runs with :class:`Qwen2VL`."""
@@ -76,7 +96,9 @@ def _tiny_parts(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
         raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
     tokenizer = _tiny_tokenizer()
     ids = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in tiny_tokenizer.QWEN_TOKENS}
-    config = Qwen2VLConfig(
+    vision = _TINY_VISION[arch]
+    config_class, model_class = _TINY_CLASSES[arch]
+    config = config_class(
         text_config={
             "vocab_size": len(tokenizer),
             "hidden_size": 64,
@@ -90,16 +112,7 @@ def _tiny_parts(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
             "eos_token_id": ids["<|im_end|>"],
             "pad_token_id": int(tokenizer.pad_token_id),
         },
-        vision_config={
-            "depth": 1,
-            "embed_dim": 32,
-            "hidden_size": 64,
-            "num_heads": 2,
-            "mlp_ratio": 2,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-        },
+        vision_config={"depth": 1, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2, **vision},
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -107,7 +120,7 @@ def _tiny_parts(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
+        model = model_class(config)
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     processor = Qwen2VLImageProcessorPil(min_pixels=TINY_PIXELS[0], max_pixels=TINY_PIXELS[1])
     return model, tokenizer, processor, ids["<|im_end|>"]

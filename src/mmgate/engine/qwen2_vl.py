@@ -60,6 +60,10 @@ class Qwen2VL:
         return self._eos
 
     @property
+    def hidden_size(self) -> int:
+        return int(self._model.config.text_config.hidden_size)
+
+    @property
     def torch_model(self) -> Any:
         """The transformers model itself (tests compare against its own ``forward``)."""
         return self._model

@@ -307,7 +307,7 @@ class Engine:
         features = None
         if remote is not None and identity in remote and self._fetch is not None:
             features = self._fetch(identity, remote[identity])
-            if features is not None and features.shape[0] != image.num_tokens:
+            if features is not None and tuple(features.shape) != (image.num_tokens, self.model.hidden_size):
                 features = None  # not this image's: encode it here rather than answer wrongly
             self._stages.fetched_items += features is not None
         if features is None:

@@ -70,6 +70,11 @@ class VisionLanguageModel(Protocol):
     @property
     def eos_token_ids(self) -> frozenset[int]: ...
 
+    @property
+    def hidden_size(self) -> int:
+        """Width of the language model's embeddings (and so of an image's features)."""
+        ...
+
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
         """The chat template applied with a generation prompt, one placeholder per image part."""
         ...
