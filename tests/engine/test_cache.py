@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from mmgate.engine.caches import LruCache
+from mmgate.engine.model import tiny_model
 from mmgate.engine.prompt import prompt_from_messages
 from mmgate.engine.runtime import Engine, EngineConfig, GenerateRequest, StepOutput
 from mmgate.engine.vlm import Layout, VisionLanguageModel
@@ -81,7 +83,9 @@ def _conversation(engine: Engine, turns: int = 6, reply_tokens: int = 4) -> tupl
     return replies, outputs
 
 
-def test_prefix_reuse_keeps_a_six_turn_conversation_identical(tiny: VisionLanguageModel) -> None:
+@pytest.mark.parametrize("arch", ["qwen2-vl", "idefics3"])
+def test_prefix_reuse_keeps_a_six_turn_conversation_identical(arch: str) -> None:
+    tiny = tiny_model(arch)
     stateless = Engine(tiny, STATELESS)
     cached = Engine(tiny)
     plain, plain_out = _conversation(stateless)
@@ -98,6 +102,24 @@ def test_prefix_reuse_keeps_a_six_turn_conversation_identical(tiny: VisionLangua
     assert cached.stages.prefill_tokens < stateless.stages.prefill_tokens / 2
     # images wholly inside the reused prefix are not encoded again; new ones are
     assert cached.stages.encoded_items < stateless.stages.encoded_items
+
+
+def test_reuse_that_ends_inside_an_image_writes_only_the_rest_of_its_features() -> None:
+    """Idefics3's image run holds tile markers between its image tokens. A second question about
+    the same image shares every block up to the one where the image ends and the text differs:
+    the engine resumes inside the image and writes only the rest of its features."""
+    tiny = tiny_model("idefics3")
+    engine = Engine(tiny)
+    image = picture(70)
+    _run(engine, "a", [user_turn("describe the image", image)])
+    question = [user_turn("count slowly", image)]
+    again = _run(engine, "b", question, max_tokens=3)
+    span = _layout(engine, question).spans[0]
+    assert span.offset < again[0].cached_tokens < span.offset + span.length
+    alone = _run(Engine(tiny, STATELESS), "c", question, max_tokens=3)
+    assert [o.token_id for o in again] == [o.token_id for o in alone]
+    assert torch.allclose(again[0].logits, alone[0].logits, atol=1e-5, rtol=0)
+    assert engine.stages.encoded_items == 1  # the rest of the features came from the encoder cache
 
 
 def test_kv_events_name_the_blocks_as_vllm_keys_them(tiny: VisionLanguageModel) -> None:

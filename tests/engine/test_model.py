@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmgate.engine.hf_family import TransformersVLM
 from mmgate.engine.model import TINY_ARCHS, ModelLoadError, load_model, save_tiny, tiny_model
 from mmgate.engine.prompt import prompt_from_messages
 from mmgate.engine.qwen2_vl import Qwen2VL
@@ -37,22 +38,29 @@ def test_engine_prefill_is_the_models_own_forward(arch: str) -> None:
     engine = Engine(tiny, STATELESS)
     prompt = prompt_from_messages(messages)
     logits = engine.generate(GenerateRequest("r", prompt, max_tokens=1))[0].logits
-    assert isinstance(tiny, Qwen2VL)
+    assert isinstance(tiny, TransformersVLM)
     hf = tiny.torch_model
     with torch.inference_mode():
         images = [engine.processed(img) for img in prompt.images]
-        layout = tiny.layout(
-            tiny.render(prompt.messages),
-            [(i.identity, p) for i, p in zip(prompt.images, images, strict=True)],
-        )
+        pairs = [(i.identity, p) for i, p in zip(prompt.images, images, strict=True)]
+        layout = tiny.layout(tiny.render(prompt.messages), pairs)
         ids = torch.tensor([layout.token_ids])
-        reference = hf(
-            input_ids=ids,
-            pixel_values=torch.cat([p.tensors["pixel_values"] for p in images]),
-            image_grid_thw=torch.cat([p.tensors["image_grid_thw"] for p in images]),
-            mm_token_type_ids=(ids == hf.config.image_token_id).int(),
-        ).logits[0, -1]
-    assert [s.length for s in layout.spans] == [p.num_tokens for p in images]
+        if isinstance(tiny, Qwen2VL):
+            pixels = {
+                "pixel_values": torch.cat([p.tensors["pixel_values"] for p in images]),
+                "image_grid_thw": torch.cat([p.tensors["image_grid_thw"] for p in images]),
+                "mm_token_type_ids": (ids == tiny.image_token_id).int(),
+            }
+        else:  # Idefics3: every image's tiles as one batch row
+            pixels = {
+                "pixel_values": torch.cat([p.tensors["pixel_values"] for p in images], dim=1),
+                "pixel_attention_mask": torch.cat([p.tensors["pixel_attention_mask"] for p in images], dim=1),
+            }
+        reference = hf(input_ids=ids, **pixels).logits[0, -1]
+    assert [
+        int((torch.tensor(layout.token_ids[s.offset : s.offset + s.length]) == tiny.image_token_id).sum())
+        for s in layout.spans
+    ] == [p.num_tokens for p in images]
     assert torch.allclose(logits, reference, atol=1e-5, rtol=0)
     assert torch.is_inference(logits)  # no autograd anywhere
 
@@ -64,8 +72,10 @@ def test_tiny_model_is_fixed_by_its_seed(tiny: VisionLanguageModel) -> None:
     assert not torch.allclose(first, _first_logits(tiny_model(seed=1), messages))
 
 
-def test_a_saved_model_loads_from_its_directory_alone(tmp_path: Path, tiny: VisionLanguageModel) -> None:
-    folder = save_tiny(tmp_path / "tiny")
+@pytest.mark.parametrize("arch", ["qwen2-vl", "idefics3"])
+def test_a_saved_model_loads_from_its_directory_alone(tmp_path: Path, arch: str) -> None:
+    tiny = tiny_model(arch)
+    folder = save_tiny(tmp_path / "tiny", arch)
     loaded = load_model(folder)
     assert loaded.name == "tiny"
     assert loaded.eos_token_ids == tiny.eos_token_ids

@@ -1,9 +1,10 @@
 """Getting a model: a tiny randomly initialised one for tests and demos, or a real one from disk.
 
-The tiny model is a real architecture at toy size (Qwen2-VL: two decoder layers of width 64, a
-one-block vision tower), built from a config with a fixed seed and a tokenizer trained offline
-(:mod:`mmgate.engine.tiny_tokenizer`), so it runs every code path a real checkpoint runs, in
-milliseconds, and gives the same (meaningless but deterministic) replies on every machine.
+The tiny model is a real architecture at toy size (two decoder layers of width 64, a one-block
+vision tower: Qwen2-VL, Qwen2.5-VL or Idefics3), built from a config with a fixed seed and a
+tokenizer trained offline (:mod:`mmgate.engine.tiny_tokenizer`), so it runs every code path a real
+checkpoint runs, in milliseconds, and gives the same (meaningless but deterministic) replies on
+every machine.
 
 A real model is read from a local directory with ``local_files_only``: nothing is ever downloaded
 (a directory of the Hugging Face cache, ``.../snapshots/<rev>``, works as any other). Images are
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,30 +25,49 @@ from transformers import (
     AutoImageProcessor,
     AutoModelForImageTextToText,
     AutoTokenizer,
+    Idefics3Config,
+    Idefics3ForConditionalGeneration,
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
     Qwen2VLConfig,
     Qwen2VLForConditionalGeneration,
 )
+from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from mmgate.engine import tiny_tokenizer
+from mmgate.engine.idefics3 import Idefics3
 from mmgate.engine.qwen2_vl import Qwen2VL
 from mmgate.engine.vlm import VisionLanguageModel
 from mmgate.tokens.engine.files import ModelFilesError, load_model_files
 
 __all__ = ["TINY_ARCHS", "ModelLoadError", "load_model", "save_tiny", "tiny_model"]
 
-TINY_ARCHS = ("qwen2-vl", "qwen2.5-vl")
+TINY_ARCHS = ("qwen2-vl", "qwen2.5-vl", "idefics3")
 """Architectures :func:`tiny_model` builds."""
 
-_TINY_CLASSES: dict[str, tuple[Any, Any]] = {
-    "qwen2-vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration),
-    "qwen2.5-vl": (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration),
+FAMILIES: dict[str, Callable[..., VisionLanguageModel]] = {
+    "qwen2_vl": Qwen2VL,
+    "qwen2_5_vl": Qwen2VL,
+    "idefics3": Idefics3,
 }
-_TINY_VISION: dict[str, dict[str, Any]] = {
+"""The adapter that runs a checkpoint, by its config's ``model_type``."""
+
+TINY_PIXELS = (56 * 56, 28 * 28 * 16)
+"""The tiny Qwen models' processor bounds: every image becomes 4 to 16 tokens (a real Qwen2-VL's
+default is 4 to 16,384), so tests with several images stay fast."""
+
+_TEXT = {  # the decoder stack every tiny model shares
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 8192,
+}
+_QWEN_VISION: dict[str, dict[str, Any]] = {
     # Qwen2-VL: a ViT of width embed_dim merged into the text width (hidden_size)
-    "qwen2-vl": {"embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "temporal_patch_size": 2},
+    "qwen2-vl": {"embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
     # Qwen2.5-VL: windowed attention (block 0 attends fully), merged into out_hidden_size
     "qwen2.5-vl": {
         "hidden_size": 32,
@@ -54,16 +75,12 @@ _TINY_VISION: dict[str, dict[str, Any]] = {
         "out_hidden_size": 64,
         "window_size": 56,
         "fullatt_block_indexes": [0],
-        "temporal_patch_size": 2,
     },
 }
-
-QWEN2_VL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl"})
-"""``model_type`` values of checkpoints :func:`load_model` runs with :class:`Qwen2VL`."""
-
-TINY_PIXELS = (56 * 56, 28 * 28 * 16)
-"""The tiny model's processor bounds: every image becomes 4 to 16 tokens (a real Qwen2-VL's
-default is 4 to 16,384), so tests with several images stay fast."""
+_QWEN_CLASSES: dict[str, tuple[Any, Any]] = {
+    "qwen2-vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration),
+    "qwen2.5-vl": (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration),
+}
 
 
 class ModelLoadError(ValueError):
@@ -71,66 +88,103 @@ class ModelLoadError(ValueError):
 
 
 @functools.cache
-def _tiny_tokenizer_files() -> dict[str, str]:
-    """The tiny Qwen tokenizer's two files (trained once per process: ~0.3 s)."""
+def _tokenizer_files(family: str) -> dict[str, str]:
+    """The tiny tokenizer's two files for a template family (trained once per process: ~0.3 s)."""
+    special, template = tiny_tokenizer.TEMPLATES[family]
     with tempfile.TemporaryDirectory(prefix="mmgate-tiny-tok-") as tmp:
-        folder = tiny_tokenizer.build(
-            Path(tmp),
-            vocab_size=1024,
-            special=tiny_tokenizer.QWEN_TOKENS,
-            chat_template=tiny_tokenizer.QWEN_TEMPLATE,
-        )
+        folder = tiny_tokenizer.build(Path(tmp), vocab_size=1024, special=special, chat_template=template)
         return {p.name: p.read_text() for p in folder.iterdir()}
 
 
-def _tiny_tokenizer() -> Any:
+def _tokenizer(family: str) -> Any:
     with tempfile.TemporaryDirectory(prefix="mmgate-tiny-tok-") as tmp:
-        for name, text in _tiny_tokenizer_files().items():
+        for name, text in _tokenizer_files(family).items():
             (Path(tmp) / name).write_text(text)
         return AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+
+
+def _seeded(model_class: Any, config: Any, seed: int) -> Any:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model_class(config)
+
+
+def _tiny_qwen(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
+    tokenizer = _tokenizer("qwen")
+    ids = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in tiny_tokenizer.QWEN_TOKENS}
+    config_class, model_class = _QWEN_CLASSES[arch]
+    config = config_class(
+        text_config={
+            **_TEXT,
+            "vocab_size": len(tokenizer),
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": int(tokenizer.pad_token_id),
+        },
+        vision_config={
+            "depth": 1,
+            "num_heads": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            **_QWEN_VISION[arch],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    processor = Qwen2VLImageProcessorPil(min_pixels=TINY_PIXELS[0], max_pixels=TINY_PIXELS[1])
+    return _seeded(model_class, config, seed), tokenizer, processor, ids["<|im_end|>"]
+
+
+def _tiny_idefics3(seed: int) -> tuple[Any, Any, Any, int]:
+    """Tiles of 32 px, 8-px patches pixel-shuffled by 2: 4 image tokens per tile, and an image of
+    any size is cut into 2x2 tiles plus the global view (20 image tokens)."""
+    tokenizer = _tokenizer("idefics3")
+    end = int(tokenizer.convert_tokens_to_ids("<end_of_utterance>"))
+    config = Idefics3Config(
+        text_config={
+            "model_type": "llama",
+            **_TEXT,
+            "vocab_size": len(tokenizer),
+            "bos_token_id": int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),
+            "eos_token_id": end,
+            "pad_token_id": int(tokenizer.pad_token_id),
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        scale_factor=2,
+        image_token_id=int(tokenizer.convert_tokens_to_ids("<image>")),
+    )
+    processor = Idefics3ImageProcessorPil(
+        size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
+    )
+    return _seeded(Idefics3ForConditionalGeneration, config, seed), tokenizer, processor, end
 
 
 def _tiny_parts(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
     """(model, tokenizer, image processor, end-of-turn id) of the tiny ``arch``."""
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
-    tokenizer = _tiny_tokenizer()
-    ids = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in tiny_tokenizer.QWEN_TOKENS}
-    vision = _TINY_VISION[arch]
-    config_class, model_class = _TINY_CLASSES[arch]
-    config = config_class(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "max_position_embeddings": 8192,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-            "bos_token_id": int(tokenizer.convert_tokens_to_ids("<|endoftext|>")),
-            "eos_token_id": ids["<|im_end|>"],
-            "pad_token_id": int(tokenizer.pad_token_id),
-        },
-        vision_config={"depth": 1, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2, **vision},
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_class(config)
-    model.generation_config.eos_token_id = ids["<|im_end|>"]
-    processor = Qwen2VLImageProcessorPil(min_pixels=TINY_PIXELS[0], max_pixels=TINY_PIXELS[1])
-    return model, tokenizer, processor, ids["<|im_end|>"]
+    model, tokenizer, processor, end = _tiny_idefics3(seed) if arch == "idefics3" else _tiny_qwen(arch, seed)
+    model.generation_config.eos_token_id = end
+    return model, tokenizer, processor, end
 
 
 def tiny_model(arch: str = "qwen2-vl", seed: int = 0) -> VisionLanguageModel:
     """A randomly initialised model of ``arch`` (one of :data:`TINY_ARCHS`), the same for a seed."""
-    model, tokenizer, processor, eos = _tiny_parts(arch, seed)
-    return Qwen2VL(
-        f"mmgate/tiny-{arch}", model, tokenizer, processor, tiny_tokenizer.QWEN_TEMPLATE, frozenset({eos})
+    model, tokenizer, processor, end = _tiny_parts(arch, seed)
+    family = FAMILIES[model.config.model_type]
+    return family(
+        f"mmgate/tiny-{arch}", model, tokenizer, processor, tokenizer.chat_template, frozenset({end})
     )
 
 
@@ -153,8 +207,9 @@ def load_model(directory: str | Path, name: str | None = None) -> VisionLanguage
             f"{folder} has no config.json: give a local model directory (nothing is downloaded)"
         )
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    if config.model_type not in QWEN2_VL_TYPES:
-        supported = ", ".join(sorted(QWEN2_VL_TYPES))
+    family = FAMILIES.get(config.model_type)
+    if family is None:
+        supported = ", ".join(sorted(FAMILIES))
         raise ModelLoadError(
             f"{folder}: model_type {config.model_type!r} is not supported (supported: {supported})"
         )
@@ -169,4 +224,4 @@ def load_model(directory: str | Path, name: str | None = None) -> VisionLanguage
     if eos is None:
         eos = config.text_config.eos_token_id
     eos_ids = frozenset(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
-    return Qwen2VL(name or folder.name, model, tokenizer, processor, template, eos_ids)
+    return family(name or folder.name, model, tokenizer, processor, template, eos_ids)

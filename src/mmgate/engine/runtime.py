@@ -338,13 +338,14 @@ class Engine:
             self._counters.prefix_queries += n
             self._counters.prefix_hits += start
         self._counters.prompt_tokens += n
-        pieces: list[tuple[int, torch.Tensor]] = []
+        pieces: list[torch.Tensor] = []
+        image_token = self.model.image_token_id
         for span in layout.spans:
             if span.offset + span.length <= start:
                 continue  # wholly inside the reused prefix: its features are in the KV already
             rows = self._features(span.identity, seq.images[span.identity], request.ec_transfer_params)
-            skip = max(start - span.offset, 0)
-            pieces.append((span.offset + skip - start, rows[skip:]))
+            skip = sum(1 for t in ids[span.offset : start] if t == image_token)  # rows already in the KV
+            pieces.append(rows[skip:])
         t0 = time.perf_counter()
         embeds = self.model.embed(ids[start:], pieces)
         logits, seq.kv = self.model.forward(embeds[None], layout.positions[:, None, start:], past, None)

@@ -5,8 +5,9 @@ tests need real ids, and the reference engine's tiny models need a vocabulary: n
 download one. :func:`build` trains a byte-level BPE with the ``tokenizers`` library and writes
 ``tokenizer.json`` and ``tokenizer_config.json``, which ``AutoTokenizer.from_pretrained(FOLDER)``
 loads. With a family's tokens and template (``TEMPLATES``) the folder stands in for that family's
-model folder: Qwen-VL's ChatML turns, vision markers and pads, and a chat template in its style, so
-placeholders expand as a Qwen-VL processor expands them.
+model folder: Qwen-VL's ChatML turns, vision markers and pads, or Idefics3's turns, image markers and
+tile tags, and a chat template in the family's style, so placeholders expand as its processor
+expands them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-__all__ = ["QWEN_TEMPLATE", "QWEN_TOKENS", "TEMPLATES", "build", "corpus"]
+__all__ = [
+    "IDEFICS3_TEMPLATE",
+    "IDEFICS3_TOKENS",
+    "QWEN_TEMPLATE",
+    "QWEN_TOKENS",
+    "TEMPLATES",
+    "build",
+    "corpus",
+]
 
 _TEXT = (
     "the image shows a quiet street with parked cars and tall trees under a pale sky person red coat "
@@ -62,7 +71,26 @@ You are a helpful assistant.<|im_end|>
 {%- if add_generation_prompt %}<|im_start|>assistant
 {% endif %}"""
 
-TEMPLATES = {"qwen": (QWEN_TOKENS, QWEN_TEMPLATE)}
+IDEFICS3_TOKENS = (
+    "<fake_token_around_image>",
+    "<image>",
+    "<global-img>",
+    "<end_of_utterance>",
+    *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+)
+
+# Idefics3's turns ("User:", "Assistant:", each closed by <end_of_utterance>) with one <image> per image
+# part; the processor expands each into its tiles' markers and image tokens.
+IDEFICS3_TEMPLATE = """\
+{{- bos_token }}{% for message in messages %}{{ message['role'] | capitalize }}:
+{%- if message['content'] is string %} {{ message['content'] }}
+{%- else %}{% for part in message['content'] %}
+{%- if part['type'] == 'image' %}<image>{% elif part['type'] == 'text' %} {{ part['text'] }}{% endif %}
+{%- endfor %}{% endif %}<end_of_utterance>
+{% endfor %}
+{%- if add_generation_prompt %}Assistant:{% endif %}"""
+
+TEMPLATES = {"qwen": (QWEN_TOKENS, QWEN_TEMPLATE), "idefics3": (IDEFICS3_TOKENS, IDEFICS3_TEMPLATE)}
 
 
 def corpus(lines: int = 2000, seed: int = 7) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 from PIL import Image
 
-__all__ = ["KV", "Layout", "MediaSpan", "ProcessedImage", "VisionLanguageModel"]
+__all__ = ["KV", "Layout", "MediaSpan", "ProcessedImage", "VisionLanguageModel", "embed_with_features"]
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 """Keys and values per decoder layer, each ``(batch, kv_heads, tokens, head_dim)``."""
@@ -38,7 +38,8 @@ class ProcessedImage:
 
 @dataclass(frozen=True, slots=True)
 class MediaSpan:
-    """An image's placeholder run in the prompt (satisfies :class:`mmgate.vllm.blocks.MediaSpanLike`,
+    """An image's run in the prompt, from its first placeholder token to its last, markers
+    included, as vLLM's ``PlaceholderRange`` spans it (satisfies :class:`mmgate.vllm.blocks.MediaSpanLike`,
     so block keys carry it as vLLM's do)."""
 
     identity: str
@@ -71,6 +72,12 @@ class VisionLanguageModel(Protocol):
     def eos_token_ids(self) -> frozenset[int]: ...
 
     @property
+    def image_token_id(self) -> int:
+        """The token an image's features are written over (each image's run may hold others too:
+        tile markers, row separators)."""
+        ...
+
+    @property
     def hidden_size(self) -> int:
         """Width of the language model's embeddings (and so of an image's features)."""
         ...
@@ -90,9 +97,9 @@ class VisionLanguageModel(Protocol):
         """The image's features, ``(num_tokens, hidden)``, as the language model embeds them."""
         ...
 
-    def embed(self, token_ids: Sequence[int], features: Sequence[tuple[int, torch.Tensor]]) -> torch.Tensor:
-        """Input embeddings ``(tokens, hidden)`` of ``token_ids`` with ``features`` rows written over
-        the placeholders, each ``(row, rows)`` starting at that row of this chunk."""
+    def embed(self, token_ids: Sequence[int], features: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Input embeddings ``(tokens, hidden)`` of ``token_ids``, the ``features`` rows (joined, in
+        order) written over its image tokens; no features leaves them as they are."""
         ...
 
     def forward(
@@ -105,3 +112,19 @@ class VisionLanguageModel(Protocol):
         ...
 
     def detokenize(self, token_ids: Sequence[int]) -> str: ...
+
+
+def embed_with_features(
+    table: torch.nn.Module, token_ids: Sequence[int], image_token: int, features: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """``table``'s embeddings of ``token_ids`` with ``features`` written over the ``image_token``
+    positions, in order (the merge every family's forward does, on one chunk)."""
+    ids = torch.tensor(list(token_ids))
+    embeds: torch.Tensor = table(ids)
+    if features:
+        rows = torch.cat(list(features)).to(embeds.dtype)
+        mask = ids == image_token
+        if int(mask.sum()) != rows.shape[0]:
+            raise ValueError(f"{rows.shape[0]} feature rows for {int(mask.sum())} image tokens")
+        embeds[mask] = rows
+    return embeds
