@@ -1,6 +1,7 @@
 """End to end: the shipped predicted-TTFT config behind the real gateway, with simulated pods.
-Streamed answers are routed, and each one's predicted and observed TTFT show on /metrics per
-endpoint; a non-streamed answer (whose first byte is its last) is not counted as a TTFT."""
+Streamed answers are routed, and each one's predicted and observed TTFT, and how far apart
+they were, show on /metrics per endpoint; a non-streamed answer (whose first byte is its last)
+is not counted as a TTFT."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def _counts(page: str, metric: str) -> dict[str, float]:
     return {endpoint: float(v) for endpoint, v in pattern.findall(page)}
 
 
+def _sums(page: str, metric: str) -> list[float]:
+    return [float(v) for v in re.findall(rf'^{metric}_sum{{endpoint="[^"]+"}} (\S+)$', page, re.M)]
+
+
 async def test_predicted_and_observed_ttft_per_endpoint_on_metrics() -> None:
     config = (REPO / "examples" / "predicted-ttft.yaml").read_text()
     async with stack(config, pods=2, time_scale=20.0) as s:
@@ -33,7 +38,12 @@ async def test_predicted_and_observed_ttft_per_endpoint_on_metrics() -> None:
         pods = {u.split("://", 1)[1] for u in s.fleet.urls}
     predicted = _counts(page, "mmgate_predicted_ttft_seconds")
     observed = _counts(page, "mmgate_observed_ttft_seconds")
+    errors = _counts(page, "mmgate_ttft_prediction_error_seconds")
     assert sum(predicted.values()) == sum(observed.values()) == 6
-    assert predicted == observed and set(predicted) <= pods
-    sums = re.findall(r'^mmgate_observed_ttft_seconds_sum{endpoint="[^"]+"} (\S+)$', page, re.M)
-    assert all(float(v) > 0 for v in sums)
+    assert predicted == observed == errors and set(predicted) <= pods
+    # each answer's own |predicted - observed|: its sum is at least the gap of the two sums
+    gap = abs(
+        sum(_sums(page, "mmgate_predicted_ttft_seconds")) - sum(_sums(page, "mmgate_observed_ttft_seconds"))
+    )
+    assert sum(_sums(page, "mmgate_ttft_prediction_error_seconds")) >= gap - 1e-9
+    assert all(v > 0 for v in _sums(page, "mmgate_observed_ttft_seconds"))

@@ -35,6 +35,9 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 RATIO_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))
 DECISION_BUCKETS = (25e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1.6e-3, 3.2e-3, 6.4e-3, 0.0128, 0.0256, 0.1)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# |predicted - observed| TTFT: a good prediction is off by milliseconds, so finer at the low end.
+ERROR_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25,
+                 0.5, 1, 2.5, 5, 10, 30)  # fmt: skip
 
 
 class _EndpointCollector(Collector):
@@ -107,6 +110,11 @@ class Telemetry:
             "Time from sending to the first byte of a streamed answer, where a TTFT was predicted",
             ["endpoint"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self.ttft_error = LoopHistogram(
+            "mmgate_ttft_prediction_error_seconds",
+            "Per streamed answer where a TTFT was predicted: |predicted - observed| on the chosen endpoint",
+            ["endpoint"], buckets=ERROR_BUCKETS, registry=r,
+        )  # fmt: skip
         self.priced_tokens = LoopCounter(
             "mmgate_priced_tokens", "Prompt tokens as priced by the gateway, by modality",
             ["modality"], registry=r,
@@ -173,9 +181,11 @@ class Telemetry:
 
     def ttft_observed(self, endpoint: str, predicted_s: float, observed_s: float) -> None:
         """A streamed answer's first byte, with what was predicted for it: the two histograms per
-        endpoint show operators whether the predictions are right."""
+        endpoint show operators whether the predictions are right on average, the error histogram
+        how far off each one is (two distributions alike can still pair badly)."""
         self.predicted_ttft.labels(endpoint).observe(predicted_s)
         self.observed_ttft.labels(endpoint).observe(observed_s)
+        self.ttft_error.labels(endpoint).observe(abs(predicted_s - observed_s))
 
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
         self.decision_latency.observe(seconds)

@@ -91,6 +91,27 @@ def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
     assert h["prefix_cache_hit_ratio"] == pytest.approx(d["prefix_cache_hit_ratio"], abs=0.02)
 
 
+@pytest.mark.slow
+def test_over_http_the_prediction_error_is_read_from_the_gateway() -> None:
+    """HTTP mode has no per-request prediction: the rung's share of the gateway's error
+    histogram gives the median, per pod and overall, in simulated seconds."""
+    workload = shared_prefix(output_tokens=10, **SMALL)  # type: ignore[arg-type]
+    ladder = Ladder(rates=(4.0, 4.0), duration_s=3.0)
+    first, second = run_http(
+        workload, [resolve("predicted-ttft")], ladder, HttpOptions(pods=2, speedup=2.0), progress=False
+    )
+    for rung in (first, second):
+        rec = summarize(rung)
+        assert rec["ttft_prediction_error_source"] == "gateway histogram"
+        by_pod = rec["ttft_prediction_abs_error_p50_s_by_endpoint"]
+        assert set(by_pod) <= {r.endpoint for r in rung.records} and by_pod
+        assert 0 <= rec["ttft_prediction_abs_error_p50_s"] < max(r.ttft_s or 0 for r in rung.records)
+    # each rung counts its own answers only (the second scrape's difference, not the running total)
+    assert second.prediction_errors is not None
+    counted = sum(max(b.values()) for b in second.prediction_errors.values())
+    assert counted == sum(1 for r in second.records if r.ok)
+
+
 def test_headline_quick_writes_reports_and_summary(tmp_path: Path) -> None:
     from mmgate.bench.routing.headline import run_headline
 

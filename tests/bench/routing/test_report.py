@@ -85,3 +85,18 @@ def test_prediction_errors_are_reported_when_the_system_predicts() -> None:
     assert rec["ttft_prediction_abs_error_p50_s_by_endpoint"] == pytest.approx({"p:1": 0.15, "p:2": 0.0})
     plain = report.summarize(RungResult("round-robin", 1.0, 1.0, 1.0, [RequestRecord("a", 0.0, 1.0, 2.0)]))
     assert "ttft_prediction_abs_error_p50_s" not in plain
+
+
+def test_over_http_the_prediction_error_comes_from_the_gateways_histogram() -> None:
+    inf = float("inf")
+    histogram = {"p:1": {0.01: 1.0, 0.02: 3.0, inf: 3.0}, "p:2": {0.01: 1.0, 0.02: 1.0, inf: 1.0}}
+    rung = RungResult(
+        "predicted-ttft", 1.0, 1.0, 1.0, [RequestRecord("a", 0.0, 1.0, 2.0)], prediction_errors=histogram
+    )
+    rec = report.summarize(rung)
+    assert rec["ttft_prediction_error_source"] == "gateway histogram"
+    assert rec["ttft_prediction_abs_error_p50_s"] == pytest.approx(
+        0.01
+    )  # rank 2 of 4: the first bucket's top
+    assert rec["ttft_prediction_abs_error_p50_s_by_endpoint"] == pytest.approx({"p:1": 0.0125, "p:2": 0.005})
+    assert "ttft_prediction_rel_error_p50" not in rec

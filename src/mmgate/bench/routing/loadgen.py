@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from mmgate.bench.routing.prediction_metrics import difference, scrape_error_buckets
 from mmgate.bench.routing.records import CacheCounters, Ladder, RequestRecord, RungResult, arrival_times
 from mmgate.bench.workloads.media import MediaCache
 from mmgate.bench.workloads.synthetic import DEFAULT_MODEL, RawItem, Workload
@@ -221,6 +222,7 @@ async def run_rung(
     records: list[RequestRecord] = []
     failed = 0
     before = await scrape_cache(session, target.pods)
+    errors_before = await scrape_error_buckets(session, target.url)
     t0 = time.perf_counter()
     last_done = t0
 
@@ -254,6 +256,7 @@ async def run_rung(
             records.extend(RequestRecord(item_id=i, sent_s=s, error="timeout") for i, s in inflight.values())
             last_done = time.perf_counter()
     after = await scrape_cache(session, target.pods)
+    errors = difference(await scrape_error_buckets(session, target.url), errors_before, scale=speedup)
     span = max(last_done - t0, duration_s / speedup)
     return RungResult(
         system=system,
@@ -263,6 +266,7 @@ async def run_rung(
         records=[_scaled(r, speedup) for r in records],
         cache=after - before,
         mode="http",
+        prediction_errors=errors or None,
     )
 
 

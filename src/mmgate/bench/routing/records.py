@@ -96,6 +96,9 @@ class RungResult:
     mode: str = "http"
     itl_weighted: list[tuple[float, int]] | None = None
     fallbacks: int | None = None  # requests whose encode or prefill stage fell back (DES; None: unknown)
+    # HTTP: the gateway's |predicted - observed| TTFT histogram counted during the rung, per endpoint
+    # (cumulative counts by bound, simulated seconds); None when the router keeps none
+    prediction_errors: dict[str, dict[float, float]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mmgate.bench import results
+from mmgate.bench.routing.prediction_metrics import merged, quantile
 from mmgate.bench.routing.records import RequestRecord, RungResult
 from mmgate.bench.stats import percentile, percentiles, weighted_percentile
 
@@ -76,16 +77,28 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "span_s": span,
         "mode": rung.mode,
         "workload": workload,
-        **_prediction_errors(ok),
+        **_prediction_errors(ok, rung.prediction_errors),
     }
 
 
-def _prediction_errors(ok: Sequence[RequestRecord]) -> dict[str, Any]:
+def _prediction_errors(
+    ok: Sequence[RequestRecord], histogram: dict[str, dict[float, float]] | None = None
+) -> dict[str, Any]:
     """Median absolute error of the predicted TTFT (seconds, and relative to the observed one),
-    overall and per endpoint; nothing when the system predicts none."""
+    overall and per endpoint; nothing when the system predicts none. Exact from the requests'
+    own predictions (the DES); else, over HTTP, read off the gateway's error histogram
+    (bucket-interpolated, no relative error), and ``ttft_prediction_error_source`` says so."""
     pairs = [(r.endpoint or "", r.predicted_ttft_s, r.ttft_s) for r in ok if r.predicted_ttft_s is not None]
     if not pairs:
-        return {}
+        if not histogram:
+            return {}
+        return {
+            "ttft_prediction_abs_error_p50_s": quantile(0.5, merged(histogram)),
+            "ttft_prediction_abs_error_p50_s_by_endpoint": {
+                ep: quantile(0.5, buckets) for ep, buckets in sorted(histogram.items())
+            },
+            "ttft_prediction_error_source": "gateway histogram",
+        }
     by_endpoint: dict[str, list[float]] = {}
     for endpoint, predicted, observed in pairs:
         if observed is not None:
