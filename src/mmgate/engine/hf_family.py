@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import Cache, DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from mmgate.engine.vlm import KV, embed_with_features
 
@@ -82,7 +83,7 @@ class TransformersVLM:
     def forward(
         self, embeds: torch.Tensor, positions: torch.Tensor, past: KV | None, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, KV]:
-        cache: Any = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+        cache: Any = _cache_over(past) if past else DynamicCache()
         out = self.text_model()(
             inputs_embeds=embeds,
             position_ids=self.position_ids(positions),
@@ -109,3 +110,16 @@ class TransformersVLM:
     def token_ids(self, text: str) -> list[int]:
         """``text`` tokenised with no special tokens added (the template wrote them)."""
         return [int(t) for t in self._tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def _cache_over(past: KV) -> Any:
+    """A transformers cache whose layers hold ``past`` as they are. ``DynamicCache(ddp_cache_data=)``
+    would copy every layer's keys and values into fresh tensors first: on a real model's long
+    context that copy costs as much as the step's own append."""
+    layers: list[Any] = []
+    for keys, values in past:
+        layer = DynamicLayer()  # type: ignore[no-untyped-call]
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        layers.append(layer)
+    return Cache(layers=layers)

@@ -284,7 +284,7 @@ class Engine:
             with Image.open(io.BytesIO(image.data)) as pil:
                 pil.load()
                 processed = self.model.preprocess(pil)
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
+        except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
             raise RequestError(
                 f"Cannot read the image at '{image.param}': {exc}", param=image.param
             ) from None
