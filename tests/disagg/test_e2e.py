@@ -36,7 +36,7 @@ from support.stack import chat_body, png, wait_until_scraped
 
 EXAMPLES = REPO / "examples"
 MODES = ["sidecar", "gateway"]
-SLOW_ENCODER = FaultSettings(slowdown=150.0)  # each item's encoding takes long enough to see overlap
+SLOW_ENCODER = FaultSettings(slowdown=300.0)  # about 0.25 s per item: overlap beats any loopback overhead
 
 ROLE_LABEL = {
     Role.ENCODE: "encode",
@@ -165,12 +165,26 @@ async def test_four_images_are_encoded_on_two_encoders_in_parallel(mode: str) ->
                 s.url, chat_body(model, "compare", [png(i) for i in range(10, 14)], max_tokens=4)
             )
             assert s.encoded("enc-0", "enc-1") == [2, 2]  # two items each, side by side
+        spans = {name: _encoder(fleet[name]).spans for name in ("enc-0", "enc-1")}
+        # The pods' own record: each encoded its two items, and the two encoders worked at once.
+        assert [len(v) for v in spans.values()] == [2, 2]
+        assert _overlap(spans["enc-0"], spans["enc-1"]) > 0, spans
+        busy = sum(end - start for v in spans.values() for start, end in v)
+        # Its wall time shows it: one after the other, the four encodes alone would take ``busy``.
+        assert two < busy, (two, spans)
         async with stack(fleet, mode, "e-pd.yaml", listed=("enc-0", "pd-0")) as s:
             one = await timed(
                 s.url, chat_body(model, "compare", [png(i) for i in range(20, 24)], max_tokens=4)
             )
             assert s.encoded("enc-0", "enc-1") == [6, 2]  # the four on the only encoder listed
-    assert two / one < 0.8, (two, one)
+        alone = _encoder(fleet["enc-0"]).spans[-4:]
+        assert _overlap(alone[:2], alone[2:]) == 0  # one encoder: one item after another
+    assert two < one, (two, one)
+
+
+def _overlap(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Seconds during which some span of ``a`` and some span of ``b`` both ran."""
+    return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
 
 
 @pytest.mark.parametrize("mode", MODES)

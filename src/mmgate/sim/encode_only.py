@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from mmgate.sim.engine.types import EngineStats
 from mmgate.sim.faults import Faults
 from mmgate.sim.profiles import Profile
+
+SPANS_KEPT = 256
 
 
 class EncodeOnly:
@@ -41,6 +43,7 @@ class EncodeOnly:
         self.queries = 0
         self.hits = 0
         self.encoded_items = 0
+        self._spans: deque[tuple[float, float]] = deque(maxlen=SPANS_KEPT)
 
     def seconds(self, items: Sequence[tuple[str, int]]) -> float:
         """Simulated seconds to encode the items not cached (marks them cached)."""
@@ -68,8 +71,10 @@ class EncodeOnly:
 
     async def encode(self, items: Sequence[tuple[str, int]], faults: Faults, time_scale: float) -> None:
         """Wait for a free lane (one request at a time on each), then for this request's encoding."""
+        loop = asyncio.get_running_loop()
         async with self._lanes:
             self.encoding += 1
+            started = loop.time()
             try:
                 while faults.stalled():
                     await asyncio.sleep(0.05)
@@ -78,6 +83,14 @@ class EncodeOnly:
                     await asyncio.sleep(duration)
             finally:
                 self.encoding -= 1
+                self._spans.append((started, loop.time()))
+
+    @property
+    def spans(self) -> tuple[tuple[float, float], ...]:
+        """When the latest requests held a lane, as ``(start, end)`` in the event loop's clock
+        (the last ``SPANS_KEPT``): the pod's own record of when it encoded, so a caller can tell
+        two pods' encodes overlapped without timing them from outside."""
+        return tuple(self._spans)
 
     def merge_stats(self, stats: EngineStats) -> EngineStats:
         """The engine's snapshot with this encoder's cache counters (its LM side is idle)."""

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from mmgate.bench.cli import main
+from mmgate.bench.routing.fleet_proc import fleet_of
 from mmgate.bench.routing.records import RequestRecord, RungResult
 from mmgate.bench.routing.topologies import (
+    ENCODER_DP,
     Topology,
     accelerators_per_pod,
     gateway_config,
@@ -18,6 +21,7 @@ from mmgate.bench.routing.topologies import (
     sustained,
     topologies,
 )
+from mmgate.sim.server import SimPod
 
 
 def test_the_same_accelerators_make_each_layout() -> None:
@@ -122,9 +126,26 @@ def test_bad_flags_are_a_message_and_exit_2(capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(360)  # two fleets and two gateways as child processes: minutes on a loaded machine
 def test_quick_http_run_serves_every_request(tmp_path: Path) -> None:
-    argv = ["topologies", "--quick", "--quiet", "--http-only", "--workloads", "image-heavy", "--topologies",
-            "e-p-d", "--out", str(tmp_path)]  # fmt: skip
+    argv = ["topologies", "--quick", "--quiet", "--http-only", "--workloads", "image-light", "--topologies",
+            "e-p-d,encoder-dp", "--speedup", "4", "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
-    records = json.loads((tmp_path / "image-heavy-http" / "report.json").read_text())["records"]
-    assert records and all(r["failures"] == 0 and r["completed"] == r["requests"] > 0 for r in records)
+    doc = json.loads((tmp_path / "image-light-http" / "report.json").read_text())
+    records = doc["records"]
+    assert {r["system"] for r in records} == {"e-p-d", "encoder-dp"}
+    assert all(r["failures"] == 0 and r["completed"] == r["requests"] > 0 for r in records)
+    assert doc["meta"]["topologies"]["encoder-dp"]["engine"] == {"mm_encoder_tp_mode": "data"}
+
+
+def test_the_http_fleet_runs_the_topologys_engine_settings() -> None:
+    """encoder-dp over HTTP: every pod of the fleet process encodes on its replica's two GPUs."""
+
+    def pods(*args: Any) -> list[SimPod]:
+        return [SimPod(spec) for spec in fleet_of(*args).specs]
+
+    profile = "qwen3-vl-32b-h200-tp2"
+    assert [p.engine.encoder_lanes for p in pods(4, profile, 2.0, 0, (), ENCODER_DP)] == [2, 2, 2, 2]
+    encode, pd = pods(2, profile, 2.0, 0, ("encode", "prefill-decode"), ENCODER_DP)
+    assert encode.encoder is not None and encode.encoder.lanes == 2 and pd.engine.encoder_lanes == 2
+    assert [p.engine.encoder_lanes for p in pods(1, profile, 2.0, 0)] == [1]  # weights mode: one lane
