@@ -138,6 +138,9 @@ class OrderRouter:
     def first_token(self, decision: Decision) -> None:
         self.calls.append(("first_token", decision.endpoint))
 
+    def stage_done(self, decision: Decision, endpoint: str) -> None:
+        self.calls.append(("stage_done", endpoint))
+
     def finished(self, decision: Decision, *, ok: bool) -> None:
         self.calls.append(("finished" if ok else "failed", decision.endpoint))
 

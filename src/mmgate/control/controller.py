@@ -13,6 +13,8 @@ sidecar) behaves the same and only moves bytes::
     attempt = controller.decide(flight)                        # None: nothing left to try
     while attempt is not None:
         controller.started(attempt)                            # load on every stage's pod, hooks
+        ... run the encode / prefill legs, if this transport does (gateway mode), calling
+            controller.stage_done(attempt, pod) as each stage pod's legs end ...
         ... send attempt.headers (and attempt.propagation) to attempt.endpoint ...
         on a failure before the first byte:
             controller.finished(attempt, ok=False)
@@ -453,6 +455,12 @@ class RequestController:
             and flight.view.first_byte_ends_prefill
         ):
             self._observer.ttft_observed(endpoint, predicted, now - attempt.sent_at)
+
+    def stage_done(self, attempt: Attempt, endpoint: str) -> None:
+        """The transport's encode or prefill legs on ``endpoint`` for this attempt are all over
+        (it runs the legs itself: gateway-orchestrated disaggregation): that pod's load for the
+        request is released before the first token."""
+        self.picker.stage_done(attempt.decision, endpoint)
 
     def usage(self, attempt: Attempt, usage: Usage) -> None:
         """Tokens the endpoint reported for the attempt. No plugin reads them yet; the seam is

@@ -1,10 +1,10 @@
 """The seam between the request controller and whatever picks endpoints.
 
 The controller needs five things from an endpoint picker: a decision for a request over the
-current candidates, the lifecycle calls that keep in-flight load right, the ordered fallbacks of a
-decision, and a way to forget a removed endpoint. :class:`EndpointPicker` names them;
-:class:`mmgate.control.scheduler_picker.SchedulerPicker` implements it over
-:class:`mmgate.scheduling.Scheduler`, tests may implement it with a few lines.
+current candidates, the lifecycle calls that keep in-flight load right (on every stage's pod),
+the ordered fallbacks of a decision, and a way to forget a removed endpoint.
+:class:`EndpointPicker` names them; :class:`mmgate.control.scheduler_picker.SchedulerPicker`
+implements it over :class:`mmgate.scheduling.Scheduler`, tests may implement it with a few lines.
 """
 
 from __future__ import annotations
@@ -85,6 +85,11 @@ class EndpointPicker(Protocol):
 
     def first_token(self, decision: Decision) -> None:
         """The first response bytes arrived (prefill is over)."""
+        ...
+
+    def stage_done(self, decision: Decision, endpoint: str) -> None:
+        """Every encode or prefill leg the transport sent to ``endpoint`` for this decision has
+        ended (in-flight load goes down there, before the first token)."""
         ...
 
     def finished(self, decision: Decision, *, ok: bool) -> None:

@@ -188,6 +188,11 @@ class SchedulerPicker:
         assert isinstance(handle, _Handle)
         self.scheduler.on_first_token(handle.request.request_id, self.clock())
 
+    def stage_done(self, decision: Decision, endpoint: str) -> None:
+        handle = decision.handle
+        assert isinstance(handle, _Handle)
+        self.scheduler.on_stage_done(handle.request.request_id, endpoint, self.clock())
+
     def finished(self, decision: Decision, *, ok: bool) -> None:
         handle = decision.handle
         assert isinstance(handle, _Handle)

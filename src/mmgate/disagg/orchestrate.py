@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -177,20 +177,27 @@ class Orchestrator:
         stages: Stages,
         headers: Sequence[tuple[str, str]],
         request_id: str,
+        *,
+        released: Callable[[str], None] | None = None,
     ) -> Prepared:
         """The decode request for ``body`` after its encode and prefill legs. Raises
-        :class:`StageFailed` when a stage failed and the fallback is ``fail``."""
+        :class:`StageFailed` when a stage failed and the fallback is ``fail``. ``released`` is
+        called with each stage pod the plan named once no leg of the request is left on it
+        (answered, failed or moved to a retry pod), so its load can go before the first token."""
         request: plan.Body = msgspec.json.decode(body)
         base = [(k, v) for k, v in headers if k.lower() not in _DROPPED_LEG_HEADERS]
         base.append(("content-type", "application/json"))
         prepared = Prepared(b"")
         ec: dict[str, Any] = {}
         items = plan.media_items(request, ((a.identity, a.field) for a in view.assets))
-        if items and stages.encoders:
-            ec = await self._encode(request, items, stages, base, request_id, prepared)
+        chosen = plan.spread(len(items), stages.encoders) if stages.encoders else []
+        holds = _Holds([*chosen, *stages.prefillers[:1]], released)
+        holds.drop([*stages.encoders, *stages.prefillers])  # named, but no leg goes there: free now
+        if chosen:
+            ec = await self._encode(request, items, chosen, stages, base, request_id, prepared, holds)
         kv: dict[str, Any] | None = None
         if stages.prefillers:
-            kv = await self._prefill(request, ec, stages, base, request_id, prepared)
+            kv = await self._prefill(request, ec, stages, base, request_id, prepared, holds)
         if kv is None and stages.prefillers:
             ec = {}  # the decode pod prefills itself; without the media's outputs it encodes them
         prepared.body = msgspec.json.encode(plan.decode_body(request, ec_params=ec, kv_params=kv))
@@ -202,12 +209,13 @@ class Orchestrator:
         self,
         request: plan.Body,
         items: list[plan.MediaItem],
+        chosen: list[str],
         stages: Stages,
         headers: list[tuple[str, str]],
         request_id: str,
         prepared: Prepared,
+        holds: _Holds,
     ) -> dict[str, Any]:
-        chosen = plan.spread(len(items), stages.encoders)
         pool = list(dict.fromkeys([*stages.encoders, *stages.encoder_spares]))
         legs = [
             self._leg(
@@ -217,6 +225,7 @@ class Orchestrator:
                 [*headers, ("x-request-id", f"{request_id}-enc-{i}")],
                 self.settings.encode_timeout_s,
                 request_id,
+                holds,
             )
             for i, (item, host) in enumerate(zip(items, chosen, strict=True))
         ]
@@ -245,6 +254,7 @@ class Orchestrator:
         headers: list[tuple[str, str]],
         request_id: str,
         prepared: Prepared,
+        holds: _Holds,
     ) -> dict[str, Any] | None:
         hosts = list(dict.fromkeys([*stages.prefillers, *stages.prefiller_spares]))
         try:
@@ -255,6 +265,7 @@ class Orchestrator:
                 [*headers, ("x-request-id", f"{request_id}-prefill")],
                 self.settings.prefill_timeout_s,
                 request_id,
+                holds,
             )
         except LegFailed as exc:
             self._fall_back("prefill", exc.detail)
@@ -286,41 +297,82 @@ class Orchestrator:
         headers: Sequence[tuple[str, str]],
         timeout_s: float,
         request_id: str,
+        holds: _Holds,
     ) -> dict[str, Any]:
         """POST ``body`` to ``hosts[0]``; on a transient failure to the next host, up to
         ``stage_retries`` more times. Raises :class:`LegFailed` with the last reason."""
         data = msgspec.json.encode(body)
         detail = "no pod to send it to"
         for n, host in enumerate(hosts[: 1 + max(0, self.settings.stage_retries)]):
-            if n and self.metrics is not None:
-                self.metrics.legs.labels(stage, "retried").inc()
+            if n:
+                holds.take(host)
+                if self.metrics is not None:
+                    self.metrics.legs.labels(stage, "retried").inc()
             try:
                 leg = Leg(stage, host, self.settings.path, headers, data, timeout_s, request_id)
-                status, answer = await self.transport.send(leg)
-            except (UpstreamError, OSError, ValueError) as exc:
-                detail = f"{host}: {type(exc).__name__}: {exc}"
-                continue
-            except TimeoutError:
-                detail = f"{host}: no answer within {timeout_s:g} s"
-                continue
-            if status == 200:
-                try:
-                    decoded = msgspec.json.decode(answer)
-                except msgspec.DecodeError:
-                    detail = f"{host}: the answer is not JSON"
-                    continue
-                if isinstance(decoded, dict):
-                    if self.metrics is not None:
-                        self.metrics.legs.labels(stage, "ok").inc()
-                    return decoded
-                detail = f"{host}: the answer is not a JSON object"
-                continue
-            detail = f"{host}: HTTP {status}"
-            if status not in TRANSIENT_STATUS:
+                answer, detail, final = await self._send(leg)
+            finally:
+                holds.give(host)  # this pod's part of the leg is over, however it ended
+            if answer is not None:
+                if self.metrics is not None:
+                    self.metrics.legs.labels(stage, "ok").inc()
+                return answer
+            if final:
                 break  # the pod refused the request itself; another would too
         if self.metrics is not None:
             self.metrics.legs.labels(stage, "failed").inc()
         raise LegFailed(stage, detail)
+
+    async def _send(self, leg: Leg) -> tuple[dict[str, Any] | None, str, bool]:
+        """One try of ``leg``: its JSON answer, or ``None``, why, and whether another pod would
+        refuse it too (a 4xx)."""
+        host = leg.host
+        try:
+            status, answer = await self.transport.send(leg)
+        except (UpstreamError, OSError, ValueError) as exc:
+            return None, f"{host}: {type(exc).__name__}: {exc}", False
+        except TimeoutError:
+            return None, f"{host}: no answer within {leg.timeout_s:g} s", False
+        if status != 200:
+            return None, f"{host}: HTTP {status}", status not in TRANSIENT_STATUS
+        try:
+            decoded = msgspec.json.decode(answer)
+        except msgspec.DecodeError:
+            return None, f"{host}: the answer is not JSON", False
+        if not isinstance(decoded, dict):
+            return None, f"{host}: the answer is not a JSON object", False
+        return decoded, "", False
+
+
+class _Holds:
+    """The stage pods still working for one request: each planned leg counts on the pod the plan
+    named for it (and a retry on the pod it moved to) until that pod's part of the leg is over.
+    A pod left with none is handed to ``released``, once per time it empties (a retry landing on
+    a pod already released charges nothing new: the scheduler holds a stage pod once)."""
+
+    __slots__ = ("left", "released")
+
+    def __init__(self, planned: Sequence[str], released: Callable[[str], None] | None) -> None:
+        self.released = released
+        self.left: dict[str, int] = {}
+        for host in planned:
+            self.left[host] = self.left.get(host, 0) + 1
+
+    def take(self, host: str) -> None:
+        self.left[host] = self.left.get(host, 0) + 1
+
+    def give(self, host: str) -> None:
+        left = self.left.get(host, 0) - 1
+        self.left[host] = max(0, left)
+        if left == 0 and self.released is not None:
+            self.released(host)
+
+    def drop(self, hosts: Sequence[str]) -> None:
+        """Pods named for the stage that get no leg at all."""
+        for host in dict.fromkeys(hosts):
+            if host not in self.left:
+                self.left[host] = 1
+                self.give(host)
 
 
 def strip_transfer_fields(body: bytes) -> bytes:

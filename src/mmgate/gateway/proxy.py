@@ -15,6 +15,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlsplit
 
 from mmgate.control.controller import Attempt, Flight, RequestController
@@ -180,8 +181,9 @@ class Proxy:
                 if stages is not None and stages.any:
                     try:
                         prepared = await self._orchestrator.prepare(
-                            body, view, stages, headers, attempt.flight.request_id
-                        )
+                            body, view, stages, headers, attempt.flight.request_id,
+                            released=partial(self.controller.stage_done, attempt),
+                        )  # fmt: skip
                     except StageFailed as exc:
                         rid = {REQUEST_ID: attempt.flight.request_id}
                         writer.send(error_response(503, str(exc), code="stage_unavailable", headers=rid))

@@ -198,6 +198,10 @@ class RequestLifecycle:
     def on_first_token(self, request: SchedulingRequest, now: float) -> None:
         pass
 
+    def on_stage_done(self, request: SchedulingRequest, endpoint: EndpointState, now: float) -> None:
+        """A stage pod (encode, prefill) finished its legs of the request before the first token
+        (:meth:`Scheduler.on_stage_done`): what it held for the request may go."""
+
     def on_finished(self, request: SchedulingRequest, now: float) -> None:
         pass
 
@@ -383,8 +387,9 @@ class Scheduler:
         """The request is being sent: every profile's targets carry its load.
 
         In E/PD and E/P/D the encode and prefill pods work for the request too, so they are
-        charged with it (for their profile) besides the primary target, until the first token
-        (:meth:`on_first_token`); a pod chosen by two profiles is charged once. llm-d charges
+        charged with it (for their profile) besides the primary target, until its own legs end
+        (:meth:`on_stage_done`) or else the first token (:meth:`on_first_token`); a pod chosen by
+        two profiles is charged once. llm-d charges
         only the primary target.
         """
         if target is None:
@@ -412,6 +417,23 @@ class Scheduler:
             plugin.on_first_token(held.request, now)
         if held.stages:  # none in an aggregated fleet: nothing to release
             _release(held.stages)
+
+    def on_stage_done(self, request_id: str, endpoint: str, now: float) -> None:
+        """Every leg of the request on the stage pod ``endpoint`` has ended: it stops counting
+        the request now rather than at the first token. Only a transport that sends the legs
+        itself knows this (the gateway-orchestrated mode; a sidecar's legs are out of sight, so
+        there the first token releases every stage pod). Not a stage pod of the request: nothing."""
+        held = self._active.get(request_id)
+        if held is None:
+            return
+        for i, ep in enumerate(held.stages):
+            if ep.name == endpoint:
+                del held.stages[i]
+                if ep.inflight.requests > 0:
+                    ep.inflight.requests -= 1
+                for plugin in self._lifecycle:
+                    plugin.on_stage_done(held.request, ep, now)
+                return
 
     def on_finished(self, request_id: str, now: float) -> None:
         """The response ended (successfully or not, after streaming started)."""

@@ -236,6 +236,28 @@ def test_every_encoder_of_a_per_item_plan_is_charged_at_once_until_the_first_tok
     assert [e.inflight.requests for e in eps] == [0, 0, 0]
 
 
+def test_a_stage_pod_whose_legs_ended_is_released_before_the_first_token() -> None:
+    s = load("e-pd.yaml")
+    eps = fleet("encode", "encode", "prefill-decode")
+    req = SchedulingRequest(view("four", *(image(c * 32) for c in "abcd")), "r")
+    result = s.schedule(req, eps, 0.0)
+    s.pre_request_before_send(req, result, 0.0)
+    s.start(req, result, 0.0)
+    assert [e.inflight.requests for e in eps] == [1, 1, 1]
+    assert eps[0].inflight.tokens > 0 and eps[1].inflight.tokens > 0
+    s.on_stage_done("r", eps[1].name, 0.05)  # its legs are over; the other encoder's are not
+    assert [e.inflight.requests for e in eps] == [1, 0, 1]
+    assert eps[0].inflight.tokens > 0 and eps[1].inflight.tokens == 0
+    s.on_stage_done("r", eps[1].name, 0.06)  # told twice: released once
+    s.on_stage_done("r", eps[2].name, 0.06)  # the serving pod is no stage pod: it keeps the request
+    assert [e.inflight.requests for e in eps] == [1, 0, 1]
+    s.on_first_token("r", 0.1)
+    assert [e.inflight.requests for e in eps] == [0, 0, 1]
+    s.on_finished("r", 0.2)
+    assert [e.inflight.requests for e in eps] == [0, 0, 0]
+    assert all(e.inflight.tokens == 0 for e in eps)
+
+
 @pytest.mark.parametrize("n", range(8))
 def test_a_cold_item_goes_to_the_encoder_the_request_before_it_did_not_plan(n: int) -> None:
     """Two one-image requests, the second while the first is in flight and before any scrape:

@@ -7,10 +7,10 @@ as ``mmgate sim`` builds it, and requests are priced and laid out by the same to
 simulated server runs. Only the clock and the transport differ:
 
 - arrivals follow the same schedule the HTTP load generator uses;
-- the controller decides at arrival and hears started / first token / usage / finished at the
-  times a gateway would see them, so in-flight load lands on every stage's pod (encode and
-  prefill targets too) exactly as behind HTTP; PreRequest index updates run at once (virtual time
-  has no "off the hot path");
+- the controller decides at arrival and hears started / stage done / first token / usage /
+  finished at the times a gateway would see them, so in-flight load lands on every stage's pod
+  (encode and prefill targets too, each until its own legs end) exactly as behind HTTP;
+  PreRequest index updates run at once (virtual time has no "off the hot path");
 - every ``scrape_interval_s`` the gateway's view of each pod (waiting, running, KV usage) is
   refreshed from the engine's stats: between scrapes the scheduler sees stale numbers, as it
   does over HTTP, and numbers older than the config's staleness threshold are ignored;
@@ -33,6 +33,7 @@ distribution, at a cost per step instead of per token.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
@@ -409,7 +410,8 @@ class Simulation:
             if stages.any:
                 flight.item = item
                 body, _ = self.prepared.body(item)
-                work = self.orchestrator.prepare(body, view, stages, (), rid)
+                released = functools.partial(controller.stage_done, attempt)
+                work = self.orchestrator.prepare(body, view, stages, (), rid, released=released)
                 self.tasks.spawn(work, lambda outcome: self._orchestrated(rid, outcome))
                 return
         sim = SimRequest.from_sequence(rid, seq, out_tokens, view.cache_salt, media)

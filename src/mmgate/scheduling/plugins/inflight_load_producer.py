@@ -10,6 +10,7 @@ response hooks:
   client's ``max_tokens`` and ``maxEstimatedOutputTokens``;
 - at the first response chunk prefill is over: without output estimates all of the request's
   tokens are released; with them only a ``prefill``-profile endpoint's are;
+- a stage pod (encode, prefill) whose legs the gateway saw end releases its share then;
 - at the end (or a failure) whatever remains is released.
 
 mmgate also tracks which part of the held tokens is media (``media_tokens``) so
@@ -132,6 +133,11 @@ class InflightLoadProducer(Producer[InflightLoadParams], RequestLifecycle):
         release_all = not self.params.addEstimatedOutputTokens
         for h in held:
             if release_all or h.profile == PREFILL_PROFILE:
+                _release(h)
+
+    def on_stage_done(self, request: SchedulingRequest, endpoint: EndpointState, now: float) -> None:
+        for h in self._held.get(request.request_id, ()):
+            if h.endpoint is endpoint:
                 _release(h)
 
     def on_finished(self, request: SchedulingRequest, now: float) -> None:
