@@ -1,13 +1,21 @@
-"""The work of an encode-only pod (``--mm-encoder-only``): preprocess and encode media, nothing else.
+"""The work of an encode-only pod (``--mm-encoder-only``): load, preprocess and encode media, nothing else.
 
-vLLM's encoder-only instance allocates no KV cache and skips the language model. The vision encoder
-does not speed up with batching (the profiles' calibration: about 6 images/s at 672x448 for batch
-1 to 16), so items are encoded one request at a time in arrival order, each costing the profile's
-preprocessing and encoder time. Outputs are kept in an encoder cache keyed by identity (the EC
-producer's store), so a repeated item is neither preprocessed nor encoded again. With
-``--mm-encoder-tp-mode data`` each GPU of the replica is a lane that encodes one request's items
-while the others encode other requests' (vLLM batches the waiting encoder inputs into one step
-and splits them over the GPUs).
+vLLM's encoder-only instance allocates no KV cache and skips the language model, but its API
+server still does what any vLLM API server does with a request's media: it loads every payload
+(base64 decode, content hash unless the part carries a ``uuid``, image decode:
+:mod:`mmgate.sim.engine.media`, cache hits included, since the hash is the cache key) and runs
+the HF processor on what it has not processed before. That front end is the pod's CPU work, on its
+own worker(s) (``preprocess_workers``, one by default: the API server runs it inline), the same
+model a PD pod's front end follows (:class:`mmgate.sim.engine.frontend.Frontend`); the GPU's
+encoder runs beside it, on the request before.
+
+The vision encoder does not speed up with batching (the profiles' calibration: about 6 images/s at
+672x448 for batch 1 to 16), so items are encoded one request at a time in arrival order, each
+costing the profile's encoder time. Outputs are kept in an encoder cache keyed by identity (the EC
+producer's store), so a repeated item is neither preprocessed nor encoded again (it is still
+loaded). With ``--mm-encoder-tp-mode data`` each GPU of the replica is a lane that encodes one
+request's items while the others encode other requests' (vLLM batches the waiting encoder inputs
+into one step and splits them over the GPUs).
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import dataclasses
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 
-from mmgate.sim.engine.types import EngineStats
+from mmgate.sim.engine.media import load_ms
+from mmgate.sim.engine.types import EngineStats, MediaPayload
 from mmgate.sim.faults import Faults
 from mmgate.sim.profiles import Profile
 
@@ -32,35 +41,46 @@ class EncodeOnly:
         *,
         mode: str = "weights",
         lanes: int | None = None,
+        front_workers: int = 1,
     ) -> None:
         self.profile = profile
         self.encoder, self.lanes = profile.encoder_for(mode, lanes)
+        self.front_workers = max(1, front_workers)
         self.capacity = capacity_tokens if capacity_tokens is not None else 1 << 30
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._used = 0
+        self._front = asyncio.Semaphore(self.front_workers)
         self._lanes = asyncio.Semaphore(self.lanes)
         self.encoding = 0  # requests on a lane now
         self.queries = 0
         self.hits = 0
         self.encoded_items = 0
+        self.load_s = 0.0  # simulated seconds the front end spent loading media (hits included)
         self._spans: deque[tuple[float, float]] = deque(maxlen=SPANS_KEPT)
 
-    def seconds(self, items: Sequence[tuple[str, int]]) -> float:
-        """Simulated seconds to encode the items not cached (marks them cached)."""
+    def work(
+        self, items: Sequence[tuple[str, int]], media: Sequence[MediaPayload] = ()
+    ) -> tuple[float, float]:
+        """Simulated seconds of (front end, encoder) for a request: loading every payload in
+        ``media`` and preprocessing the items not cached; encoding those (marks them cached)."""
         pre, enc = self.profile.preprocess, self.encoder
-        ms = 0.0
+        cost = self.profile.media_load
+        front = sum(load_ms(cost, payload) for payload in media)
+        self.load_s += front / 1000.0
+        gpu = 0.0
         for identity, tokens in items:
             self.queries += 1
             if identity in self._cache:
                 self.hits += 1
                 self._cache.move_to_end(identity)
                 continue
-            ms += pre.ms(tokens) + enc.ms(tokens)
+            front += pre.ms(tokens)
+            gpu += enc.ms(tokens)
             self.encoded_items += 1
             self._insert(identity, tokens)
-        if ms:
-            ms += pre.per_request_ms
-        return ms / 1000.0
+        if gpu:
+            front += pre.per_request_ms
+        return front / 1000.0, gpu / 1000.0
 
     def _insert(self, identity: str, tokens: int) -> None:
         self._cache[identity] = tokens
@@ -69,18 +89,29 @@ class EncodeOnly:
             _, size = self._cache.popitem(last=False)
             self._used -= size
 
-    async def encode(self, items: Sequence[tuple[str, int]], faults: Faults, time_scale: float) -> None:
-        """Wait for a free lane (one request at a time on each), then for this request's encoding."""
+    async def encode(
+        self,
+        items: Sequence[tuple[str, int]],
+        faults: Faults,
+        time_scale: float,
+        media: Sequence[MediaPayload] = (),
+    ) -> None:
+        """Wait for a front-end worker and its loading and preprocessing, then for a free lane
+        (one request at a time on each) and this request's encoding."""
         loop = asyncio.get_running_loop()
+        front, gpu = self.work(items, media)
+        scale = faults.settings.slowdown * time_scale
+        if front > 0:
+            async with self._front:
+                await asyncio.sleep(front * scale)
         async with self._lanes:
             self.encoding += 1
             started = loop.time()
             try:
                 while faults.stalled():
                     await asyncio.sleep(0.05)
-                duration = self.seconds(items) * faults.settings.slowdown * time_scale
-                if duration > 0:
-                    await asyncio.sleep(duration)
+                if gpu > 0:
+                    await asyncio.sleep(gpu * scale)
             finally:
                 self.encoding -= 1
                 self._spans.append((started, loop.time()))

@@ -71,7 +71,10 @@ class SimPod:
         self.engine = Engine(self.profile, self.config)
         self.encoder = (
             EncodeOnly(
-                self.profile, mode=self.config.mm_encoder_tp_mode, lanes=self.config.tensor_parallel_size
+                self.profile,
+                mode=self.config.mm_encoder_tp_mode,
+                lanes=self.config.tensor_parallel_size,
+                front_workers=self.config.preprocess_workers,
             )
             if spec.role is Role.ENCODE
             else None
@@ -390,10 +393,12 @@ class SimPod:
         return Usage(prompt_tokens, flight.emitted, flight.cached_tokens)
 
     async def _encode_only(self, request: web.Request, job: Ingested, request_id: str) -> web.StreamResponse:
-        """``--mm-encoder-only``: run the encoder for the items, answer with ``ec_transfer_params``."""
+        """``--mm-encoder-only``: load the media, run the encoder for the items, answer with
+        ``ec_transfer_params``."""
         assert self.encoder is not None
         items = [(item.identity, item.length) for item in job.sequence.mm_items]
-        await self.encoder.encode(items, self.faults, self.spec.time_scale)
+        media = payloads_of(job.view.assets)
+        await self.encoder.encode(items, self.faults, self.spec.time_scale, media)
         self.metrics.touch()
         triples = [(a.identity, a.modality.value, a.tokens) for a in job.pricing.assets]
         params = encoder_response_params(triples, host=self.spec.host, port=self.port)

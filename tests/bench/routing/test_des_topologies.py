@@ -31,6 +31,7 @@ def test_e_pd_encodes_on_the_encode_pods_and_the_pd_pods_never_encode() -> None:
     assert rung.records and all(r.ok and r.output_tokens > 0 for r in rung.records)
     encoders, pd = _by_role(pods, "encode"), _by_role(pods, "prefill-decode")
     assert all(p.encoded_items > 0 and p.encoder_cache_queries > 0 and p.legs > 0 for p in encoders)
+    assert all(p.media_load_seconds > 0 for p in encoders)  # their front ends loaded every leg's image
     assert all(p.encoder_seconds == 0.0 and p.legs == 0 for p in pd)  # every item arrived encoded
     assert {r.endpoint for r in rung.records} <= {p.name for p in pd}
 

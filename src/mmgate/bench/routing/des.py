@@ -18,7 +18,8 @@ simulated server runs. Only the clock and the transport differ:
 - a decision with routing headers (an E/PD, E/P/D or P/D config) runs its legs through the
   gateway's own :class:`~mmgate.disagg.orchestrate.Orchestrator` (the gateway-orchestrated mode)
   over a virtual transport: an encode leg waits its turn on an encode pod (``role: encode``, the
-  ``mmgate sim --mm-encoder-only`` model), a prefill leg runs on the prefill pod's engine, and the
+  ``mmgate sim --mm-encoder-only`` model: its front end loads and preprocesses the media, then
+  its encoder runs), a prefill leg runs on the prefill pod's engine, and the
   decode pod waits for the KV or the encoder outputs the transfer parameters name
   (:func:`mmgate.sim.roles.transfer_seconds`, as the HTTP simulator does) before its engine runs;
 - a system with ``precise-prefix-cache-producer`` reads a block index fed by the engines' own KV
@@ -115,6 +116,7 @@ class _Pod:
     busy: bool = False
     pending: StepOutput | None = None
     encode_free_at: list[float] = field(default_factory=lambda: [0.0])  # when each encoder lane is next free
+    front_free_at: list[float] = field(default_factory=lambda: [0.0])  # an encode pod's front-end workers
     encoder_s: float = 0.0  # encoder time: the engine's own items, or the encode-only pod's legs
     legs: int = 0  # encode or prefill legs it was sent
 
@@ -122,7 +124,7 @@ class _Pod:
 @dataclass(frozen=True, slots=True)
 class PodReport:
     """What one pod did over the simulation: its role, the engine's encoder seconds and cache
-    counters (an encode pod's: its encoder's), and the legs it served."""
+    counters (an encode pod's: its encoder's), the legs it served, and an encode pod's media load."""
 
     name: str
     role: str | None
@@ -131,6 +133,7 @@ class PodReport:
     encoder_cache_queries: int
     encoder_cache_hits: int
     legs: int
+    media_load_seconds: float = 0.0  # an encode pod's front end loading its legs' media
 
 
 @dataclass(slots=True, eq=False)
@@ -184,6 +187,7 @@ class _Prepared:
         self.model = model
         self._cache: dict[str, tuple[RequestView, TokenSequence, int, tuple[MediaPayload, ...]]] = {}
         self._bodies: dict[str, tuple[bytes, dict[bytes, MMItem]]] = {}
+        self._loads: dict[str, dict[str, MediaPayload]] = {}
         self.hashes: dict[tuple[Any, ...], list[Any]] = {}
 
     def get(
@@ -197,6 +201,20 @@ class _Prepared:
             out = item.output_tokens or 16
             hit = (view, seq, out, payloads_of(view.assets))
             self._cache[item.id] = hit
+        return hit
+
+    def payloads(self, item: WorkItem | RawItem) -> dict[str, MediaPayload]:
+        """What the API server loads for each media item of ``item`` (by identity): an encode
+        leg carries one item's part, so its pod loads that payload (the request's, not a
+        reference: the leg bodies here name media by reference)."""
+        hit = self._loads.get(item.id)
+        if hit is None:
+            view = self.get(item)[0]
+            hit = {}
+            for asset in view.assets:
+                for payload in payloads_of((asset,)):
+                    hit.setdefault(asset.identity, payload)
+            self._loads[item.id] = hit
         return hit
 
     def body(self, item: WorkItem | RawItem) -> tuple[bytes, dict[bytes, MMItem]]:
@@ -251,10 +269,13 @@ def _build_pods(
         record = registry.add(parse_endpoint(f"http://10.0.0.{i + 1}:8000", role=role))
         own = profile if name == opts.profile else load_profile(name)
         encoder = (
-            EncodeOnly(own, mode=config.mm_encoder_tp_mode, lanes=config.tensor_parallel_size)
+            EncodeOnly(
+                own, mode=config.mm_encoder_tp_mode, lanes=config.tensor_parallel_size,
+                front_workers=config.preprocess_workers,
+            )
             if role == "encode"
             else None
-        )
+        )  # fmt: skip
         engine = Engine(own, config)
         if hashing is not None and engine.hasher.block_size != hashing.blockSize:
             raise ValueError(
@@ -264,6 +285,7 @@ def _build_pods(
         pod = _Pod(i, engine, record, spec, encoder)
         if encoder is not None:
             pod.encode_free_at = [0.0] * encoder.lanes
+            pod.front_free_at = [0.0] * encoder.front_workers
         pods.append(pod)
     return pods, PricingConfig(family=family_of(profile)), profile.model or profile.name
 
@@ -468,7 +490,10 @@ class Simulation:
         body = msgspec.json.decode(leg.body)
         if pod.encoder is not None:
             _, parts = self.prepared.body(flight.item)
-            self._push(self.now + self.delay, _ENCODE, (leg_id, _encode_items(body, parts)))
+            items = _encode_items(body, parts)
+            loads = self.prepared.payloads(flight.item)
+            loaded = [loads[m.identity] for m in items if m.identity in loads]
+            self._push(self.now + self.delay, _ENCODE, (leg_id, items, loaded))
             return answer
         view, seq, _, media = self.prepared.get(flight.item)
         try:
@@ -485,19 +510,23 @@ class Simulation:
         self._push(self.now + self.delay + self._wire_s(pod, transfer, sim), _RECEIVE, (pod, sim))
         return answer
 
-    def _encode(self, payload: tuple[str, list[MMItem]]) -> None:
-        """An encode leg reached its encode pod: it waits for the encoder (one leg at a time on
-        each lane, in arrival order, as ``mmgate sim --mm-encoder-only`` serves them), then answers."""
-        leg_id, items = payload
+    def _encode(self, payload: tuple[str, list[MMItem], list[MediaPayload]]) -> None:
+        """An encode leg reached its encode pod: it waits for a front-end worker to load and
+        preprocess its media, then for the encoder (one leg at a time on each lane, in arrival
+        order, as ``mmgate sim --mm-encoder-only`` serves them), then answers."""
+        leg_id, items, media = payload
         leg = self._legs.get(leg_id)
         if leg is None:
             return
         pod = leg.pod
         assert pod.encoder is not None
+        front_s, seconds = pod.encoder.work([(m.identity, m.length) for m in items], media)
+        fronts = pod.front_free_at
+        worker = fronts.index(min(fronts))
+        loaded = fronts[worker] = max(self.now, fronts[worker]) + front_s
         free = pod.encode_free_at
         lane = free.index(min(free))  # the lane free first (several with encoder data parallelism)
-        start = max(self.now, free[lane])
-        seconds = pod.encoder.seconds([(m.identity, m.length) for m in items])
+        start = max(loaded, free[lane])
         pod.encoder_s += seconds
         done = free[lane] = start + seconds
         triples = [(m.identity, m.modality.value, m.length) for m in items]
@@ -550,6 +579,7 @@ class Simulation:
                     pod.endpoint.name, pod.endpoint.endpoint.role,
                     pod.encoder_s, 0 if enc is None else enc.encoded_items,
                     s.encoder_cache_queries, s.encoder_cache_hits, pod.legs,
+                    0.0 if enc is None else enc.load_s,
                 )
             )  # fmt: skip
         return out
