@@ -64,4 +64,4 @@ async def test_an_encode_only_pod_loads_the_media_of_every_request_it_serves() -
                 assert r.status == 200
             loaded.append(pod.encoder.load_s)
         assert pod.encoder.encoded_items == 1 and pod.encoder.hits == 1
-        assert 0 < loaded[0] and loaded[1] == pytest.approx(2 * loaded[0])  # the hit was loaded too
+        assert loaded[0] > 0 and loaded[1] == pytest.approx(2 * loaded[0])  # the hit was loaded too

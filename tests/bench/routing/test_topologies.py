@@ -36,6 +36,8 @@ def test_the_same_accelerators_make_each_layout() -> None:
     assert all(t.accelerators == 8 for t in topologies(8, 2))
     (dp,) = topologies(8, 2, ("encoder-dp",))
     assert dp.system == "aggregated" and dp.engine == {"mm_encoder_tp_mode": "data"}  # another engine
+    (affinity,) = topologies(8, 2, ("encoder-affinity",))
+    assert (affinity.system, affinity.layout, affinity.engine) == ("encoder-affinity", "4 EPD", {})
 
 
 def test_layouts_that_do_not_fit_are_refused() -> None:
@@ -54,6 +56,17 @@ def test_layouts_that_do_not_fit_are_refused() -> None:
 def test_a_split_can_be_stated() -> None:
     (one,) = topologies(8, 2, ("e-p-d:1+2+1",))
     assert one.layout == "1 E + 2 P + 1 D" and one.system == "e-p-d" and one.name == "e-p-d:1+2+1"
+
+
+def test_a_topology_may_run_another_config() -> None:
+    (mine,) = topologies(8, 2, ("e-pd:2+2@encoder-affinity",))
+    assert (mine.name, mine.system, mine.layout) == (
+        "e-pd:2+2@encoder-affinity",
+        "encoder-affinity",
+        "2 E + 2 PD",
+    )
+    with pytest.raises(ValueError, match="name a gateway config after '@'"):
+        topologies(8, 2, ("e-pd@",))
 
 
 def test_accelerators_per_pod_reads_the_tensor_parallel_degree() -> None:
@@ -118,11 +131,24 @@ def test_quick_des_run_writes_tables_and_plots(tmp_path: Path, capsys: pytest.Ca
     assert "TTFT ≤ 2 s and TPOT ≤ 50 ms" in text
 
 
+def test_reused_images_are_served_from_the_encoder_caches(tmp_path: Path) -> None:
+    argv = ["topologies", "--quick", "--quiet", "--workloads", "image-heavy-reuse",
+            "--topologies", "e-pd,encoder-affinity", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "image-heavy-reuse-des" / "report.json").read_text())
+    assert doc["meta"]["workload"] == "image-heavy-reuse" and doc["meta"]["workload_params"]["pool"] == 300
+    by = {(r["system"], r["rate"]): r for r in doc["records"]}
+    assert all(r["workload"] == "image-heavy-reuse" and r["completed"] == r["requests"] for r in by.values())
+    assert by["e-pd", 2.0]["encoder_cache_hit_ratio"] > 0  # the encode pod held photos seen before
+
+
 def test_bad_flags_are_a_message_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["topologies", "--workloads", "image-medium"]) == 2
     assert "unknown workload 'image-medium'" in capsys.readouterr().err
     assert main(["topologies", "--accelerators", "7"]) == 2
     assert "whole number" in capsys.readouterr().err
+    assert main(["topologies", "--topologies", "e-pd@no-such.yaml"]) == 2
+    assert "no-such.yaml does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -68,6 +68,20 @@ def test_image_reuse_is_zipf_popular_without_shared_text_prefix() -> None:
     assert len(prefixes) > 1990
 
 
+def test_image_heavy_is_cold_unless_given_a_catalogue_to_reuse() -> None:
+    cold = wl.image_heavy(requests=50)
+    assert cold.distinct_media() == 200  # four photos a request, each its own
+    reuse = wl.image_heavy(requests=50, pool=30)
+    keys = [tuple(m.key for m in item.media) for item in reuse.items]
+    assert all(len(set(k)) == 4 for k in keys)  # four different photos in each request ...
+    assert reuse.distinct_media() <= 30 < 200  # ... drawn from the catalogue, so photos repeat
+    first = [k[0] for k in keys]
+    assert max(first.count(key) for key in set(first)) > 1
+    assert [i.text_tokens for i in reuse.items] == [i.text_tokens for i in cold.items]  # same questions
+    with pytest.raises(ValueError, match="cannot give a request 4 different"):
+        wl.image_heavy(requests=1, pool=3)
+
+
 def test_multi_turn_document_grows_the_history_around_one_page() -> None:
     w = wl.multi_turn_document(conversations=2, turns=3)
     convo = [i for i in w.items if i.group == "doc0"]

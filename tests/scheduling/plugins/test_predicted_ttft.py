@@ -225,6 +225,31 @@ def test_learning_from_observed_ttfts_sends_less_work_to_a_slow_pod() -> None:
     assert tokens_to[slow] < 0.5 * tokens_to[fast]
 
 
+@pytest.mark.parametrize("stages_seen", [True, False])
+def test_the_serving_pods_time_starts_when_the_stage_legs_ended(stages_seen: bool) -> None:
+    """E/PD in gateway mode: each request waits 1 s for its encode legs, then its PD pod takes
+    20 ms. Told when the legs ended, the producer learns the PD pod's own 20 ms; not told (the
+    legs ran out of its sight), the wait is part of what it learns."""
+    s = build({"minSamples": 5})
+    eps = fleet(1)
+    encoder = EndpointState("10.0.0.9:8000")
+    producer = s.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    for i in range(30):
+        t0 = 10.0 * i
+        r = req(f"r{i}", "hello")
+        result = s.schedule(r, eps, t0)
+        s.pre_request(r, result, t0)
+        s.start(r, result, t0)
+        if stages_seen:
+            producer.on_stage_done(r, encoder, t0 + 1.0)
+        s.on_first_token(r.request_id, t0 + 1.02)
+        s.on_finished(r.request_id, t0 + 1.1)
+    assert producer.learner.learned(eps[0].name)
+    fixed = producer.learner.rates(eps[0]).fixed_s
+    assert (fixed < 0.1) if stages_seen else (fixed > 0.5), fixed
+
+
 def test_only_streamed_answers_teach_it() -> None:
     s = build({"minSamples": 1})
     eps = fleet(1)

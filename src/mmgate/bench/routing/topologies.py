@@ -6,18 +6,23 @@ Topologies (``--accelerators`` of them, a pod counting as many as its profile's
 - **aggregated**: every pod encodes, prefills and decodes (``examples/aggregated.yaml``);
 - **encoder-dp**: the same, each replica's encoder running data parallel over its GPUs
   (vLLM's ``--mm-encoder-tp-mode data``);
+- **encoder-affinity**: aggregated pods behind ``examples/encoder-affinity.yaml`` (a request goes
+  to the pod whose encoder cache holds its images), the aggregated answer to reused images;
 - **e-pd**: a quarter of the pods (at least one) encode only, the rest prefill and decode
   (``examples/e-pd.yaml``);
 - **e-p-d**: a quarter encode, a quarter prefill, the rest decode (``examples/e-p-d.yaml``);
-- ``e-pd:2+6``, ``e-p-d:1+2+1``: the same with the split in pods stated.
+- ``e-pd:2+6``, ``e-p-d:1+2+1``: the same with the split in pods stated;
+- ``NAME@CONFIG``: a topology running another gateway config (a file or an example name) than
+  its own example, to compare scheduler settings on one layout (``e-pd@my-e-pd.yaml``).
 
 A stage pod is a replica of the same shape as any other (the profile's accelerators per pod).
 
 Workloads: **image-heavy** (four unique 1-2.5 MP photos per request, a short question: cold,
-encoder-bound) and **image-light** (one small image under a long text). Each runs a rate ladder in
-the discrete-event mode, through the gateway's controller and orchestration; ``--http`` adds a
-reduced run of the same topologies over loopback (``mmgate serve`` in gateway-orchestrated mode in
-front of ``mmgate sim`` pods with roles, time-scaled).
+encoder-bound), **image-light** (one small image under a long text) and **image-heavy-reuse**
+(image-heavy with the photos drawn from a catalogue of 300, Zipf(1.0) popularity: reused). Each
+runs a rate ladder in the discrete-event mode, through the gateway's controller and orchestration;
+``--http`` adds a reduced run of the same topologies over loopback (``mmgate serve`` in
+gateway-orchestrated mode in front of ``mmgate sim`` pods with roles, time-scaled).
 
 Reported per topology and rate: TTFT and TPOT p50/p90, output tokens/s per accelerator, and
 goodput: requests per second that met the SLO (TTFT <= ``--ttft-slo`` and TPOT <= ``--tpot-slo``),
@@ -33,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,8 @@ TTFT_SLO_S = 2.0
 TPOT_SLO_S = 0.05
 ATTAINMENT = 0.9
 NAMES = ("aggregated", "encoder-dp", "e-pd", "e-p-d")
+AGGREGATED = {"aggregated": "aggregated", "encoder-dp": "aggregated", "encoder-affinity": "encoder-affinity"}
+"""The topologies of aggregated pods, and the example config each runs."""
 ENCODER_DP = {"mm_encoder_tp_mode": "data"}
 """The engine setting that makes a replica's encoder data parallel (vLLM's ``--mm-encoder-tp-mode
 data``)."""
@@ -64,16 +71,22 @@ data``)."""
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """A workload of the comparison and the ladder that brackets its saturation on 8 H200."""
+    """A workload of the comparison (``name``: the generator ``workload`` with ``params``) and the
+    ladder that brackets its saturation on 8 H200."""
 
+    name: str
     workload: str
     rates: str
     params: dict[str, Any] = field(default_factory=dict)
 
 
+REUSE_POOL = 300
+"""Photos in the image-heavy-reuse catalogue (the headline image-reuse workload's pool)."""
+
 WORKLOADS = {
-    "image-heavy": Shape("image-heavy", "1,2,3,4,5,6"),
-    "image-light": Shape("image-light", "4,8,12,16,20,24"),
+    "image-heavy": Shape("image-heavy", "image-heavy", "1,2,3,4,5,6"),
+    "image-light": Shape("image-light", "image-light", "4,8,12,16,20,24"),
+    "image-heavy-reuse": Shape("image-heavy-reuse", "image-heavy", "2,3,4,5,6,8", {"pool": REUSE_POOL}),
 }
 
 
@@ -116,8 +129,11 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
         raise ValueError(f"{accelerators} accelerators are not a whole number of {per_pod}-accelerator pods")
     out = []
     for name in names:
-        kind, _, split = name.partition(":")
-        if kind in ("aggregated", "encoder-dp") and not split:
+        layout, at, config = name.partition("@")
+        if at and not config:
+            raise ValueError(f"{name}: name a gateway config after '@'")
+        kind, _, split = layout.partition(":")
+        if kind in AGGREGATED and not split:
             roles: tuple[str, ...] = ("",) * pods
         elif kind in STAGES:
             stages = STAGES[kind]
@@ -128,10 +144,10 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
                 )
             roles = tuple(role for role, n in zip(stages, counts, strict=True) for _ in range(n))
         else:
-            raise ValueError(f"unknown topology {name!r}; choose from {', '.join(NAMES)} (e-pd and e-p-d "
-                             "may state their split in pods, e-p-d:1+2+1)")  # fmt: skip
+            raise ValueError(f"unknown topology {name!r}; choose from {', '.join([*AGGREGATED, *STAGES])} "
+                             "(e-pd and e-p-d may state their split in pods, e-p-d:1+2+1)")  # fmt: skip
         engine = dict(ENCODER_DP) if kind == "encoder-dp" else {}
-        system = "aggregated" if kind == "encoder-dp" else kind
+        system = config or AGGREGATED.get(kind, kind)
         out.append(Topology(name, system, roles, accelerators, engine))
     return out
 
@@ -409,7 +425,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default=PROFILE, help=f"simulator profile (default {PROFILE})")
     parser.add_argument("--accelerators", type=int, default=ACCELERATORS, help="per topology (default 8)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {', '.join(WORKLOADS)}")
-    parser.add_argument("--topologies", default=",".join(NAMES), help=f"of {', '.join(NAMES)}")
+    parser.add_argument(
+        "--topologies", default=",".join(NAMES), help=f"of {', '.join([*AGGREGATED, *STAGES])}"
+    )
     parser.add_argument(
         "--rates", default=None, help="one DES ladder for every workload (default: each its own)"
     )
@@ -440,6 +458,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
     load_profile(args.profile)
     names = [n.strip() for n in args.topologies.split(",") if n.strip()]
     shapes = topologies(args.accelerators, accelerators_per_pod(args.profile), names)
+    for shape in shapes:
+        resolve(shape.system)  # a config that does not exist or does not load: exit 2 now
     workloads = []
     for name in (w.strip() for w in args.workloads.split(",") if w.strip()):
         if name not in WORKLOADS:
@@ -474,11 +494,12 @@ def run(args: argparse.Namespace) -> int:
                 rates = parse_rates(args.http_rates) if args.http_rates else des_rates[:2]
                 duration = 4.0 if args.quick else args.http_duration
             ladder = Ladder(rates=rates, duration_s=duration, drain_timeout_s=120.0)
-            # As many requests as the ladder sends: none repeats, so every request stays cold.
-            workload = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
+            # As many requests as the ladder sends: none repeats, so a cold workload stays cold.
+            built = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
+            workload = replace(built, name=shape.name)  # the records name the comparison's workload
             layouts = ", ".join(f"{t.name} ({t.layout})" for t in plan.shapes)
             console.print(
-                f"{shape.workload} ({mode}): {layouts} on {args.accelerators} accelerators ({args.profile}), "
+                f"{shape.name} ({mode}): {layouts} on {args.accelerators} accelerators ({args.profile}), "
                 f"rates {', '.join(f'{r:g}' for r in rates)}, {duration:g} s per rung"
             )
             started = time.perf_counter()
@@ -493,7 +514,7 @@ def run(args: argparse.Namespace) -> int:
                     workload, plan.shapes, ladder, args.profile, args.speedup, **common
                 )
             meta = {
-                "workload": shape.workload, "workload_params": workload.params, "mode": mode,
+                "workload": shape.name, "workload_params": workload.params, "mode": mode,
                 "profile": args.profile, "accelerators": args.accelerators,
                 "accelerators_per_pod": accelerators_per_pod(args.profile),
                 "topologies": {t.name: {"layout": t.layout, "config": t.system, "engine": t.engine}
@@ -504,7 +525,7 @@ def run(args: argparse.Namespace) -> int:
                 "wall_s": round(time.perf_counter() - started, 1),
             }  # fmt: skip
             if records:
-                sections.append(_write(args.out / f"{shape.workload}-{mode}", records, meta))
+                sections.append(_write(args.out / f"{shape.name}-{mode}", records, meta))
     summary = "\n".join(sections)
     (args.out / "summary.md").write_text(summary)
     print(summary)

@@ -435,16 +435,33 @@ def image_heavy(
     images: int = 4,
     question_tokens: int = 150,
     output_tokens: int = 200,
+    pool: int = 0,
+    zipf_s: float = 1.0,
     seed: int = 0,
 ) -> Workload:
     """Listings or documents with several large photos (1-2.5 MP, :data:`PRODUCT_PHOTO_SIZES`),
-    every photo its request's own, then a short question: the encoder's work is a large part of
-    each prefill and no cache can save it (cold), the case encode disaggregation is for."""
+    then a short question: the encoder's work is a large part of each prefill. With ``pool`` 0
+    every photo is its request's own and no cache can save it (cold), the case encode
+    disaggregation is for; with a ``pool`` of photos, each request shows ``images`` different ones
+    of them, popularity Zipf(``zipf_s``) (a catalogue whose best sellers appear in many listings):
+    an encoder cache that holds a photo saves its encoding for every later request."""
+    if pool and pool < images:
+        raise ValueError(f"a pool of {pool} photos cannot give a request {images} different ones")
     sizes = PRODUCT_PHOTO_SIZES
     rng = random.Random(f"{seed}:image-heavy")
+    photos = [image(f"{seed}:ihp:{i}", *sizes[i % len(sizes)]) for i in range(pool)]
+    weights = [1.0 / (rank + 1) ** zipf_s for rank in range(pool)]
     items = []
     for n in range(requests):
-        shots = tuple(image(f"{seed}:ih:{n}:{k}", *sizes[(n + k) % len(sizes)]) for k in range(images))
+        if pool:
+            chosen: list[int] = []
+            while len(chosen) < images:
+                (i,) = rng.choices(range(pool), weights=weights)
+                if i not in chosen:
+                    chosen.append(i)
+            shots = tuple(photos[i] for i in chosen)
+        else:
+            shots = tuple(image(f"{seed}:ih:{n}:{k}", *sizes[(n + k) % len(sizes)]) for k in range(images))
         msg = Message("user", (*shots, text_of(question_tokens, rng)))
         items.append(WorkItem(f"ih-{n}", (msg,), output_tokens))
     return Workload("image-heavy", items, "cycle", seed)

@@ -22,7 +22,9 @@ The rates are configured (``prefillTokensPerSecond``, ``encoderSecondsPerToken``
 endpoint from the TTFTs the gateway observes: the lifecycle hooks time each request from
 ``on_started`` to ``on_first_token`` and fit that against the terms predicted for the endpoint
 it went to (:mod:`mmgate.scheduling.ttft.fit`). Only streamed requests (and APIs that generate
-nothing) teach it: a non-streamed answer's first byte comes at its end, not after prefill.
+nothing) teach it: a non-streamed answer's first byte comes at its end, not after prefill. When
+the gateway runs a disaggregated request's encode and prefill legs itself, the serving pod's time
+starts when the last stage pod's legs ended (``on_stage_done``), the moment it is sent the request.
 """
 
 from __future__ import annotations
@@ -203,6 +205,14 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if tp is not None:
             self._tokens_sum = self._tokens_sum * MEAN_TOKENS_DECAY + tp.total_tokens
             self._tokens_weight = self._tokens_weight * MEAN_TOKENS_DECAY + 1.0
+
+    def on_stage_done(self, request: SchedulingRequest, endpoint: EndpointState, now: float) -> None:
+        # The serving pod gets the request once the encode / prefill legs are over (the gateway
+        # runs them, and says when each pod's legs end): its own TTFT starts there, so the fit
+        # learns that pod's rates, not the wait for other pods' stages.
+        pending = self._pending.get(request.request_id)
+        if pending is not None and pending.started < now:
+            pending.started = now
 
     def on_first_token(self, request: SchedulingRequest, now: float) -> None:
         pending = self._pending.pop(request.request_id, None)
