@@ -45,6 +45,7 @@ class EncodeOnly:
     ) -> None:
         self.profile = profile
         self.encoder, self.lanes = profile.encoder_for(mode, lanes)
+        self._by_modality = profile.modality_encoders()  # an omni model's audio tower, say
         self.front_workers = max(1, front_workers)
         self.capacity = capacity_tokens if capacity_tokens is not None else 1 << 30
         self._cache: OrderedDict[str, int] = OrderedDict()
@@ -59,27 +60,29 @@ class EncodeOnly:
         self._spans: deque[tuple[float, float]] = deque(maxlen=SPANS_KEPT)
 
     def work(
-        self, items: Sequence[tuple[str, int]], media: Sequence[MediaPayload] = ()
+        self, items: Sequence[tuple[str, int, str]], media: Sequence[MediaPayload] = ()
     ) -> tuple[float, float]:
-        """Simulated seconds of (front end, encoder) for a request: loading every payload in
-        ``media`` and preprocessing the items not cached; encoding those (marks them cached)."""
-        pre, enc = self.profile.preprocess, self.encoder
-        cost = self.profile.media_load
+        """Simulated seconds of (front end, encoder) for a request's ``(identity, tokens,
+        modality)`` items: loading every payload in ``media`` and preprocessing the items not
+        cached; encoding those (marks them cached). A modality the profile prices on its own (an
+        omni model's audio) costs its own processor and encoder."""
+        profile, enc = self.profile, self.encoder
+        cost = profile.media_load
         front = sum(load_ms(cost, payload) for payload in media)
         self.load_s += front / 1000.0
         gpu = 0.0
-        for identity, tokens in items:
+        for identity, tokens, modality in items:
             self.queries += 1
             if identity in self._cache:
                 self.hits += 1
                 self._cache.move_to_end(identity)
                 continue
-            front += pre.ms(tokens)
-            gpu += enc.ms(tokens)
+            front += profile.preprocess_for(modality)[0].ms(tokens)
+            gpu += self._by_modality.get(modality, enc).ms(tokens)
             self.encoded_items += 1
             self._insert(identity, tokens)
         if gpu:
-            front += pre.per_request_ms
+            front += profile.preprocess.per_request_ms
         return front / 1000.0, gpu / 1000.0
 
     def _insert(self, identity: str, tokens: int) -> None:
@@ -91,7 +94,7 @@ class EncodeOnly:
 
     async def encode(
         self,
-        items: Sequence[tuple[str, int]],
+        items: Sequence[tuple[str, int, str]],
         faults: Faults,
         time_scale: float,
         media: Sequence[MediaPayload] = (),

@@ -396,7 +396,7 @@ class SimPod:
         """``--mm-encoder-only``: load the media, run the encoder for the items, answer with
         ``ec_transfer_params``."""
         assert self.encoder is not None
-        items = [(item.identity, item.length) for item in job.sequence.mm_items]
+        items = [(item.identity, item.length, item.modality.value) for item in job.sequence.mm_items]
         media = payloads_of(job.view.assets)
         await self.encoder.encode(items, self.faults, self.spec.time_scale, media)
         self.metrics.touch()

@@ -520,7 +520,7 @@ class Simulation:
             return
         pod = leg.pod
         assert pod.encoder is not None
-        front_s, seconds = pod.encoder.work([(m.identity, m.length) for m in items], media)
+        front_s, seconds = pod.encoder.work([(m.identity, m.length, m.modality.value) for m in items], media)
         fronts = pod.front_free_at
         worker = fronts.index(min(fronts))
         loaded = fronts[worker] = max(self.now, fronts[worker]) + front_s
