@@ -51,7 +51,7 @@ def test_engine_prefill_is_the_models_own_forward(arch: str) -> None:
                 "image_grid_thw": torch.cat([p.tensors["image_grid_thw"] for p in images]),
                 "mm_token_type_ids": (ids == tiny.image_token_id).int(),
             }
-        else:  # Idefics3: every image's tiles as one batch row
+        else:  # Idefics3, SmolVLM: every image's tiles as one batch row
             pixels = {
                 "pixel_values": torch.cat([p.tensors["pixel_values"] for p in images], dim=1),
                 "pixel_attention_mask": torch.cat([p.tensors["pixel_attention_mask"] for p in images], dim=1),
@@ -72,7 +72,7 @@ def test_tiny_model_is_fixed_by_its_seed(tiny: VisionLanguageModel) -> None:
     assert not torch.allclose(first, _first_logits(tiny_model(seed=1), messages))
 
 
-@pytest.mark.parametrize("arch", ["qwen2-vl", "idefics3"])
+@pytest.mark.parametrize("arch", ["qwen2-vl", "smolvlm"])
 def test_a_saved_model_loads_from_its_directory_alone(tmp_path: Path, arch: str) -> None:
     tiny = tiny_model(arch)
     folder = save_tiny(tmp_path / "tiny", arch)

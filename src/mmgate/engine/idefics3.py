@@ -1,4 +1,4 @@
-"""The Idefics3 family as the engine drives it.
+"""The Idefics3 family (Idefics3, SmolVLM) as the engine drives it.
 
 Idefics3 cuts an image into tiles of the vision tower's size plus one downscaled global view; each
 tile becomes ``image_seq_len`` image tokens (SigLIP patches, pixel-shuffled by ``scale_factor``),
@@ -11,17 +11,19 @@ written over the image tokens only. The prompt expansion is the processor's own
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from PIL import Image
 from transformers import Idefics3Processor
+from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
 
 from mmgate.engine.hf_family import TransformersVLM
 from mmgate.engine.vlm import Layout, MediaSpan, ProcessedImage
 
-__all__ = ["Idefics3"]
+__all__ = ["Idefics3", "SmolVLM"]
 
 IMAGE = "<image>"
 
@@ -32,7 +34,14 @@ class Idefics3(TransformersVLM):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._seq_len = int(self._model.model.image_seq_len)
-        self._expander = Idefics3Processor(self._processor, self._tokenizer, image_seq_len=self._seq_len)
+
+    @functools.cached_property
+    def _idefics3_processor(self) -> Any:
+        return Idefics3Processor(self._processor, self._tokenizer, image_seq_len=self._seq_len)
+
+    def expand(self, rows: int, cols: int) -> str:
+        """The prompt text an image of ``rows`` x ``cols`` tiles stands for, as the processor writes it."""
+        return str(self._idefics3_processor.replace_image_token({"rows": [[rows]], "cols": [[cols]]}, 0))
 
     def text_model(self) -> Any:
         return self._model.model.text_model
@@ -60,7 +69,7 @@ class Idefics3(TransformersVLM):
         spans = []
         for (identity, image), piece in zip(images, pieces[1:], strict=True):
             rows, cols = (int(v) for v in image.tensors["rows_cols"])
-            run = self.token_ids(self._expander.replace_image_token({"rows": [[rows]], "cols": [[cols]]}, 0))
+            run = self.token_ids(self.expand(rows, cols))
             spans.append(MediaSpan(identity, len(ids), len(run)))
             ids += run + self.token_ids(piece)
         return Layout(tuple(ids), tuple(spans), torch.arange(len(ids))[None, :], 0)
@@ -71,3 +80,21 @@ class Idefics3(TransformersVLM):
         )
         features: torch.Tensor = out.pooler_output[0]
         return features
+
+
+class SmolVLM(Idefics3):
+    """SmolVLM: Idefics3's tiles, tower and text model; its processor reads the marker tokens' names
+    from the tokenizer (with Idefics3's as defaults)."""
+
+    def expand(self, rows: int, cols: int) -> str:
+        tok = self._tokenizer
+        return str(
+            get_image_prompt_string(  # type: ignore[no-untyped-call]
+                rows,
+                cols,
+                self._seq_len,
+                getattr(tok, "fake_image_token", "<fake_token_around_image>"),
+                getattr(tok, "image_token", IMAGE),
+                getattr(tok, "global_image_token", "<global-img>"),
+            )
+        )

@@ -1,7 +1,7 @@
 """Getting a model: a tiny randomly initialised one for tests and demos, or a real one from disk.
 
 The tiny model is a real architecture at toy size (two decoder layers of width 64, a one-block
-vision tower: Qwen2-VL, Qwen2.5-VL or Idefics3), built from a config with a fixed seed and a
+vision tower: Qwen2-VL, Qwen2.5-VL, Idefics3 or SmolVLM), built from a config with a fixed seed and a
 tokenizer trained offline (:mod:`mmgate.engine.tiny_tokenizer`), so it runs every code path a real
 checkpoint runs, in milliseconds, and gives the same (meaningless but deterministic) replies on
 every machine.
@@ -31,25 +31,29 @@ from transformers import (
     Qwen2_5_VLForConditionalGeneration,
     Qwen2VLConfig,
     Qwen2VLForConditionalGeneration,
+    SmolVLMConfig,
+    SmolVLMForConditionalGeneration,
 )
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
 
 from mmgate.engine import tiny_tokenizer
-from mmgate.engine.idefics3 import Idefics3
+from mmgate.engine.idefics3 import Idefics3, SmolVLM
 from mmgate.engine.qwen2_vl import Qwen2VL
 from mmgate.engine.vlm import VisionLanguageModel
 from mmgate.tokens.engine.files import ModelFilesError, load_model_files
 
 __all__ = ["TINY_ARCHS", "ModelLoadError", "load_model", "save_tiny", "tiny_model"]
 
-TINY_ARCHS = ("qwen2-vl", "qwen2.5-vl", "idefics3")
+TINY_ARCHS = ("qwen2-vl", "qwen2.5-vl", "idefics3", "smolvlm")
 """Architectures :func:`tiny_model` builds."""
 
 FAMILIES: dict[str, Callable[..., VisionLanguageModel]] = {
     "qwen2_vl": Qwen2VL,
     "qwen2_5_vl": Qwen2VL,
     "idefics3": Idefics3,
+    "smolvlm": SmolVLM,
 }
 """The adapter that runs a checkpoint, by its config's ``model_type``."""
 
@@ -80,6 +84,10 @@ _QWEN_VISION: dict[str, dict[str, Any]] = {
 _QWEN_CLASSES: dict[str, tuple[Any, Any]] = {
     "qwen2-vl": (Qwen2VLConfig, Qwen2VLForConditionalGeneration),
     "qwen2.5-vl": (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration),
+}
+_IDEFICS3_CLASSES: dict[str, tuple[Any, Any, Any]] = {
+    "idefics3": (Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessorPil),
+    "smolvlm": (SmolVLMConfig, SmolVLMForConditionalGeneration, SmolVLMImageProcessorPil),
 }
 
 
@@ -139,12 +147,14 @@ def _tiny_qwen(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
     return _seeded(model_class, config, seed), tokenizer, processor, ids["<|im_end|>"]
 
 
-def _tiny_idefics3(seed: int) -> tuple[Any, Any, Any, int]:
+def _tiny_idefics3(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
     """Tiles of 32 px, 8-px patches pixel-shuffled by 2: 4 image tokens per tile, and an image of
-    any size is cut into 2x2 tiles plus the global view (20 image tokens)."""
+    any size is cut into 2x2 tiles plus the global view (20 image tokens). SmolVLM is the same
+    shape under its own classes."""
+    config_class, model_class, processor_class = _IDEFICS3_CLASSES[arch]
     tokenizer = _tokenizer("idefics3")
     end = int(tokenizer.convert_tokens_to_ids("<end_of_utterance>"))
-    config = Idefics3Config(
+    config = config_class(
         text_config={
             "model_type": "llama",
             **_TEXT,
@@ -164,17 +174,18 @@ def _tiny_idefics3(seed: int) -> tuple[Any, Any, Any, int]:
         scale_factor=2,
         image_token_id=int(tokenizer.convert_tokens_to_ids("<image>")),
     )
-    processor = Idefics3ImageProcessorPil(
+    processor = processor_class(
         size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
     )
-    return _seeded(Idefics3ForConditionalGeneration, config, seed), tokenizer, processor, end
+    return _seeded(model_class, config, seed), tokenizer, processor, end
 
 
 def _tiny_parts(arch: str, seed: int) -> tuple[Any, Any, Any, int]:
     """(model, tokenizer, image processor, end-of-turn id) of the tiny ``arch``."""
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
-    model, tokenizer, processor, end = _tiny_idefics3(seed) if arch == "idefics3" else _tiny_qwen(arch, seed)
+    build = _tiny_idefics3 if arch in _IDEFICS3_CLASSES else _tiny_qwen
+    model, tokenizer, processor, end = build(arch, seed)
     model.generation_config.eos_token_id = end
     return model, tokenizer, processor, end
 
