@@ -22,7 +22,7 @@ def _chat(*parts: object, **extra: object) -> bytes:
 
 
 def _same_as_full_decode(data: bytes) -> bodies.ChatBody:
-    fast = decode_chat(data)
+    fast, _layout = decode_chat(data)
     assert msgspec.json.encode(fast) == msgspec.json.encode(bodies.CHAT.decode(data))
     return fast
 

@@ -49,7 +49,7 @@ def _uncut() -> Iterator[None]:
 def _outcome(data: bytes) -> tuple[str, Any]:
     """What decode_chat does with a body: the decoded skeleton (media as raw bytes), or the error."""
     try:
-        return "ok", msgspec.json.encode(decode_chat(data))
+        return "ok", msgspec.json.encode(decode_chat(data)[0])
     except (msgspec.MsgspecError, RequestError) as exc:
         return type(exc).__name__, str(exc)
 

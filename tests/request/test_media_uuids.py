@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from mmgate.bench.overhead.bodies import BODIES
+from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.errors import RequestError
 from mmgate.request import parse_request
+from mmgate.request.decode import MIN_BODY
+from mmgate.request.layout import scan_chat
 from mmgate.request.limits import Limits
-from mmgate.request.media_uuids import part_ends, uuids_to_write, with_media_uuids
+from mmgate.request.media_uuids import uuids_to_write, with_media_uuids
 from mmgate.request.payload import identity_of
 from mmgate.request.view import Api, RequestView
 from support.stack import data_url, png
@@ -153,10 +159,144 @@ def test_part_ends_finds_each_part_whatever_the_nesting() -> None:
         b'{"tools":[{"a":[{"b":"}"}]}],"messages":[{"role":"user","content":"x"},'
         b'{"role":"user","content":[{"type":"text","text":"\\\\"},{"k":{"n":[1,2,{"z":"]"}]}}]}]}'
     )
-    ends = part_ends(body, [(1, 0), (1, 1)])
-    assert ends is not None
+    layout = scan_chat(body)
+    assert layout is not None and not layout.repeated_key
+    ends = layout.part_ends
+    assert set(ends) == {(1, 0), (1, 1)}
     assert body[ends[(1, 0)]] == ord("}") and body[: ends[(1, 0)] + 1].endswith(b'"\\\\"}')
     assert body[ends[(1, 1)] - 4 : ends[(1, 1)] + 1] == b'"]"}]}}'[-5:]
+
+
+# --- the splice against the walk it replaced ---------------------------------------------------
+# Until the parser recorded the layout, the splice walked the body itself with the walk below
+# (kept here as the reference): every body must come out byte for byte as it did.
+
+
+class _Frame:
+    def __init__(self, is_object: bool, path: tuple[str | int, ...]) -> None:
+        self.is_object, self.path, self.slot, self.expecting_key = is_object, path, 0, is_object
+        self.keys: set[str] | None = set() if is_object and len(path) in (0, 2, 4) else None
+
+
+def _string_end(body: bytes, quote: int) -> int:
+    end = body.find(b'"', quote + 1)
+    while len(re.search(rb"\\*$", body[quote + 1 : end])[0]) % 2:  # type: ignore[index]
+        end = body.find(b'"', end + 1)
+    return end
+
+
+def reference_part_ends(body: bytes, parts: set[tuple[int, int]]) -> dict[tuple[int, int], int] | None:
+    found: dict[tuple[int, int], int] = {}
+    stack: list[_Frame] = []
+    at = 0
+    while (token := re.compile(rb'["{}\[\],]').search(body, at)) is not None:
+        at = token.start()
+        char = body[at : at + 1]
+        if char == b'"':
+            end = _string_end(body, at)
+            if stack and stack[-1].expecting_key:
+                frame = stack[-1]
+                key = json.loads(body[at : end + 1])
+                if frame.keys is not None:
+                    if key in frame.keys:
+                        return None
+                    frame.keys.add(key)
+                frame.slot, frame.expecting_key = key, False
+            at = end + 1
+            continue
+        if char in b"{[":
+            stack.append(_Frame(char == b"{", (*stack[-1].path, stack[-1].slot) if stack else ()))
+        elif char in b"}]":
+            frame = stack.pop()
+            path = frame.path
+            part = (int(path[1]), int(path[3])) if len(path) == 4 and path[0] == "messages" else None
+            if part is not None and path[2] == "content" and frame.is_object and part in parts:
+                found[part] = at
+        elif stack[-1].is_object:
+            stack[-1].expecting_key = True
+        else:
+            stack[-1].slot = int(stack[-1].slot) + 1
+        at += 1
+    return found
+
+
+def reference_splice(view: RequestView) -> bytes:
+    wanted = uuids_to_write(view)
+    ends = reference_part_ends(view.body, set(wanted)) if wanted else None
+    if ends is None:
+        return view.body
+    out = view.body
+    for at, identity in sorted(((ends[p], i) for p, i in wanted.items() if p in ends), reverse=True):
+        out = out[:at] + b',"uuid":' + json.dumps(identity).encode() + out[at:]
+    return out
+
+
+def _big_image(seed: int) -> dict[str, Any]:
+    padded = png(seed) + random.Random(seed).randbytes(MIN_BODY)  # bytes after IEND: still a PNG
+    return {"type": "image_url", "image_url": {"url": data_url(padded)}}
+
+
+_TRICKY = 'a "quoted" \\" \\\\ tricky } ] { [ , : text \u00e9 \u2028'
+
+
+def _adversarial() -> list[bytes]:
+    """Escapes, nesting, whitespace and repeated keys, each with small and large images."""
+    out: list[bytes] = []
+    for image in (image_part, _big_image):
+        doc = {
+            "model": "m",
+            "k" * 300: ["v" * 256, "w" * 257, "\\" * 300, {"u" * 257: "url"}],  # around the 256 bound
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"x": [{"}": "]"}]}}}],
+            "messages": [
+                {"role": "system", "content": _TRICKY},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": _TRICKY},
+                        {"type": "text", "text": _TRICKY * 20, "url": "data:" + "x" * 300},
+                        image(1),
+                        {**image(2), "uuid": None},
+                        {**image(3), "uuid": "client"},
+                        {"type": "image_url", "image_url": "https://example.com/a.png", "x": {"y": [[], {}]}},
+                        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+                    ],
+                },
+                {"role": "assistant", "content": "ok", "tool_calls": [{"function": {"name": "g"}}]},
+                {"role": "user", "content": [image(1), {"type": "text", "text": "\\"}]},
+            ],
+        }
+        for indent in (None, 0, 1, "\t", " \r\n "):
+            out.append(json.dumps(doc, indent=indent, ensure_ascii=indent is None).encode())
+        out.append(json.dumps(doc, separators=(" ,\n", "\r\n :\t")).encode())  # blanks before ':'
+        compact = json.dumps(doc, separators=(",", ":")).encode()
+        out.append(compact.replace(b'"content"', b'"\\u0063ontent"', 1))  # an escaped key
+        out.append(compact.replace(b'"model":"m"', b'"model":"m","model":"n"'))  # repeats
+        out.append(compact.replace(b'"role":"system"', b'"role":"system","role":"user"'))
+        out.append(compact.replace(b'"parameters":', b'"name":"h","parameters":'))  # depth 4 elsewhere
+        repeat_in_part = b'{"type":"text","type":"text","text":""}'
+        out.append(compact.replace(b'{"type":"text","text":"\\\\"}', repeat_in_part))
+    return out
+
+
+def _examples() -> list[bytes]:
+    here = Path(__file__).resolve().parents[2] / "examples" / "requests"
+    return [bench_body(BODIES[n]) for n in ("image-1", "image-3", "image-url")] + [
+        p.read_bytes() for p in sorted(here.glob("*chat*.json")) + sorted(here.glob("images-*.json"))
+    ]
+
+
+def test_the_splice_is_byte_identical_to_the_walk_it_replaced() -> None:
+    bodies = _examples() + _adversarial()
+    lax = Limits(own_media_uuids=True, check_media_content=False)
+    for body in bodies:
+        view = parsed(body, limits=lax)
+        if len(body) >= MIN_BODY:  # the parse recorded where the parts end: no second walk
+            assert view.layout is not None and view.layout.body is view.body
+        else:
+            assert view.layout is None
+        assert with_media_uuids(view) == reference_splice(view)
+    spliced = [b for b in bodies if with_media_uuids(parsed(b, limits=lax)) != b]
+    assert len(spliced) > len(bodies) // 2  # most bodies get uuids; the repeats are left alone
 
 
 def test_random_layouts_give_what_re_serialising_gives() -> None:
@@ -178,7 +318,9 @@ def test_random_layouts_give_what_re_serialising_gives() -> None:
             messages.append({"role": rng.choice(["user", "assistant"]), "content": content or "plain"})
         doc = {"messages": messages, "model": "m", "stream": rng.random() < 0.5}
         body = json.dumps(doc, indent=rng.choice([None, 1]), ensure_ascii=rng.random() < 0.5).encode()
-        assert json.loads(with_media_uuids(parsed(body))) == expected(doc)
+        view = parsed(body)
+        assert json.loads(with_media_uuids(view)) == expected(doc)
+        assert with_media_uuids(view) == reference_splice(view)
 
 
 def test_a_client_uuid_in_the_gateways_form_must_name_the_parts_own_data() -> None:

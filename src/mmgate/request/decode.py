@@ -9,7 +9,8 @@ every ``"url": "data:..."`` value out of the body, decodes the few kilobytes lef
 of the original bytes back into the decoded ``url`` fields. Nothing is copied.
 
 The cut must never change what is accepted. A value is cut only when it is provably a valid JSON
-string with no escapes: the key is ``url``, the value starts with ``data:``, the text up to the
+string with no escapes: it is the value of an object member ``url`` (the body's structural walk,
+:mod:`mmgate.request.layout`, says where), it starts with ``data:``, the text up to the
 first comma (the media type and parameters) is checked exactly (no backslash, no control
 character, valid UTF-8), and everything after the comma is in the base64 alphabet (pybase64's SIMD
 validator, the same check the payload gets later). Any other value is left to the decoder, which
@@ -32,15 +33,16 @@ import msgspec
 
 from mmgate.errors import RequestError
 from mmgate.request import bodies
+from mmgate.request.layout import ChatLayout, scan_chat
 from mmgate.request.payload import is_base64
 
 MIN_BODY = 64 * 1024
 """Smaller bodies are decoded directly: the scan would not pay for itself."""
 
-MAX_QUOTES = 512
+MAX_TOKENS = 1024
+"""Bodies whose walk takes more JSON tokens than this (long text, not media) are not cut: a step
+of the walk costs far more than the decoder's scan of the bytes it would save."""
 _PLACEHOLDER = b"\\u0000mmgate-cut:"
-_URL_KEY = re.compile(rb'"url"\s*:\s*$')
-_KEY_WINDOW = 32  # bytes before a value searched for its key ("url" plus any whitespace)
 _HEADER_MAX = 512  # "data:<mime>;<params>;base64," is never longer
 _HEADER_BAD = re.compile(rb"[\x00-\x1f\\]")  # what a JSON string cannot hold unescaped ('"' ends it)
 
@@ -76,39 +78,32 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
+def cut_data_urls(
+    body: bytes, layout: ChatLayout | None = None
+) -> tuple[bytes, list[tuple[int, int]]] | None:
     """The body with each data-URI ``url`` value replaced by a short placeholder string, and the
     cut values as ``(start, end)`` offsets of their quotes, in order. None when nothing was cut.
 
-    Only single-byte searches run over the body (``bytes.find`` of one byte is memchr; of several
-    bytes it is ~20x slower on base64 text). Quotes are visited one by one, so a body with more
-    than ``MAX_QUOTES`` of them (long text, not media) is left to the decoder. A quote preceded by
-    ``"url":`` cannot be an escaped one (that needs a backslash before it); if it closes a string
-    instead of opening one, the body is invalid both before and after the cut.
+    The values come from the body's :class:`~mmgate.request.layout.ChatLayout` (``layout``, or
+    a walk bounded by ``MAX_TOKENS``: a body with more tokens than that, long text rather than
+    media, is left to the decoder). Only a value that passes :func:`_plain_json_string` is cut.
     """
     if len(body) < MIN_BODY:
+        return None
+    if layout is None:
+        layout = scan_chat(body, MAX_TOKENS)
+    if layout is None:
         return None
     view = memoryview(body)
     pieces: list[bytes | memoryview] = []
     cuts: list[tuple[int, int]] = []
-    kept = seen = 0
-    at = body.find(b'"')
-    while at >= 0:
-        seen += 1
-        if seen > MAX_QUOTES:
-            return None
-        if not body.startswith(b"data:", at + 1):
-            at = body.find(b'"', at + 1)
-            continue
-        end = body.find(b'"', at + 1)
-        if end < 0:
-            return None
-        if _URL_KEY.search(body, max(kept, at - _KEY_WINDOW), at) and _plain_json_string(body, at + 1, end):
+    kept = 0
+    for at, end in layout.data_urls:
+        if _plain_json_string(body, at + 1, end):
             pieces.append(view[kept:at])
             pieces.append(b'"' + _PLACEHOLDER + str(len(cuts)).encode() + b'"')
             cuts.append((at, end))
             kept = end + 1
-        at = body.find(b'"', end + 1)
     if not cuts:
         return None
     pieces.append(view[kept:])
@@ -118,24 +113,26 @@ def cut_data_urls(body: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
     return cut_body, cuts
 
 
-def decode_chat(body: bytes) -> bodies.ChatBody:
+def decode_chat(body: bytes) -> tuple[bodies.ChatBody, ChatLayout | None]:
     """``bodies.CHAT.decode(body)`` under strict JSON rules, skipping the scan of inline data URIs
-    when it can.
+    when it can; and the body's layout when it was walked for that (bodies of ``MIN_BODY`` bytes
+    or more, up to ``MAX_TOKENS``), for the steps after the parse that need offsets.
 
     Raises msgspec's error for malformed JSON or a schema mismatch, exactly as the full decode
     would, and :class:`RequestError` for invalid UTF-8 or nesting too deep.
     """
-    cut = cut_data_urls(body) if len(body) >= MIN_BODY else None
+    layout = scan_chat(body, MAX_TOKENS) if len(body) >= MIN_BODY else None
+    cut = cut_data_urls(body, layout) if layout is not None else None
     if cut is None:
         decoded = _decode(body)
         if not body.isascii():  # the common case costs one C call, not a function
             require_utf8(body)
-        return decoded
+        return decoded, layout
     cut_body, cuts = cut
     try:
         decoded = _decode(cut_body)
     except msgspec.MsgspecError:
-        return _decode(body)  # raises the same error, with the client's own offsets
+        return _decode(body), None  # raises the same error, with the client's own offsets
     require_utf8(body, checked=cut_body)  # the cut values are ASCII-clean already
     marker = b'"' + _PLACEHOLDER
     for message in decoded.messages:
@@ -157,7 +154,7 @@ def decode_chat(body: bytes) -> bodies.ChatBody:
                         part.video_url = restored
                     else:
                         part.audio_url = restored
-    return decoded
+    return decoded, layout
 
 
 TOO_DEEP = "The request body is not valid JSON (nested too deeply)."

@@ -8,11 +8,14 @@ in the ``extra_keys`` of its KV events. Writing mmgate's own identity there (the
 payload as sent) makes the engine, its events and the gateway's precise index agree by
 construction, as Dynamo does with its own media hashes.
 
-The body is not re-serialised: a multi-megabyte chat body is walked once for its structure only
-(strings are skipped with ``bytes.find``, which is memchr; base64 holds no quote) to find where
-each content part object ends, and ``,"uuid":"..."`` is spliced in before its closing brace. The
-added member comes last in the part, so it also wins over a client's explicit ``"uuid": null``
-(Python's JSON decoders keep the last duplicate). Parts that carry a uuid already are left alone.
+The body is not re-serialised: ``,"uuid":"..."`` is spliced in before each content part object's
+closing brace, whose offset comes from the body's structural walk
+(:class:`~mmgate.request.layout.ChatLayout`; the parse already made it for a large body, so the
+megabytes are not walked again). The added member comes last in the part, so it also wins over a
+client's explicit ``"uuid": null`` (Python's JSON decoders keep the last duplicate). Parts that
+carry a uuid already are left alone; a body that repeats a key in the root, a message or a part is
+left as it is: decoders disagree on which copy counts, and a uuid must never land on another item
+than the one it names.
 
 Only OpenAI chat bodies are touched (``messages[i].content[j]`` parts): the Anthropic and
 Responses shapes have no such field, and documents are not vLLM multimodal items.
@@ -21,11 +24,11 @@ Responses shapes have no such field, and documents are not vLLM multimodal items
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 
 import msgspec
 
 from mmgate.errors import RequestError
+from mmgate.request.layout import Part, scan_chat
 from mmgate.request.payload import Buffer, identity_of
 from mmgate.request.view import Api, Modality, RequestView
 
@@ -34,16 +37,14 @@ SPLICED = frozenset({Modality.IMAGE, Modality.VIDEO, Modality.AUDIO, Modality.EM
 
 _PART = re.compile(r"messages\[(\d+)\]\.content\[(\d+)\]")
 _IDENTITY_FORM = re.compile(r"[0-9a-f]{32}")  # what identity_of returns: xxh3-128 in hex
-_TOKEN = re.compile(rb'["{}\[\],]')
-_Part = tuple[int, int]
 
 
-def uuids_to_write(view: RequestView) -> dict[_Part, str]:
+def uuids_to_write(view: RequestView) -> dict[Part, str]:
     """``(message, part) -> identity`` for every media part of a chat request the client gave no
     uuid (a repeated item appears once per part that holds it)."""
     if view.api is not Api.CHAT:
         return {}
-    out: dict[_Part, str] = {}
+    out: dict[Part, str] = {}
     for asset in view.assets:
         if asset.client_uuid or asset.modality not in SPLICED:
             continue
@@ -76,14 +77,16 @@ def check_client_uuid(uuid: str, data: Buffer | str | None, param: str) -> None:
 
 def with_media_uuids(view: RequestView) -> bytes:
     """``view.body`` with a ``uuid`` on each media part that had none (the same object when none
-    needs one). ``view`` must come from parsing exactly that body."""
+    needs one). ``view`` must come from parsing exactly that body; its ``layout``, when the parse
+    recorded one for that body, says where the parts end, else the body is walked here."""
     wanted = uuids_to_write(view)
     if not wanted:
         return view.body
     body = view.body
-    ends = part_ends(body, wanted.keys())
-    if ends is None:
+    layout = view.layout if view.layout is not None and view.layout.body is body else scan_chat(body)
+    if layout is None or layout.repeated_key:
         return body
+    ends = layout.part_ends
     inserts = sorted((ends[part], identity) for part, identity in wanted.items() if part in ends)
     mv = memoryview(body)
     pieces: list[bytes | memoryview] = []
@@ -94,80 +97,3 @@ def with_media_uuids(view: RequestView) -> bytes:
         kept = at
     pieces.append(mv[kept:])
     return b"".join(pieces)
-
-
-def part_ends(body: bytes, parts: Collection[_Part]) -> dict[_Part, int] | None:
-    """The offset of the closing ``}`` of each content part object ``messages[i].content[j]`` in
-    ``parts`` (valid JSON assumed: the body was decoded already), or ``None`` when the body
-    repeats a key in the root, a message or a part: decoders disagree on which copy counts, and
-    a uuid must never land on another item than the one it names.
-
-    The walk keeps one frame per open container with its path from the root (keys and array
-    indices); strings are jumped over whole, so its cost is a memchr over the media payloads
-    plus a step per JSON token outside them.
-    """
-    wanted = set(parts)
-    found: dict[_Part, int] = {}
-    stack: list[_Frame] = []
-    find = body.find
-    search = _TOKEN.search
-    at = 0
-    while (token := search(body, at)) is not None:
-        at = token.start()
-        char = body[at]
-        if char == 0x22:  # '"': a key or a string value; jump to its closing quote
-            end = find(b'"', at + 1)
-            while body[end - 1] == 0x5C and _escaped(body, end):  # most strings end unescaped
-                end = find(b'"', end + 1)
-            frame = stack[-1] if stack else None
-            if frame is not None and frame.expecting_key:
-                raw = body[at + 1 : end]
-                key = raw.decode() if b"\\" not in raw else str(msgspec.json.decode(body[at : end + 1]))
-                if frame.keys is not None:
-                    if key in frame.keys:
-                        return None
-                    frame.keys.add(key)
-                frame.slot = key
-                frame.expecting_key = False
-            at = end + 1
-            continue
-        if char == 0x7B or char == 0x5B:  # '{' or '['
-            path = (*stack[-1].path, stack[-1].slot) if stack else ()
-            stack.append(_Frame(char == 0x7B, path))
-        elif char == 0x7D or char == 0x5D:  # '}' or ']'
-            frame = stack.pop()
-            path = frame.path
-            if len(path) == 4 and path[0] == "messages" and path[2] == "content" and frame.is_object:
-                part = (int(path[1]), int(path[3]))
-                if part in wanted:
-                    found[part] = at
-        else:  # ','
-            frame = stack[-1]
-            if frame.is_object:
-                frame.expecting_key = True
-            else:
-                frame.slot = int(frame.slot) + 1
-        at += 1
-    return found
-
-
-class _Frame:
-    """One open object or array of the walk: its path, and its current key or element index."""
-
-    __slots__ = ("expecting_key", "is_object", "keys", "path", "slot")
-
-    def __init__(self, is_object: bool, path: tuple[str | int, ...]) -> None:
-        self.is_object = is_object
-        self.path = path
-        self.slot: str | int = 0
-        self.expecting_key = is_object
-        # keys seen, where a repeat could move a uuid: the root, each message, each part
-        self.keys: set[str] | None = set() if is_object and len(path) in (0, 2, 4) else None
-
-
-def _escaped(body: bytes, quote: int) -> bool:
-    """Whether the quote at ``quote`` is escaped (an odd run of backslashes before it)."""
-    run = 0
-    while body[quote - 1 - run] == 0x5C:
-        run += 1
-    return run % 2 == 1

@@ -63,9 +63,10 @@ def parse_request(
             f"Request body is {len(body)} bytes; the limit is {limits.max_body_bytes} bytes.", status=413
         )
     builder = PromptBuilder(headers, limits)
+    layout = None
     if api is Api.CHAT:
         try:
-            chat = decode_chat(body)  # skips the JSON scan of inline data URIs
+            chat, layout = decode_chat(body)  # skips the JSON scan of inline data URIs
         except msgspec.MsgspecError:
             chat = decode_body(bodies.CHAT, body)  # raises the client's error, worded as usual
         view = _chat(chat, builder)
@@ -88,6 +89,7 @@ def parse_request(
             code="missing_model",
         )
     view.body = body
+    view.layout = layout
     view.unprobed_assets = builder.unprobed
     if builder.decoded_bytes:
         view.extra["decoded_bytes"] = builder.decoded_bytes

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from mmgate.request.layout import ChatLayout
+
 
 class Modality(StrEnum):
     IMAGE = "image"
@@ -111,7 +113,9 @@ class RequestView:
 
     ``parts`` is the prompt in order: ``str`` for text (chat turns rendered with a role header so
     equal prefixes give equal sequences) and :class:`MediaAsset` for media, so prefix matching sees
-    media where it stands relative to the text. ``body`` keeps the original bytes for forwarding.
+    media where it stands relative to the text. ``body`` keeps the original bytes for forwarding;
+    ``layout`` is where its chat parts sit, when the parse walked it (large chat bodies), so a
+    later step that needs offsets into ``body`` does not walk it again.
     """
 
     api: Api
@@ -124,6 +128,7 @@ class RequestView:
     prompt_token_ids: list[int] | None = None  # completions with token-id prompts
     unprobed_assets: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+    layout: ChatLayout | None = None
 
     @property
     def first_byte_ends_prefill(self) -> bool:
