@@ -3,7 +3,7 @@ ejected, probed once when its ejection ends, and returns only when the probe suc
 
 from __future__ import annotations
 
-import asyncio
+import time
 from dataclasses import dataclass
 
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
@@ -87,9 +87,22 @@ async def attempts_on(s: Stack, endpoint: str) -> float:
     return total
 
 
+class Shifted:
+    """Monotonic time plus a shift the test moves forward: the gateway's ejections end when the
+    test says, however slowly a loaded machine runs the requests in between."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.shift
+
+
 async def test_a_pod_failing_every_request_is_ejected_then_probed_back() -> None:
-    breaker = {"consecutiveFailures": 3, "baseEjectionS": 1.0, "maxEjectionS": 5.0}
-    async with stack(config(outlierDetection=breaker), pods=3) as s:
+    # Ejections of an hour, doubling to two: only the test's clock shifts end them.
+    breaker = {"consecutiveFailures": 3, "baseEjectionS": 3600.0, "maxEjectionS": 7200.0}
+    clock = Shifted()
+    async with stack(config(outlierDetection=breaker), pods=3, clock=clock) as s:
         sick_url = s.fleet.urls[0]
         sick = sick_url.removeprefix("http://")
         async with s.session.post(sick_url + "/admin/faults", json={"rate_500": 1.0}) as r:
@@ -102,14 +115,19 @@ async def test_a_pod_failing_every_request_is_ejected_then_probed_back() -> None
         assert f'mmgate_endpoint_circuit_open{{endpoint="{sick}"}} 1.0' in metrics
         assert f'mmgate_endpoint_ejections_total{{endpoint="{sick}"}} 1.0' in metrics
         # Still sick when the ejection ends: one probe fails, ejected again (for longer).
-        await asyncio.sleep(1.1)
+        clock.shift += 3600.0
         again = [await s.post(chat_body(s.model, f"probe {k}")) for k in range(6)]
         assert all(r.status == 200 for r in again)
         assert await attempts_on(s, sick) == 4
+        metrics = await (await s.session.get(s.url + "/metrics")).text()
+        assert f'mmgate_endpoint_ejections_total{{endpoint="{sick}"}} 2.0' in metrics
         # Healed: after the (doubled) ejection a probe succeeds and the pod takes traffic again.
         async with s.session.post(sick_url + "/admin/faults", json={"rate_500": 0.0}) as r:
             assert r.status == 200
-        await asyncio.sleep(2.1)
+        clock.shift += 3600.0
+        still = await s.post(chat_body(s.model, "not yet"))
+        assert still.status == 200 and still.endpoint != sick  # half the doubled ejection left
+        clock.shift += 3600.0
         back = [await s.post(chat_body(s.model, f"healed {k}")) for k in range(9)]
         assert all(r.status == 200 for r in back)
         assert sum(r.endpoint == sick for r in back) >= 2

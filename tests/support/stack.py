@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import io
 import re
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -145,9 +146,11 @@ async def stack(
     pods: int = 4,
     fleet: SimFleet | None = None,
     extra_endpoints: Sequence[str] = (),
+    clock: Callable[[], float] = time.monotonic,
     **sim: Any,
 ) -> AsyncIterator[Stack]:
-    """A started fleet (``fast`` profile unless ``sim`` says otherwise) and a gateway in front."""
+    """A started fleet (``fast`` profile unless ``sim`` says otherwise) and a gateway in front
+    (on ``clock``)."""
     own_fleet = fleet is None
     if fleet is None:
         sim.setdefault("profile", "fast")
@@ -157,7 +160,7 @@ async def stack(
     section = msgspec.structs.replace(
         config.mmgate, endpoints=[*fleet.urls, *extra_endpoints], port=0, seed=7, accessLog=False
     )
-    gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+    gateway = build_gateway(msgspec.structs.replace(config, mmgate=section), clock=clock)
     running = await start(gateway, port=0)
     session = aiohttp.ClientSession()
     try:

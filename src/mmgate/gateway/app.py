@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -238,9 +239,15 @@ def make_parser(limits: Limits) -> Parser:
     return parse
 
 
-def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = None) -> Gateway:
+def build_gateway(
+    config: GatewayConfig,
+    *,
+    registry: PluginRegistry | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Gateway:
     """A gateway for ``config`` (not started); ``registry``: the plugin types its scheduler may
-    use (default: the built-in ones). Raises ``ConfigError``/``ValueError`` on bad config."""
+    use (default: the built-in ones); ``clock``: its monotonic time (tests move it to end a
+    circuit-breaker ejection without waiting). Raises ``ConfigError``/``ValueError`` on bad config."""
     section = config.mmgate
     shared = shared_index_of(section)
     blocks: AffinityIndex[Hashable] | None = AffinityIndex() if kv_events_settings_of(section) else None
@@ -255,7 +262,9 @@ def build_gateway(config: GatewayConfig, *, registry: PluginRegistry | None = No
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(settings, picker, make_parser(limits), keys=keys_of(section), tracing=tracing_of(section))
+    return Gateway(
+        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
+    )
 
 
 @dataclass(slots=True)
