@@ -57,3 +57,34 @@ async def test_a_document_is_priced_per_page_under_a_provider_rule() -> None:
         ).text_tokens
         # the hot path counts pages only (the text layer is not extracted there)
         assert reply.tokens == text + 3 * ANTHROPIC_PAGE_TOKENS
+
+
+def responses_with_document(model: str, pages: int) -> bytes:
+    data = base64.b64encode(pdf([f"page {i}" for i in range(pages)])).decode()
+    part = {"type": "input_file", "file_data": "data:application/pdf;base64," + data, "filename": "r.pdf"}
+    item = {"role": "user", "content": [{"type": "input_text", "text": "Summarise this."}, part]}
+    return orjson.dumps({"model": model, "input": [item], "max_output_tokens": 2})
+
+
+async def test_a_responses_input_file_follows_the_chat_file_rule_and_its_switch() -> None:
+    """``/v1/responses`` ``input_file`` parts are documents as chat ``file`` parts are: refused
+    for a family that reads no PDFs, forwarded (priced per page) with ``validation.modalities``
+    off, as every modality refusal is."""
+    lax = ENCODER_AFFINITY + "mmgate:\n  validation: {modalities: false}\n"
+    async with stack(ENCODER_AFFINITY, pods=1, model=QWEN3) as s:
+        before = await s.fleet_counter(SERVED)
+        reply = await s.post(responses_with_document(QWEN3, 2), path="/v1/responses")
+        assert reply.status == 400, reply.body
+        error = orjson.loads(reply.body)["error"]
+        assert error["param"] == "input[0].content[1].file_data"
+        assert error["code"] == "unsupported_modality" and QWEN3 in error["message"]
+        assert await s.fleet_counter(SERVED) == before
+    async with stack(lax, pods=1, model=QWEN3) as s:
+        chat = await s.post(with_document(QWEN3, 2))
+        responses = await s.post(responses_with_document(QWEN3, 2), path="/v1/responses")
+        assert chat.status == responses.status == 200, (chat.body, responses.body)
+        assert await s.fleet_counter(SERVED) == 2
+        # priced per page, as chat's file part is
+        longer = await s.post(responses_with_document(QWEN3, 4), path="/v1/responses")
+        assert longer.status == 200 and longer.tokens > responses.tokens
+        assert abs(responses.tokens - chat.tokens) < (longer.tokens - responses.tokens) / 2  # one rule
