@@ -83,14 +83,18 @@ class Admission:
             self._check_key(identity)
             self._per_key[identity.key_id] = self._per_key.get(identity.key_id, 0) + 1
             try:
-                await self._enter(limit, client)
+                if not self._took(limit, client):
+                    await self._wait(limit, client)
             except BaseException:
                 self._drop_key(identity)
                 raise
             return
-        await self._enter(limit, client)
+        if not self._took(limit, client):  # a free slot (the common case) needs no coroutine
+            await self._wait(limit, client)
 
-    async def _enter(self, limit: int, client: str) -> None:
+    def _took(self, limit: int, client: str) -> bool:
+        """Take a free slot now if there is one (nobody queued ahead); False: ``client`` must
+        wait in the queue. Raises :class:`Overloaded` at the client's own limit."""
         s = self.settings
         held = self._per_client.get(client, 0)
         if s.per_client_inflight and held >= s.per_client_inflight:
@@ -99,8 +103,15 @@ class Admission:
                 s.retry_after_s,
             )
         if not limit or (self.inflight < limit and not self.queued):
-            self._take(client)
-            return
+            self.inflight += 1
+            self._per_client[client] = held + 1
+            return True
+        return False
+
+    async def _wait(self, limit: int, client: str) -> None:
+        """Queue for a slot (``leave`` hands it over), or raise :class:`Overloaded`."""
+        s = self.settings
+        held = self._per_client.get(client, 0)
         if self.queued >= s.max_queue:
             where = f"and {s.max_queue} queued " if s.max_queue else ""
             raise Overloaded(
@@ -161,10 +172,6 @@ class Admission:
             self._per_key[identity.key_id] = n
         else:
             self._per_key.pop(identity.key_id, None)
-
-    def _take(self, client: str) -> None:
-        self.inflight += 1
-        self._per_client[client] = self._per_client.get(client, 0) + 1
 
     def _release_slot(self) -> None:
         while self._waiters:

@@ -96,7 +96,7 @@ class Breaker:
 
     def filter(self, candidates: Sequence[N]) -> list[N]:
         """The usable candidates; all of them when none is (panic mode)."""
-        if not self.enabled or not self._tripped:
+        if not self._tripped or not self.enabled:  # nothing tripped (the common case) first
             return list(candidates)
         usable = [c for c in candidates if self.usable(c.name)]
         return usable or list(candidates)

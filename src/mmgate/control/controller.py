@@ -307,18 +307,18 @@ class RequestController:
         try:
             view = self._parse(body, headers, api)
         except RequestError as exc:
-            self._parsed(time.perf_counter() - started, trace, None, exc)
+            seconds = time.perf_counter() - started
+            if self._observer is not None:
+                self._observer.record_parse(seconds)
+            if trace is not None:
+                trace.parsed(None, seconds, exc)
             raise
-        self._parsed(time.perf_counter() - started, trace, view, None)
-        return view
-
-    def _parsed(
-        self, seconds: float, trace: RequestTrace | None, view: RequestView | None, error: RequestError | None
-    ) -> None:
+        seconds = time.perf_counter() - started
         if self._observer is not None:
             self._observer.record_parse(seconds)
         if trace is not None:
-            trace.parsed(view, seconds, error)
+            trace.parsed(view, seconds, None)
+        return view
 
     def open(
         self,
@@ -549,8 +549,14 @@ class RequestController:
         this one: that is a client mistake, not a fleet problem.
         """
         records = self.endpoints.records()
-        serving = [r for r in records if not r.models or model in r.models]
-        if not serving and records:
+        out: list[EndpointRecord] = []
+        serves = False
+        for r in records:  # one pass: this runs on every request
+            if not r.models or model in r.models:
+                serves = True
+                if r.health.healthy and (subset is None or r.name in subset):
+                    out.append(r)
+        if not serves and records:
             served = ", ".join(self.endpoints.models()[:20])
             raise RequestError(
                 f"The model '{model}' is not served here; available: {served}",
@@ -558,9 +564,6 @@ class RequestController:
                 status=404,
                 code="model_not_found",
             )
-        out = [r for r in serving if r.health.healthy]
-        if subset is not None:
-            out = [r for r in out if r.name in subset]
         return out
 
 

@@ -30,8 +30,7 @@ class RetryBudget:
         self._requests = [0, 0]
         self._retries = [0, 0]
 
-    def _roll(self) -> None:
-        now = self.clock()
+    def _roll(self, now: float) -> None:
         elapsed = now - self._start
         if elapsed < self.half:
             return
@@ -44,12 +43,14 @@ class RetryBudget:
         self._start = now - (elapsed % self.half)
 
     def on_request(self) -> None:
-        self._roll()
+        now = self.clock()
+        if now - self._start >= self.half:  # most requests fall inside the current half-window
+            self._roll(now)
         self._requests[1] += 1
 
     def try_retry(self) -> bool:
         """Spend one retry if the budget allows it; False means fail the request now."""
-        self._roll()
+        self._roll(self.clock())
         allowed = self.ratio * sum(self._requests) + self.min_per_s * 2 * self.half
         if sum(self._retries) + 1 > allowed:
             return False

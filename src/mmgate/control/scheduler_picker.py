@@ -109,11 +109,12 @@ class SchedulerPicker:
         request = SchedulingRequest(view, rid, headers, debug=debug, tenant=tenant)
         try:
             result = scheduler.schedule(request, states, now)
-            target = result.target
+            primary = result.primary  # read once: a property that checks the profile's targets
         except NoEndpointsError as exc:
             raise NoEndpoint(str(exc)) from None
+        target = primary.targets[0]
         decision = self._describe(target.name, request, result) if self.describe else Decision(target.name)
-        decision.eligible = len(result.primary.candidates)
+        decision.eligible = len(primary.candidates)
         predicted = request.get(PREDICTED_TTFT)
         if predicted is not None:  # also when not describing: the DES reports prediction errors
             decision.predicted_ttft_s = predicted.seconds.get(target.name)

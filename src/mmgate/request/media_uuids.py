@@ -30,7 +30,7 @@ import msgspec
 from mmgate.errors import RequestError
 from mmgate.request.layout import Part, scan_chat
 from mmgate.request.payload import Buffer, identity_of
-from mmgate.request.view import Api, Modality, RequestView
+from mmgate.request.view import Api, MediaAsset, Modality, RequestView
 
 SPLICED = frozenset({Modality.IMAGE, Modality.VIDEO, Modality.AUDIO, Modality.EMBEDS})
 """The kinds of part vLLM turns into multimodal items (and so reads a ``uuid`` on)."""
@@ -45,8 +45,8 @@ def uuids_to_write(view: RequestView) -> dict[Part, str]:
     if view.api is not Api.CHAT:
         return {}
     out: dict[Part, str] = {}
-    for asset in view.assets:
-        if asset.client_uuid or asset.modality not in SPLICED:
+    for asset in view.parts:  # not view.assets: a text request builds no list
+        if not isinstance(asset, MediaAsset) or asset.client_uuid or asset.modality not in SPLICED:
             continue
         found = _PART.match(asset.field)
         if found is not None:
