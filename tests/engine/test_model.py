@@ -151,3 +151,10 @@ def test_unreadable_image_bytes_are_a_client_error(tiny: VisionLanguageModel) ->
     with pytest.raises(RequestError) as err:
         Engine(tiny).add_request(GenerateRequest("r", prompt))
     assert err.value.status == 400 and err.value.param == "messages[0].content[0].image_url.url"
+
+
+def test_text_that_spells_the_image_placeholder_is_a_client_error(tiny: VisionLanguageModel) -> None:
+    prompt = prompt_from_messages([user_turn("what is <|image_pad|> here?", picture(8))])
+    with pytest.raises(RequestError) as err:
+        Engine(tiny).add_request(GenerateRequest("r", prompt))
+    assert err.value.status == 400 and err.value.param == "messages"

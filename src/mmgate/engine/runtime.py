@@ -174,15 +174,19 @@ class Engine:
 
     def add_request(self, request: GenerateRequest) -> None:
         """Queue a request after reading its images and laying out its prompt (RequestError for a
-        client mistake: an unreadable image, a prompt longer than ``max_model_len``)."""
+        client mistake: an unreadable image, text that spells the image placeholder, a prompt longer
+        than ``max_model_len``)."""
         if request.max_tokens < 1:
             raise RequestError("'max_tokens' must be at least 1.", param="max_tokens")
         with torch.inference_mode():
             images = {img.identity: self.processed(img) for img in request.prompt.images}
             text = self.model.render(request.prompt.messages)
-            layout = self.model.layout(
-                text, [(img.identity, images[img.identity]) for img in request.prompt.images]
-            )
+            try:
+                layout = self.model.layout(
+                    text, [(img.identity, images[img.identity]) for img in request.prompt.images]
+                )
+            except ValueError as exc:  # the text itself spells the model's image placeholder
+                raise RequestError(f"The prompt cannot be laid out: {exc}.", param="messages") from None
         if len(layout.token_ids) + 1 > self.config.max_model_len:
             raise RequestError(
                 f"The prompt is {len(layout.token_ids)} tokens; this engine's max_model_len is "
