@@ -133,7 +133,8 @@ class _Sequence:
     kv: KV = field(default_factory=list)
     cached_tokens: int = 0
     stored_blocks: int = 0
-    sent_text: str = ""
+    prefix_offset: int = 0  # reply tokens [prefix_offset, read_offset) were sent, decoded together
+    read_offset: int = 0
 
     @property
     def completion_tokens(self) -> int:
@@ -419,11 +420,7 @@ class Engine:
             reason = "stop"
         elif seq.completion_tokens >= request.max_tokens or len(seq.token_ids) >= self.config.max_model_len:
             reason = "length"
-        text = self.model.detokenize(seq.token_ids[len(seq.layout.token_ids) :])
-        if reason is None and text.endswith("\ufffd"):
-            delta = ""  # an incomplete multi-byte character: send it whole with a later token
-        else:
-            delta, seq.sent_text = text[len(seq.sent_text) :], text
+        delta = self._text_delta(seq, finished=reason is not None)
         if reason is not None:
             self._store_blocks(seq)
             self._running.remove(seq)
@@ -438,6 +435,20 @@ class Engine:
             seq.cached_tokens,
             logits,
         )
+
+    def _text_delta(self, seq: _Sequence, finished: bool) -> str:
+        """The reply text the newest token adds, decoding a short window rather than the whole reply
+        each step (vLLM's incremental detokenizer): the window starts a few tokens back, so a word's
+        leading space and a character split over tokens decode as they do in the full reply, and the
+        text is held back while it ends in an incomplete character."""
+        reply = seq.token_ids[len(seq.layout.token_ids) :]
+        detokenize = self.model.detokenize
+        sent = detokenize(reply[seq.prefix_offset : seq.read_offset])
+        text = detokenize(reply[seq.prefix_offset :])
+        if not finished and (len(text) <= len(sent) or text.endswith("\ufffd")):
+            return ""
+        seq.prefix_offset, seq.read_offset = seq.read_offset, len(reply)
+        return text[len(sent) :]
 
     # -- prefix cache --------------------------------------------------------------------------
 
