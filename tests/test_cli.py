@@ -219,6 +219,7 @@ raise SystemExit(main(sys.argv[2:]))
     [
         ("matplotlib,numpy", ["bench", "export", "--workload", "image-reuse", "x"], "bench"),
         ("grpc,envoy", ["extproc", "--help"], "extproc"),
+        ("torch,transformers", ["engine", "--tiny", "qwen2-vl"], "engine"),
     ],
 )
 def test_a_subcommand_whose_extra_is_not_installed_says_what_to_install(

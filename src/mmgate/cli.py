@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("mmgate.control.keys_cli", "make entries for the gateway's API-keys file (mmgate.auth)"),
     "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
+    "engine": (
+        "mmgate.engine.server_cli",
+        "serve a real vision-language model on CPU with the simulator's API and three caches",
+    ),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),
     "tokens": ("mmgate.tokens.cli", "count visual/audio tokens for images, videos or sizes per model family"),
     "cost": (
@@ -56,6 +60,8 @@ EXTRAS = {
     "envoy": "extproc",
     "google": "extproc",
     "kubernetes_asyncio": "kubernetes",
+    "torch": "engine",
+    "transformers": "engine",
 }
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 import yaml
 
 from mmgate.sim.fleet import SimFleet
-from support.processes import mmgate_command, subprocess_env
+from support.processes import ServerProcess
 from support.redis_server import RedisServer
 from support.stack import chat_body
 from support.upstreams import free_port
@@ -36,29 +35,13 @@ schedulingProfiles:
 """
 
 
-class Gateway:
+class Gateway(ServerProcess):
     def __init__(self, config: Path, session: aiohttp.ClientSession) -> None:
-        self.port = free_port()
+        port = free_port()
+        args = ["serve", "--config", str(config), "--port", str(port)]
+        args += ["--no-access-log", "--log-level", "info", "--log-format", "text"]
+        super().__init__(args, port, ready_path="/ready")
         self.session = session
-        command = mmgate_command("serve", "--config", str(config), "--port", str(self.port))
-        command += ["--no-access-log", "--log-level", "info", "--log-format", "text"]
-        self.process = subprocess.Popen(command, env=subprocess_env(), stderr=subprocess.PIPE)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def ready(self) -> None:
-        for _ in range(600):
-            assert self.process.poll() is None, "the gateway exited"
-            try:
-                async with self.session.get(self.url + "/ready") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-        raise AssertionError("the gateway never became ready")
 
     async def route(self, model: str, prefix: int, question: str) -> str:
         """Send a request sharing prefix ``prefix``; the endpoint it went to (200 or it fails)."""
@@ -85,16 +68,6 @@ class Gateway:
             await asyncio.sleep(0.05)
         raise AssertionError(f"{name} never {what} on {self.url}")
 
-    def stop(self) -> str:
-        """Stop it; its log."""
-        self.process.terminate()
-        try:
-            _, err = self.process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            _, err = self.process.communicate()
-        return err.decode(errors="replace")
-
 
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
@@ -117,8 +90,8 @@ async def test_two_gateways_share_affinity_and_survive_redis_going_away(
         a, b = Gateway(config, session), Gateway(config, session)
         logs: list[str] = []
         try:
-            await a.ready()
-            await b.ready()
+            await a.ready(session)
+            await b.ready(session)
             for gw in (a, b):
                 await gw.until("mmgate_shared_index_up", lambda v: v == 1, "connected")
 

@@ -116,13 +116,18 @@ class Stack:
 
     async def pod_counter(self, endpoint_url: str, name: str) -> float:
         """A counter from a pod's own /metrics, summed over label sets."""
-        async with self.session.get(endpoint_url + "/metrics") as resp:
-            text = await resp.text()
-        pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", re.M)
-        return sum(float(v) for v in pattern.findall(text))
+        return await server_counter(self.session, endpoint_url, name)
 
     async def fleet_counter(self, name: str) -> float:
         return sum([await self.pod_counter(u, name) for u in self.fleet.urls])
+
+
+async def server_counter(session: aiohttp.ClientSession, url: str, name: str) -> float:
+    """A counter (or gauge) from a model server's own /metrics, summed over label sets; 0 when absent."""
+    async with session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", re.M)
+    return sum(float(v) for v in pattern.findall(text))
 
 
 async def wait_until_scraped(running: Running, timeout: float = 10.0) -> None:
