@@ -17,6 +17,7 @@ import zmq.asyncio
 
 from mmgate.engine.runtime import Engine, EngineConfig
 from mmgate.engine.server import ENGINE_HEADER, EngineServer, ServerSettings
+from mmgate.engine.transfer import FeatureClient
 from mmgate.engine.vlm import VisionLanguageModel
 from mmgate.request import parse_request
 from mmgate.vllm.kv_events_config import parse_kv_events_config
@@ -200,3 +201,37 @@ async def test_kv_events_carry_the_blocks_the_engine_stored(
         assert identity in str([e.extra_keys for e in stored])
     finally:
         sub.close(linger=0)
+
+
+async def test_e_pd_over_http_gives_the_aggregated_reply_without_encoding_on_the_prefill_engine(
+    tiny: VisionLanguageModel, session: aiohttp.ClientSession
+) -> None:
+    encoder = EngineServer(Engine(tiny), ServerSettings(name="enc", port=0, encoder_only=True))
+    prefill = EngineServer(Engine(tiny, fetch_features=FeatureClient()), ServerSettings(name="pd", port=0))
+    alone = EngineServer(Engine(tiny), ServerSettings(name="agg", port=0))
+    servers = [encoder, prefill, alone]
+    for s in servers:
+        await s.start()
+    try:
+        body: dict[str, Any] = {"messages": chat("Read the page.", png(5), png(6)), "max_tokens": 6}
+        async with session.post(encoder.url + "/v1/chat/completions", json=body) as resp:
+            encoded = await resp.json()
+            assert resp.status == 200, encoded
+        params = encoded["ec_transfer_params"]
+        identities = [a.identity for a in parse_request(orjson.dumps(body), {}).assets]
+        assert list(params) == identities  # keyed by the gateway's identities, as a sidecar looks them up
+        assert encoded["usage"]["completion_tokens"] == 0
+        assert all(p["remote_port"] == encoder.ec_address[1] for p in params.values())  # type: ignore[index]
+
+        replies = []
+        for target, extra in ((prefill, {"ec_transfer_params": params}), (alone, {})):
+            async with session.post(target.url + "/v1/chat/completions", json={**body, **extra}) as resp:
+                doc = await resp.json()
+                assert resp.status == 200, doc
+                replies.append(doc["choices"][0]["message"]["content"])
+        assert replies[0] == replies[1]
+        assert await server_counter(session, prefill.url, "mmgate_engine:encoder_seconds_total") == 0
+        assert await server_counter(session, alone.url, "mmgate_engine:encoder_seconds_total") > 0
+    finally:
+        for s in servers:
+            await s.stop()

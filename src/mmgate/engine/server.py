@@ -21,9 +21,10 @@ import msgspec
 import orjson
 from aiohttp import web
 
-from mmgate.engine.prompt import prompt_from_messages
+from mmgate.engine.prompt import ChatPrompt, prompt_from_messages
 from mmgate.engine.runtime import Engine, GenerateRequest, StageSeconds, StepOutput
 from mmgate.engine.server_worker import EngineWorker, Step
+from mmgate.engine.transfer import FeatureServer
 from mmgate.errors import RequestError
 from mmgate.request.view import Api
 from mmgate.serving import routes
@@ -102,6 +103,8 @@ class ServerSettings:
     kv_events: KVEventsConfig | None = None
     kv_events_format: WireFormat = WireFormat.CURRENT
     kv_events_int_hashes: bool = True
+    encoder_only: bool = False  # --mm-encoder-only: answer with ec_transfer_params, no language model
+    ec_transfer_port: int = 0  # where an encode-only engine's features wait (0 = a free port)
 
 
 class EngineServer:
@@ -118,6 +121,7 @@ class EngineServer:
         )
         self.publisher: KVEventPublisher | None = None
         self.worker: EngineWorker | None = None
+        self.features: FeatureServer | None = None
         self._flights: dict[str, Flight] = {}
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count()
@@ -131,9 +135,16 @@ class EngineServer:
     def kv_endpoint(self) -> str | None:
         return None if self.publisher is None else self.publisher.endpoint
 
+    @property
+    def ec_address(self) -> tuple[str, int] | None:
+        """Where an encode-only engine serves the features it computed (None otherwise)."""
+        return None if self.features is None else self.features.address
+
     async def start(self) -> None:
         self.worker = EngineWorker(self.engine, asyncio.get_running_loop(), self._after_step)
         self.worker.start()
+        if self.settings.encoder_only:
+            self.features = FeatureServer(self.settings.host, self.settings.ec_transfer_port).start()
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post(CHAT_PATH, self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -159,6 +170,8 @@ class EngineServer:
             await self.worker.stop()
         if self.publisher is not None:
             await self.publisher.close()
+        if self.features is not None:
+            self.features.close()
 
     # --- the worker's steps, on the loop ----------------------------------------------------
 
@@ -239,8 +252,11 @@ class EngineServer:
                 raise RequestError("the engine failed", status=503, type="service_unavailable")
         except RequestError as err:
             return routes.error_response(err, self._headers)
-        n = next(self._ids)
         response_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
+        writer = OpenAIWriter(Api.CHAT, response_id, self.model, include_usage=knobs.include_usage)
+        if self.features is not None:
+            return await self._encode_only(worker, self.features, prompt, writer)
+        n = next(self._ids)
         engine_id = f"{response_id}#{n}"  # two requests with one x-request-id never collide
         flight = Flight(engine_id, arrival)
         self._flights[engine_id] = flight
@@ -255,7 +271,6 @@ class EngineServer:
                 ec_transfer_params=knobs.ec_transfer_params,
             )
         )
-        writer = OpenAIWriter(Api.CHAT, response_id, self.model, include_usage=knobs.include_usage)
         try:
             first = await flight.outputs.get()
             if isinstance(first, RequestError):
@@ -278,6 +293,20 @@ class EngineServer:
                 worker.abort(engine_id)
                 self.metrics.request_success["abort"] += 1
                 self.metrics.touch()
+
+    async def _encode_only(
+        self, worker: EngineWorker, features: FeatureServer, prompt: ChatPrompt, writer: OpenAIWriter
+    ) -> web.Response:
+        """``--mm-encoder-only``: encode the images (processor and encoder caches as usual), hold
+        the features for the prefill engine to fetch, and answer with the ``ec_transfer_params``
+        naming them, as vLLM's encoder instance does (no tokens)."""
+        try:
+            params = await worker.call(lambda engine: features.publish(engine.encode(prompt)))
+        except RequestError as err:
+            return routes.error_response(err, self._headers)
+        tokens = sum(int(p.get("num_tokens", 0)) for p in params.values())
+        body = writer.text_body("", "length", Usage(tokens, 0, 0), {"ec_transfer_params": params})
+        return web.Response(body=body, headers=self._headers, content_type="application/json")
 
     async def _stream(
         self, request: web.Request, flight: Flight, writer: OpenAIWriter, first: StepOutput

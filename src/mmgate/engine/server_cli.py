@@ -97,6 +97,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_kv_events_arguments(parser)
 
+    roles = parser.add_argument_group("disaggregation (E/PD)")
+    roles.add_argument(
+        "--mm-encoder-only",
+        action="store_true",
+        help="encode images only: a chat request is answered with ec_transfer_params naming the "
+        "features, which wait on --ec-transfer-port for the prefill engine to fetch",
+    )
+    roles.add_argument(
+        "--ec-transfer-port",
+        metavar="P",
+        type=port,
+        default=0,
+        help="--mm-encoder-only: the features' TCP port on --host (default 0: a free port, printed)",
+    )
+    roles.add_argument(
+        "--ec-allowed-host",
+        metavar="HOST",
+        action="append",
+        default=[],
+        help="a host this engine may fetch features from when a request's ec_transfer_params name it "
+        "(repeatable; loopback is always allowed, nothing else unless listed)",
+    )
+
 
 _AT_LEAST = {
     "block_size": 1,
@@ -150,6 +173,8 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         kv_events=kv,
         kv_events_format=WireFormat(args.kv_events_format) if args.kv_events_format else WireFormat.CURRENT,
         kv_events_int_hashes=not args.kv_events_raw_hashes,
+        encoder_only=args.mm_encoder_only,
+        ec_transfer_port=args.ec_transfer_port,
     )
 
 
@@ -159,10 +184,12 @@ async def _serve(args: argparse.Namespace, config: EngineConfig, settings: Serve
     from mmgate.engine.model import load_model, tiny_model
     from mmgate.engine.runtime import Engine
     from mmgate.engine.server import EngineServer
+    from mmgate.engine.transfer import FeatureClient
 
     torch.set_num_threads(args.threads)
     model = tiny_model(args.tiny, seed=args.seed) if args.tiny else load_model(args.model)
-    server = EngineServer(Engine(model, config), settings)
+    fetch = FeatureClient(args.ec_allowed_host)  # the prefill side of E/PD, for any request naming features
+    server = EngineServer(Engine(model, config, fetch_features=fetch), settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -171,7 +198,9 @@ async def _serve(args: argparse.Namespace, config: EngineConfig, settings: Serve
     await server.start()
     try:
         kv = f", KV events on {server.kv_endpoint}" if server.kv_endpoint else ""
-        print(f"mmgate engine: {server.model} on {server.url}{kv}", flush=True)
+        ec = server.ec_address
+        role = f", encode only (features on {ec[0]}:{ec[1]})" if ec is not None else ""
+        print(f"mmgate engine: {server.model} on {server.url}{kv}{role}", flush=True)
         await stop.wait()
     finally:
         await server.stop()

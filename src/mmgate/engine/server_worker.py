@@ -6,7 +6,8 @@ other streams). So one worker thread makes every call into :class:`~mmgate.engin
 (it is not thread-safe) and the loop only talks to it through a queue one way and
 ``call_soon_threadsafe`` the other way:
 
-- the loop submits requests and aborts into an inbox; the thread takes them between steps;
+- the loop submits requests, aborts and calls (the encode-only role's work) into an inbox; the
+  thread takes them between steps;
 - after every step the thread hands the loop one :class:`Step`: the tokens produced, the requests
   the engine refused (a client mistake found while reading the images), the step's KV events, and a
   snapshot of the counters, so ``/metrics`` never reads the engine while it runs.
@@ -25,12 +26,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from mmgate.engine.runtime import Engine, GenerateRequest, StageSeconds, StepOutput
 from mmgate.errors import RequestError
 from mmgate.sim.engine.types import EngineStats, KVEvent
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = ["EngineWorker", "Step"]
 
@@ -58,6 +62,12 @@ class _Add:
 @dataclass(frozen=True, slots=True)
 class _Abort:
     request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    fn: Callable[[Engine], Any]
+    future: asyncio.Future[Any]
 
 
 _STOP = object()
@@ -108,6 +118,13 @@ class EngineWorker:
         """Forget a request whose client went away."""
         self._inbox.put(_Abort(request_id))
 
+    def call(self, fn: Callable[[Engine], T]) -> asyncio.Future[T]:
+        """Run ``fn(engine)`` on the engine's thread between steps (the encode-only role's work);
+        the future holds its result or its exception."""
+        future: asyncio.Future[T] = self._loop.create_future()
+        self._inbox.put(_Call(fn, future))
+        return future
+
     async def stop(self, timeout: float = 30.0) -> None:
         """Finish the step in progress and end the thread (waiting in an executor, not on the loop)."""
         if not self._thread.is_alive():
@@ -124,6 +141,8 @@ class EngineWorker:
                     return
                 if isinstance(item, _Abort):
                     engine.abort(item.request_id)
+                elif isinstance(item, _Call):
+                    self._answer(item)
                 elif isinstance(item, _Add):
                     try:
                         engine.add_request(item.request)
@@ -158,9 +177,26 @@ class EngineWorker:
             if failed is not None:
                 return
 
+    def _answer(self, call: _Call) -> None:
+        try:
+            result = call.fn(self._engine)
+        except Exception as exc:  # RequestError for the client; anything else fails this call only
+            self._loop.call_soon_threadsafe(_settle, call.future, None, exc)
+        else:
+            self._loop.call_soon_threadsafe(_settle, call.future, result, None)
+
     def _deliver(self, step: Step) -> None:
         self.stats = step.stats
         self.stages = step.stages
         if step.failed is not None:
             self.failed = step.failed
         self._on_step(step)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():  # its caller was cancelled meanwhile
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
