@@ -130,6 +130,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     "engine": Benchmark(
         "micro", "mmgate.bench.micro.engine", "simulated requests per wall-clock minute of the engine alone"
     ),
+    "engine-caches": Benchmark(
+        "micro",
+        "mmgate.bench.micro.engine_caches",
+        "the reference engine on a 6-turn document chat: stateless vs encoder vs encoder+prefix cache",
+    ),
     "loadtest": Benchmark(
         "simulator",
         "mmgate.bench.simulator.loadtest",
