@@ -96,12 +96,15 @@ class PredictedTTFT:
     be fitted against them. ``known`` is False for an endpoint whose metrics were missing or
     stale: its prediction was made pessimistic. ``work`` is the part of each prediction that is
     this request's own encode and prefill there: the time it will hold that pod's GPU, which
-    every request queued behind it waits too."""
+    every request queued behind it waits too. ``future`` is what placing it there costs later
+    requests: the queue it commits the content's later requests to and the cached work its
+    cache room displaces (docs/plugins/predicted-ttft.md)."""
 
     seconds: dict[str, float]
     terms: dict[str, tuple[float, ...]]
     known: dict[str, bool]
     work: dict[str, float]
+    future: dict[str, float]
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

@@ -113,6 +113,51 @@ def test_work_weight_also_counts_the_gpu_time_a_hit_saves_for_the_requests_behin
         assert chosen is (other if s is cold else holder)
 
 
+def test_the_future_cost_is_the_displaced_work_and_elsewhere_the_average_queue_too() -> None:
+    s = build({"learn": False}, scorer={"futureWeight": 1})
+    eps = fleet(2)
+    text = "a long shared system prompt " * 100
+    where = serve(s, req("a", text), eps, 0.0, 0.2)  # placed where nothing held it: cold
+    holder, other = (eps[0], eps[1]) if where == eps[0].name else (eps[1], eps[0])
+    serve(s, req("b", text, "a question"), eps, 1.0, 0.1)  # a hit on the holder
+    producer = s.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    drawn = producer.later_requests_per_cold_placement
+    assert drawn == pytest.approx(1.0, rel=0.01)  # one hit per cold placement so far
+    other.inflight.tokens = 5_000  # 0.5 s ahead on the other pod
+    probe = req("c", text, "another question")
+    s.schedule(probe, eps, 2.0)
+    p = predicted(probe)
+    average = producer.queue_average(other.name)
+    assert 0 < average < 0.5  # the last 30 s's average, not this instant's queue
+    # the holder: only the prefill of the new question, whose cache room displaces that much;
+    # the other pod: the whole prompt's prefill and its average queue (learn off: work is fresh)
+    assert p.future[holder.name] == pytest.approx(drawn * p.work[holder.name])
+    assert p.future[other.name] == pytest.approx(drawn * (average + p.work[other.name]))
+    assert p.work[holder.name] < 0.2 * p.work[other.name]
+
+
+def test_new_content_goes_where_the_queue_has_been_shortest_not_where_it_is_now() -> None:
+    """Nothing holds the request's prompt, so where it goes is where its later requests will go.
+    One pod's queue was long a moment ago; now it is empty and the other pod has 10 ms of work
+    ahead. Greedy for this TTFT the request takes the busy pod; with the future queue priced it
+    takes the one whose queue has been short, as its later requests will meet that pod's
+    average, not this instant's."""
+    for weight, expected in ((0.0, 0), (1.0, 1)):
+        s = build({"learn": False}, scorer={"futureWeight": weight})
+        eps = fleet(2)
+        text = "a system prompt " * 100
+        where = serve(s, req("a", text), eps, 0.0, 0.2)
+        serve(s, req("b", text, "q"), eps, 1.0, 0.1)  # a hit: later requests follow the cache
+        busy = eps[0] if where == eps[1].name else eps[1]  # make the non-holder the busy one
+        idle = eps[1] if busy is eps[0] else eps[0]
+        busy.inflight.tokens = 20_000
+        s.schedule(req("probe", "other words " * 10), eps, 2.0)
+        busy.inflight.tokens, idle.inflight.tokens = 0, 100  # now: 10 ms ahead on the idle one
+        chosen = s.schedule(req("new", "a different prompt entirely " * 100), eps, 3.0).target
+        assert chosen is (busy, idle)[expected]
+
+
 def test_media_ahead_in_the_queue_costs_encoder_time() -> None:
     s = build({"learn": False})
     eps = fleet(2)
@@ -285,6 +330,10 @@ def test_bad_slo_or_work_weight_is_a_config_error() -> None:
         build(slo={"sloSeconds": -1})
     with pytest.raises(ConfigError, match="workWeight"):
         build(scorer={"workWeight": -0.5})
+    with pytest.raises(ConfigError, match="futureWeight"):
+        build(scorer={"futureWeight": -1})
+    with pytest.raises(ConfigError, match="queueAverageSeconds"):
+        build({"queueAverageSeconds": 0})
 
 
 def test_through_the_des_a_slow_pod_gets_less_work_with_no_rate_configured(tmp_path: Path) -> None:

@@ -25,10 +25,22 @@ it went to (:mod:`mmgate.scheduling.ttft.fit`). Only streamed requests (and APIs
 nothing) teach it: a non-streamed answer's first byte comes at its end, not after prefill. When
 the gateway runs a disaggregated request's encode and prefill legs itself, the serving pod's time
 starts when the last stage pod's legs ended (``on_stage_done``), the moment it is sent the request.
+
+Beside each prediction it gives the *future cost* of placing the request there (for
+``predicted-ttft-scorer``'s ``futureWeight``), ``n * (cold_e * Qbar_e + p_e * P_e + s_e * E_e)``:
+every placement follows the caches, so content placed where it is not cached draws its later
+requests there and commits them to that endpoint's queue (``Qbar_e``, the queue wait averaged
+over the last ``queueAverageSeconds``: what a later request meets, not the instant's queue;
+``cold_e`` the share of the best candidate's believed-cached tokens ``e`` lacks, 1 everywhere
+when none holds any), and the cache room it takes displaces content worth as much work again to
+the requests that would have reused it. ``n`` is how many later requests each cold placement
+has drawn on this fleet (believed hits per cold placement, decayed).
+docs/plugins/predicted-ttft.md derives it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +63,7 @@ from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vect
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
+REUSE_DECAY = 0.995  # hits per cold placement, over roughly the last two hundred placements
 
 
 class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -64,6 +77,7 @@ class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
     minSamples: int = 20
     halfLifeSamples: float = 256.0
     priorSamples: float = 2.0
+    queueAverageSeconds: float = 30.0
     prefixMatchInfoProducerName: str = ""
     encoderCacheProducerName: str = ""
     inFlightLoadProducerName: str = ""
@@ -111,6 +125,13 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._pending: dict[str, _Pending] = {}
         self._tokens_sum = 0.0  # decayed sums behind the mean prompt size placed
         self._tokens_weight = 0.0
+        if not params.queueAverageSeconds > 0:
+            raise ValueError(f"queueAverageSeconds must be > 0, got {params.queueAverageSeconds}")
+        self._queue_tau = params.queueAverageSeconds
+        self._queue_avg: dict[str, float] = {}  # each endpoint's queue wait, time-averaged
+        self._queue_at = -math.inf  # when the averages were last updated
+        self._hits = 0.0  # decayed placements that reused an endpoint's cached content ...
+        self._colds = 0.0  # ... and that placed content where it was not cached
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -136,7 +157,14 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         terms: dict[str, Vector] = {}
         known: dict[str, bool] = {}
         work: dict[str, float] = {}
+        future: dict[str, float] = {}
+        new_work: dict[str, float] = {}
         worst_known = -1.0
+        queue_avg = self._queue_avg
+        elapsed = now - self._queue_at
+        pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
+        self._queue_at = now
+        most_reused = 0.0
         for ep in endpoints:
             name = ep.name
             blocks = matched.get(name, 0)
@@ -168,11 +196,16 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             rates = rates_of(ep)
             s = rates.seconds(x)
             seconds[name] = s
+            wait = rates.queue * ahead + rates.encoder_s_per_token * flight.media_tokens
+            avg = queue_avg.get(name)
+            queue_avg[name] = wait if avg is None else avg + pull * (wait - avg)
+            reused = float(hits + cached)
+            if reused > most_reused:
+                most_reused = reused
+            fresh_work = rates.prefill_s_per_token * uncached + rates.encoder_s_per_token * encode
+            new_work[name] = fresh_work
             work[name] = (
-                rates.prefill_s_per_token * uncached
-                + rates.encoder_s_per_token * encode
-                + rates.encoder_hit_s_per_token * hits
-                + rates.prefix_hit_s_per_token * cached
+                fresh_work + rates.encoder_hit_s_per_token * hits + rates.prefix_hit_s_per_token * cached
             )
             terms[name] = x
             known[name] = fresh
@@ -182,9 +215,23 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             for name, fresh in known.items():
                 if not fresh:
                     seconds[name] += worst_known
-        info = PredictedTTFT(seconds, terms, known, work)
+        drawn = self.later_requests_per_cold_placement
+        for name, t in terms.items():
+            cold = 1.0 - (t[3] + t[4]) / most_reused if most_reused > 0 else 1.0
+            future[name] = drawn * (queue_avg[name] * cold + new_work[name])
+        info = PredictedTTFT(seconds, terms, known, work, future)
         for key in self._keys:
             request.put(key, info)
+
+    @property
+    def later_requests_per_cold_placement(self) -> float:
+        """``n``: believed hits per placement of content where it was not cached, decayed (at
+        least one cold placement is assumed, so a fleet of hits alone gives a finite count)."""
+        return self._hits / max(self._colds, 1.0)
+
+    def queue_average(self, name: str) -> float:
+        """``Qbar_e``: the endpoint's predicted queue wait, averaged over recent decisions."""
+        return self._queue_avg.get(name, 0.0)
 
     # -- learning from what happened -------------------------------------------------------------
 
@@ -201,6 +248,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if x is None:
             return
         self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
+        most = max(t[3] + t[4] for t in info.terms.values())
+        cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
+        self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
+        self._colds = self._colds * REUSE_DECAY + cold
         tp = request.get(TOKENIZED_PROMPT)
         if tp is not None:
             self._tokens_sum = self._tokens_sum * MEAN_TOKENS_DECAY + tp.total_tokens
@@ -224,6 +275,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
     def remove_endpoint(self, name: str) -> None:
         self.learner.forget(name)
+        self._queue_avg.pop(name, None)
 
 
 def _encoder_items(

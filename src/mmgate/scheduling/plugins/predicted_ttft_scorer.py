@@ -22,6 +22,7 @@ from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 class PredictedTTFTScorerParams(msgspec.Struct, forbid_unknown_fields=True):
     predictedTTFTProducerName: str = ""
     workWeight: float = 0.0
+    futureWeight: float = 0.0
 
 
 class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
@@ -32,7 +33,10 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
         if not params.workWeight >= 0:
             raise ValueError(f"workWeight must be >= 0, got {params.workWeight}")
         self._key: DataKey[PredictedTTFT] = PREDICTED_TTFT.scoped(params.predictedTTFTProducerName)
+        if not params.futureWeight >= 0:
+            raise ValueError(f"futureWeight must be >= 0, got {params.futureWeight}")
         self._work_weight = params.workWeight
+        self._future_weight = params.futureWeight
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (self._key,)
@@ -42,12 +46,14 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
         if info is None:
             return [0.0] * len(endpoints)
         seconds = info.seconds
-        beta = self._work_weight
-        if not beta:
+        beta, gamma = self._work_weight, self._future_weight
+        if not beta and not gamma:
             return lower_is_better([seconds.get(ep.name) for ep in endpoints])
-        work = info.work
+        work, future = info.work, info.future
         costs: list[float | None] = []
         for ep in endpoints:
             s = seconds.get(ep.name)
-            costs.append(None if s is None else s + beta * work.get(ep.name, 0.0))
+            if s is not None:
+                s += beta * work.get(ep.name, 0.0) + gamma * future.get(ep.name, 0.0)
+            costs.append(s)
         return lower_is_better(costs)

@@ -24,6 +24,13 @@ An endpoint's prior is what the config names for it (by endpoint, label or role)
 pooled fit over every endpoint's observations (itself pulled towards the defaults), so a new pod
 starts from what the fleet has shown, not from a guess. Until an endpoint has ``min_samples``
 observations its prior is used as is: a handful of samples never overrides it.
+
+An observation only adds to the sufficient statistics; the solve waits until a decision reads
+the endpoint's rates. Several first tokens that arrive between two decisions (a burst, or a
+pod that is not a candidate) then cost one solve, and a decision still sees the rates of every
+observation so far. An observation's relative error is taken against the rates last solved
+(``predicted``: the rates the gateway was predicting with when the request was placed, or
+since).
 """
 
 from __future__ import annotations
@@ -70,10 +77,10 @@ class DecayingFit:
         clipped = abs(residual) if scale <= 0 else min(abs(residual), HUBER_K * scale)
         self.abs_residual = self.abs_residual * d + clipped
         xx, xy = self.xx, self.xy
-        for i in range(N_TERMS):
+        for i in range(N_TERMS):  # xx is symmetric: its upper triangle is kept
             wxi = weight * x[i]
             row = xx[i]
-            for j in range(N_TERMS):
+            for j in range(i, N_TERMS):
                 row[j] = row[j] * d + wxi * x[j]
             xy[i] = xy[i] * d + wxi * y
 
@@ -96,9 +103,10 @@ class DecayingFit:
         free = list(range(N_TERMS))
         theta = [0.0] * N_TERMS
         for _ in range(N_TERMS):
-            a = [[xx[i][j] + (ridge[i] if i == j else 0.0) for j in free] for i in free]
+            # the lower triangle (what the factorisation reads) from the kept upper one
+            a = [[xx[j][i] for j in free[:k]] + [xx[i][i] + ridge[i]] for k, i in enumerate(free)]
             b = [xy[i] + ridge[i] * prior[i] for i in free]
-            solved = _gauss(a, b)
+            solved = _cholesky_solve(a, b)
             if solved is None:
                 return prior
             theta = [0.0] * N_TERMS
@@ -113,36 +121,51 @@ class DecayingFit:
         return tuple(max(0.0, v) for v in theta)
 
 
-def _gauss(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """Solve ``a x = b`` (small, symmetric positive definite) by elimination with pivoting."""
+def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Solve ``a x = b`` for a small symmetric positive definite ``a`` (the ridge makes it so)
+    by Cholesky factorisation: half the work of elimination, and no pivoting to do. Only the
+    lower triangle is read (``a[i][j]`` for ``j <= i``). ``None`` when ``a`` is not numerically
+    positive definite."""
     n = len(b)
-    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
-    for c in range(n):
-        p = max(range(c, n), key=lambda r: abs(m[r][c]))
-        if abs(m[p][c]) < 1e-300:
-            return None
-        m[c], m[p] = m[p], m[c]
-        pivot = m[c][c]
-        for r in range(c + 1, n):
-            f = m[r][c] / pivot
-            if f:
-                for k in range(c, n + 1):
-                    m[r][k] -= f * m[c][k]
+    low = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        ai, li = a[i], low[i]
+        for j in range(i + 1):
+            lj = low[j]
+            v = ai[j]
+            for k in range(j):
+                v -= li[k] * lj[k]
+            if i == j:
+                if not v > 0:
+                    return None
+                li[i] = math.sqrt(v)
+            else:
+                li[j] = v / lj[j]
+    y = [0.0] * n
+    for i in range(n):
+        li = low[i]
+        v = b[i]
+        for k in range(i):
+            v -= li[k] * y[k]
+        y[i] = v / li[i]
     x = [0.0] * n
-    for r in range(n - 1, -1, -1):
-        s = m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))
-        x[r] = s / m[r][r]
+    for i in range(n - 1, -1, -1):
+        v = y[i]
+        for k in range(i + 1, n):
+            v -= low[k][i] * x[k]
+        x[i] = v / low[i][i]
     return x if all(math.isfinite(v) for v in x) else None
 
 
 class _Endpoint:
-    __slots__ = ("configured", "explicit", "fit", "rates")
+    __slots__ = ("configured", "explicit", "fit", "rates", "stale")
 
     def __init__(self, configured: Rates, explicit: Explicit, decay: float) -> None:
         self.configured = configured
         self.explicit = explicit
         self.fit = DecayingFit(decay)
-        self.rates: Rates | None = None  # the learned rates, once trusted
+        self.rates: Rates | None = None  # the learned rates, once trusted (as last solved)
+        self.stale = False  # observations arrived since ``rates`` was solved
 
 
 class RateLearner:
@@ -186,6 +209,7 @@ class RateLearner:
         self._pooled = DecayingFit(decay)
         self._pooled_rates: Rates | None = None
         self._current: dict[str, Rates] = {}  # what rates() returns, per endpoint, until it changes
+        self._solves = 0
 
     def _state(self, endpoint: EndpointState) -> _Endpoint:
         state = self._endpoints.get(endpoint.name)
@@ -203,19 +227,32 @@ class RateLearner:
         return Rates.of([o if e else p for o, p, e in zip(own, pooled, state.explicit, strict=True)])
 
     def rates(self, endpoint: EndpointState) -> Rates:
-        """The rates to predict with for ``endpoint`` now."""
+        """The rates to predict with for ``endpoint`` now (solving its fit if observations
+        arrived since the last solve)."""
         rates = self._current.get(endpoint.name)
         if rates is None:
             state = self._state(endpoint)
+            if state.stale:
+                self._solve(state)
             rates = self._current[endpoint.name] = (
                 state.rates if state.rates is not None else self._prior(state)
             )
         return rates
 
+    def _solve(self, state: _Endpoint) -> None:
+        state.rates = Rates.of(state.fit.solve(self._prior(state).vector(), self.prior_samples))
+        state.stale = False
+        self._solves += 1
+
+    @property
+    def solves(self) -> int:
+        """Per-endpoint solves so far (the pooled fit's are not counted)."""
+        return self._solves
+
     def learned(self, name: str) -> bool:
         """Whether ``name``'s own observations (at least ``min_samples``) set its rates."""
         state = self._endpoints.get(name)
-        return state is not None and state.rates is not None
+        return state is not None and (state.rates is not None or state.stale)
 
     def samples(self, name: str) -> float:
         """The decayed number of observations behind ``name``'s fit."""
@@ -228,7 +265,8 @@ class RateLearner:
             return
         state = self._state(endpoint)
         fit = state.fit
-        fit.add(x, ttft_s, self.rates(endpoint).seconds(x), state.rates is not None)
+        last = state.rates if state.rates is not None else self._prior(state)
+        fit.add(x, ttft_s, last.seconds(x), fit.count >= self.min_samples)
         pooled = self._pooled
         trusted = self._pooled_rates is not None
         pooled.add(x, ttft_s, (self._pooled_rates or self.defaults).seconds(x), trusted)
@@ -236,8 +274,8 @@ class RateLearner:
             self._pooled_rates = Rates.of(pooled.solve(self.defaults.vector(), self.prior_samples))
             self._current.clear()  # endpoints that still use it as their prior see the change
         if fit.count >= self.min_samples:
-            state.rates = Rates.of(fit.solve(self._prior(state).vector(), self.prior_samples))
-            self._current[endpoint.name] = state.rates
+            state.stale = True  # solved when a decision next reads the rates
+            self._current.pop(endpoint.name, None)
 
     def forget(self, name: str) -> None:
         """``name`` left the fleet: its fit goes (the pooled fit keeps what it taught)."""
