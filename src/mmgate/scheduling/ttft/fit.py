@@ -49,15 +49,16 @@ FLOOR_S = 1e-3  # relative errors are taken against a prediction of at least thi
 class DecayingFit:
     """Exponentially weighted sufficient statistics of ``y ~ theta . x`` and their ridge solve."""
 
-    __slots__ = ("abs_residual", "count", "decay", "samples", "xx", "xy")
+    __slots__ = ("abs_residual", "count", "decay", "samples", "size", "xx", "xy")
 
-    def __init__(self, decay: float) -> None:
+    def __init__(self, decay: float, size: int = N_TERMS) -> None:
         self.decay = decay
+        self.size = size
         self.count = 0  # observations ever (the floor on samples compares against it)
         self.samples = 0.0  # decayed count of observations
         self.abs_residual = 0.0  # decayed sum of |relative residual| (mean: / samples)
-        self.xx = [[0.0] * N_TERMS for _ in range(N_TERMS)]
-        self.xy = [0.0] * N_TERMS
+        self.xx = [[0.0] * size for _ in range(size)]
+        self.xy = [0.0] * size
 
     @property
     def scale(self) -> float:
@@ -77,10 +78,11 @@ class DecayingFit:
         clipped = abs(residual) if scale <= 0 else min(abs(residual), HUBER_K * scale)
         self.abs_residual = self.abs_residual * d + clipped
         xx, xy = self.xx, self.xy
-        for i in range(N_TERMS):  # xx is symmetric: its upper triangle is kept
+        size = self.size
+        for i in range(size):  # xx is symmetric: its upper triangle is kept
             wxi = weight * x[i]
             row = xx[i]
-            for j in range(i, N_TERMS):
+            for j in range(i, size):
                 row[j] = row[j] * d + wxi * x[j]
             xy[i] = xy[i] * d + wxi * y
 
@@ -99,17 +101,18 @@ class DecayingFit:
         xx, xy = self.xx, self.xy
         # Pull each rate with the weight of prior_samples observations of a typical size of its
         # term (the decayed mean of x_j^2), so the pull does not depend on the term's units.
-        ridge = [prior_samples * (xx[j][j] / n if n > 0 else 1.0) + 1e-12 for j in range(N_TERMS)]
-        free = list(range(N_TERMS))
-        theta = [0.0] * N_TERMS
-        for _ in range(N_TERMS):
+        size = self.size
+        ridge = [prior_samples * (xx[j][j] / n if n > 0 else 1.0) + 1e-12 for j in range(size)]
+        free = list(range(size))
+        theta = [0.0] * size
+        for _ in range(size):
             # the lower triangle (what the factorisation reads) from the kept upper one
             a = [[xx[j][i] for j in free[:k]] + [xx[i][i] + ridge[i]] for k, i in enumerate(free)]
             b = [xy[i] + ridge[i] * prior[i] for i in free]
             solved = _cholesky_solve(a, b)
             if solved is None:
                 return prior
-            theta = [0.0] * N_TERMS
+            theta = [0.0] * size
             for k, i in enumerate(free):
                 theta[i] = solved[k]
             negative = [i for i in free if theta[i] < 0]
@@ -163,7 +166,7 @@ class _Endpoint:
     def __init__(self, configured: Rates, explicit: Explicit, decay: float) -> None:
         self.configured = configured
         self.explicit = explicit
-        self.fit = DecayingFit(decay)
+        self.fit = DecayingFit(decay, N_TERMS - 1)  # the queue rate is tied to the prefill rate
         self.rates: Rates | None = None  # the learned rates, once trusted (as last solved)
         self.stale = False  # observations arrived since ``rates`` was solved
 
@@ -240,9 +243,23 @@ class RateLearner:
         return rates
 
     def _solve(self, state: _Endpoint) -> None:
-        state.rates = Rates.of(state.fit.solve(self._prior(state).vector(), self.prior_samples))
+        theta = state.fit.solve(self._prior(state).vector()[:-1], self.prior_samples)
+        state.rates = Rates.of((*theta, self.queue_share * theta[1]))
         state.stale = False
         self._solves += 1
+
+    @property
+    def queue_share(self) -> float:
+        """``kappa = q / p``: what a token queued ahead costs relative to one of the request's
+        own, from the pooled fit (the defaults' until it is trusted). It is the engine's batching
+        (a queued chunk shares the step with this request's), the same on every pod of one
+        engine configuration; each pod's own fit learns only its speed ``p_e`` and prices its
+        queue at ``kappa * p_e``. Left free per pod, ``q_e`` is barely identified (at low load
+        most requests have nothing ahead): on eight identical H200 pods the free fits spread it
+        13-fold, and the pod with the smallest looked idle whatever its queue."""
+        rates = self._pooled_rates or self.defaults
+        p = rates.prefill_s_per_token
+        return rates.queue / p if p > 0 else 1.0
 
     @property
     def solves(self) -> int:
@@ -266,7 +283,8 @@ class RateLearner:
         state = self._state(endpoint)
         fit = state.fit
         last = state.rates if state.rates is not None else self._prior(state)
-        fit.add(x, ttft_s, last.seconds(x), fit.count >= self.min_samples)
+        tied = (x[0], x[1] + self.queue_share * x[5], x[2], x[3], x[4])
+        fit.add(tied, ttft_s, last.seconds(x), fit.count >= self.min_samples)
         pooled = self._pooled
         trusted = self._pooled_rates is not None
         pooled.add(x, ttft_s, (self._pooled_rates or self.defaults).seconds(x), trusted)
