@@ -133,7 +133,10 @@ def test_the_future_cost_is_the_displaced_work_and_elsewhere_the_average_queue_t
     # the holder: only the prefill of the new question, whose cache room displaces that much;
     # the other pod: the whole prompt's prefill and its average queue (learn off: work is fresh)
     assert p.future[holder.name] == pytest.approx(drawn * p.work[holder.name])
-    assert p.future[other.name] == pytest.approx(drawn * (average + p.work[other.name]))
+    service = producer.mean_placed_work  # the marginal wait of joining a queue that waits `average`
+    assert service > 0
+    marginal = average * (2 + average / service)
+    assert p.future[other.name] == pytest.approx(drawn * (marginal + p.work[other.name]))
     assert p.work[holder.name] < 0.2 * p.work[other.name]
 
 

@@ -27,15 +27,17 @@ the gateway runs a disaggregated request's encode and prefill legs itself, the s
 starts when the last stage pod's legs ended (``on_stage_done``), the moment it is sent the request.
 
 Beside each prediction it gives the *future cost* of placing the request there (for
-``predicted-ttft-scorer``'s ``futureWeight``), ``n * (cold_e * Qbar_e + p_e * P_e + s_e * E_e)``:
-every placement follows the caches, so content placed where it is not cached draws its later
-requests there and commits them to that endpoint's queue (``Qbar_e``, the queue wait averaged
-over the last ``queueAverageSeconds``: what a later request meets, not the instant's queue;
-``cold_e`` the share of the best candidate's believed-cached tokens ``e`` lacks, 1 everywhere
-when none holds any), and the cache room it takes displaces content worth as much work again to
-the requests that would have reused it. ``n`` is how many later requests each cold placement
-has drawn on this fleet (believed hits per cold placement, decayed).
-docs/plugins/predicted-ttft.md derives it.
+``predicted-ttft-scorer``'s ``futureWeight``), ``n * (cold_e * Qbar_e * (2 + Qbar_e / S) + p_e * P_e
++ s_e * E_e)``: every placement follows the caches, so content placed where it is not cached draws
+its later requests there. Each of them waits the endpoint's queue and, by joining it, makes every
+other request there wait longer: ``Qbar_e * (2 + Qbar_e / S)`` is that marginal wait for a
+single-server queue whose mean wait is ``Qbar_e`` (the queue wait averaged over the last
+``queueAverageSeconds``: what a later request meets, not the instant's) and mean service ``S``
+(the mean GPU work of a placed request). ``cold_e`` is the share of the best candidate's
+believed-cached tokens ``e`` lacks (1 everywhere when none holds any). And the cache room the
+placement takes displaces content worth its own prefill and encode to the requests that would
+have reused it. ``n`` is how many later requests each cold placement has drawn on this fleet
+(believed hits per cold placement, decayed). docs/plugins/predicted-ttft.md derives it.
 """
 
 from __future__ import annotations
@@ -132,6 +134,8 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._queue_at = -math.inf  # when the averages were last updated
         self._hits = 0.0  # decayed placements that reused an endpoint's cached content ...
         self._colds = 0.0  # ... and that placed content where it was not cached
+        self._work_sum = 0.0  # decayed sums behind the mean GPU work of a placed request
+        self._work_weight = 0.0
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -216,9 +220,12 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                 if not fresh:
                     seconds[name] += worst_known
         drawn = self.later_requests_per_cold_placement
+        service = self.mean_placed_work
         for name, t in terms.items():
             cold = 1.0 - (t[3] + t[4]) / most_reused if most_reused > 0 else 1.0
-            future[name] = drawn * (queue_avg[name] * cold + new_work[name])
+            wait = queue_avg[name]
+            marginal = wait * (2.0 + wait / service) if service > 0 else wait
+            future[name] = drawn * (marginal * cold + new_work[name])
         info = PredictedTTFT(seconds, terms, known, work, future)
         for key in self._keys:
             request.put(key, info)
@@ -228,6 +235,11 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         """``n``: believed hits per placement of content where it was not cached, decayed (at
         least one cold placement is assumed, so a fleet of hits alone gives a finite count)."""
         return self._hits / max(self._colds, 1.0)
+
+    @property
+    def mean_placed_work(self) -> float:
+        """``S``: the mean GPU work (encode and prefill, seconds) of the requests placed lately."""
+        return self._work_sum / self._work_weight if self._work_weight else 0.0
 
     def queue_average(self, name: str) -> float:
         """``Qbar_e``: the endpoint's predicted queue wait, averaged over recent decisions."""
@@ -252,6 +264,8 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
         self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
         self._colds = self._colds * REUSE_DECAY + cold
+        self._work_sum = self._work_sum * MEAN_TOKENS_DECAY + info.work.get(endpoint.name, 0.0)
+        self._work_weight = self._work_weight * MEAN_TOKENS_DECAY + 1.0
         tp = request.get(TOKENIZED_PROMPT)
         if tp is not None:
             self._tokens_sum = self._tokens_sum * MEAN_TOKENS_DECAY + tp.total_tokens
