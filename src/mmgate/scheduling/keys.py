@@ -7,7 +7,7 @@ name, computed once per request: a request's blocks are hashed once, whatever th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from mmgate.scheduling.types import DataKey
@@ -31,13 +31,28 @@ class TokenizedPrompt:
 
 @dataclass(slots=True)
 class PrefixMatch:
-    """How many leading blocks of the request each endpoint is believed to hold."""
+    """How many leading blocks of the request each endpoint is believed to hold.
+
+    ``hashes`` are the leading blocks' hashes; a producer that hashes only as far as its lookup
+    needs (``approx-prefix-cache-producer``: the blocks after the longest match decide nothing)
+    leaves the rest in ``pending``, an iterator that appends each hash it yields to ``hashes``.
+    :meth:`all_hashes` finishes the chain (off the decision path: the index update after it).
+    """
 
     block_size: int
     total_blocks: int
     prompt_tokens: int
     hashes: list[int]
     matched: dict[str, int]
+    pending: Iterator[int] | None = None
+
+    def all_hashes(self) -> list[int]:
+        """Every block's hash, in order (``total_blocks`` of them)."""
+        if self.pending is not None:
+            for _ in self.pending:
+                pass
+            self.pending = None
+        return self.hashes
 
     def match_blocks(self, endpoint: str) -> int:
         return self.matched.get(endpoint, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from mmgate.datalayer.index.memory import AffinityIndex
 
@@ -14,6 +15,25 @@ def test_longest_prefix_counts_consecutive_keys_per_endpoint() -> None:
     idx.add("c", [2, 3], capacity=10)  # holds later keys but not the first
     assert idx.longest_prefix([1, 2, 3, 4]) == {"a": 3, "b": 2}
     assert idx.longest_prefix([9, 1]) == {}
+
+
+def test_longest_prefix_reads_keys_no_further_than_the_answer_needs() -> None:
+    idx: AffinityIndex[int] = AffinityIndex()
+    idx.add("a", [1, 2, 3], capacity=10)
+    idx.add("b", [1, 2, 3, 4, 5], capacity=10)
+    read: list[int] = []
+
+    def lazy(keys: list[int]) -> Iterator[int]:
+        for k in keys:
+            read.append(k)
+            yield k
+
+    assert idx.longest_prefix(lazy([1, 2, 3, 4, 9, 10, 11])) == {"a": 3, "b": 4}
+    assert read == [1, 2, 3, 4, 9]  # 9 is held by nobody: 10 and 11 cannot change the answer
+    read.clear()
+    assert idx.longest_prefix(lazy([7, 1, 2])) == {}
+    assert read == [7]
+    assert idx.longest_prefix(iter([])) == {}
 
 
 def test_eviction_is_per_endpoint_and_keeps_the_reverse_index_exact() -> None:
@@ -54,3 +74,4 @@ def test_longest_prefix_agrees_with_walking_each_endpoint_on_random_indexes() ->
             if n:
                 expected[ep] = n
         assert idx.longest_prefix(keys) == expected
+        assert idx.longest_prefix(iter(keys)) == expected

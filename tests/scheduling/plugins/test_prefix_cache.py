@@ -16,15 +16,15 @@ from support.scheduling import endpoints, image, request, scheduler
 SMALL = {"autoTune": False, "blockSizeTokens": 4, "minBlockSizeTokens": 4}
 
 
-def test_block_hashes_follow_llm_d_chaining() -> None:
+def test_block_hashes_chain_each_block_on_the_previous_hash() -> None:
     tokens = list(range(10))
     got = block_hashes(tokens, 4, "model", 100)
-    seed = xxhash.xxh64_intdigest(b"model")
+    seed = xxhash.xxh3_64_intdigest(b"model")
     expected = []
     prev = seed
     for start in range(0, 10, 4):
         block = struct.pack(f"<{len(tokens[start : start + 4])}I", *tokens[start : start + 4])
-        prev = xxhash.xxh64_intdigest(struct.pack("<QQ", xxhash.xxh64_intdigest(block), prev))
+        prev = xxhash.xxh3_64_intdigest(block, prev)
         expected.append(prev)
     assert got == expected
     assert len(got) == 3  # the last, partial block counts
@@ -77,6 +77,24 @@ def test_recorded_prefix_matches_only_on_that_endpoint() -> None:
     assert info.match_blocks(eps[1].name) == 3
     assert info.match_blocks(eps[0].name) == 0
     assert info.ratio(eps[1].name) == 0.75
+
+
+def test_blocks_after_the_match_are_hashed_only_for_the_index_update() -> None:
+    p = producer()
+    eps = endpoints(2)
+    record(p, list(range(16)), eps[0])  # 4 blocks
+    tokens = list(range(64))  # the same 4 blocks, then 12 nobody holds
+    req = make(tokens)
+    p.produce(req, eps)
+    info = req.get(PREFIX_MATCH)
+    assert info is not None
+    assert info.total_blocks == 16 and info.match_blocks(eps[0].name) == 4
+    assert len(info.hashes) == 5  # the matched blocks and the first one nobody holds
+    assert info.all_hashes() == block_hashes(tokens, 4, "m", 100) and len(info.hashes) == 16
+    from mmgate.scheduling import ProfileResult, SchedulingResult
+
+    p.pre_request(req, SchedulingResult({"default": ProfileResult([eps[1]], [eps[1]], [1.0])}, "default"), 0)
+    assert match(p, tokens, eps).match_blocks(eps[1].name) == 16  # the whole chain was recorded
 
 
 def test_match_is_consecutive_from_the_first_block() -> None:

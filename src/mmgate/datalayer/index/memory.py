@@ -18,7 +18,7 @@ Nothing here does I/O: the scheduler reads it on the request path. A shared back
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -104,33 +104,36 @@ class AffinityIndex(Generic[K]):
         lru = self._lru.get(endpoint)
         return 0 if lru is None else lru.get(key, 0)
 
-    def longest_prefix(self, keys: Sequence[K]) -> dict[str, int]:
+    def longest_prefix(self, keys: Iterable[K]) -> dict[str, int]:
         """For each endpoint, how many of ``keys`` it holds consecutively from the first.
 
         The endpoints still matching are carried as a set and narrowed only when a key is held
         by fewer of them (usually every holder of a shared prefix holds all of it, so a block
-        costs one subset test, not a loop over its holders)."""
-        if not keys:
-            return {}
+        costs one subset test, not a loop over its holders). ``keys`` is read in order and no
+        further than the first key nobody still matching holds, so a lazy iterator (the
+        approximate producer's block chain) computes no key the answer does not need."""
         holders = self._holders
-        alive = holders.get(keys[0])
+        it = iter(keys)
+        first = next(it, None)  # keys are hashes or identities, never None
+        alive = None if first is None else holders.get(first)
         if not alive:
             return {}
         matched: dict[str, int] = {}
-        depth = len(keys)
-        for i in range(1, depth):
-            owners = holders.get(keys[i])
+        depth = 1  # keys matched so far by every endpoint in ``alive``
+        for key in it:
+            owners = holders.get(key)
             if not owners:
-                depth = i
                 break
             if alive <= owners:
+                depth += 1
                 continue
             left = alive & owners
             for ep in alive - left:
-                matched[ep] = i
+                matched[ep] = depth
             if not left:
                 return matched
             alive = left
+            depth += 1
         for ep in alive:
             matched[ep] = depth
         return matched

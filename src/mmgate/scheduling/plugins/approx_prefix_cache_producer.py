@@ -1,10 +1,19 @@
 """``approx-prefix-cache-producer``: which endpoints probably hold this request's prefix in KV cache.
 
-The pseudo-token stream from ``token-producer`` is cut into blocks and hashed as llm-d does
-(``prefixhash/hashing.go``): seed = xxh64(model ‖ cache_salt); each block's hash is
-xxh64(le64(xxh64(block's uint32 tokens)) ‖ le64(previous hash)); the last block may be partial.
-Media items are runs of an identity-derived token inside that stream, so a block holding part of
-an image hashes that image's content identity, and everything after it chains on it.
+The pseudo-token stream from ``token-producer`` is cut into blocks (the last may be partial) and
+chained as llm-d's ``prefixhash`` does — each block's hash covers its tokens and the previous
+block's hash, starting from a seed of the model and cache salt — with one hash call per block:
+seed = xxh3_64(model ‖ cache_salt), and each block's hash is xxh3_64 of its little-endian uint32
+tokens, seeded with the previous hash. (llm-d's own chain is xxh64(le64(xxh64(block)) ‖
+le64(previous)), two calls and a pack per block; these hashes never leave mmgate — the gateway's
+own index, shared between replicas through Redis (``mmgate.sharedIndex``), is their only reader,
+so replicas sharing one index must run the same mmgate release.) Media items are runs of an
+identity-derived token inside that stream, so a block holding part of an image hashes that
+image's content identity, and everything after it chains on it.
+
+The lookup reads the chain block by block and stops at the first block no candidate holds: the
+blocks after it decide nothing, so they are hashed only when ``pre_request`` records the whole
+chain, off the decision path (:meth:`PrefixMatch.all_hashes`).
 
 After a decision, ``pre_request`` records the hashes as held by the primary profile's first target
 (and the ``prefill`` profile's, if any), in that endpoint's own LRU. The gateway never sees the
@@ -12,10 +21,10 @@ engine's cache, hence "approximate"; the LRU capacity follows the endpoint's KV 
 ``autoTune`` can read ``vllm:cache_config_info``.
 
 Differences from llm-d, on purpose: a match counts only *consecutive* blocks from the first (llm-d
-counts every block an endpoint holds until no endpoint holds one), and the auto-tuned capacity is
-rescaled to the routing block size (``num_gpu_blocks × engine block size ÷ routing block size``)
-where llm-d uses the engine's block count as is, which overstates capacity 4× for 16-token engine
-blocks hashed at 64.
+counts every block an endpoint holds until no endpoint holds one), the block hash is the one-call
+chain above, and the auto-tuned capacity is rescaled to the routing block size
+(``num_gpu_blocks × engine block size ÷ routing block size``) where llm-d uses the engine's block
+count as is, which overstates capacity 4× for 16-token engine blocks hashed at 64.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -38,9 +47,8 @@ DEFAULT_BLOCK_SIZE_TOKENS = 16
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250  # llm-d: "500K tokens / 16"
 PREFILL_PROFILE = "prefill"
 
-_pack2 = struct.Struct("<QQ").pack
 _pack1 = struct.Struct("<I").pack
-_hash = xxhash.xxh64_intdigest
+_hash = xxhash.xxh3_64_intdigest  # (data, seed)
 
 
 class ApproxPrefixParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -84,17 +92,34 @@ def stream_bytes(tp: TokenizedPrompt) -> bytes:
 def block_hashes(
     stream: bytes | Sequence[int], block_size: int, seed_text: str, max_blocks: int
 ) -> list[int]:
-    """llm-d's chained block hashes of a token stream (ints, or their little-endian uint32 bytes)."""
+    """The chained block hashes of a token stream (ints, or their little-endian uint32 bytes)."""
     data = stream if isinstance(stream, bytes) else _le_bytes(stream)
+    out: list[int] = []
+    for _ in chain(data, block_size, seed_text, max_blocks, out):
+        pass
+    return out
+
+
+def block_count(n_bytes: int, block_size: int, max_blocks: int) -> int:
+    """How many blocks :func:`chain` cuts ``n_bytes`` of stream into (the last may be partial)."""
+    if n_bytes <= 0 or block_size <= 0:
+        return 0
+    step = block_size * 4
+    return -(-min(n_bytes, max_blocks * step) // step)
+
+
+def chain(data: bytes, block_size: int, seed_text: str, max_blocks: int, out: list[int]) -> Iterator[int]:
+    """Hash the blocks of ``data`` lazily: each hash is appended to ``out`` and yielded, so a
+    lookup that stops early leaves the rest unhashed until someone drains the iterator."""
     if not data or block_size <= 0:
-        return []
+        return
     step = block_size * 4
     prev = _hash(seed_text.encode())
-    out: list[int] = []
+    append = out.append
     for start in range(0, min(len(data), max_blocks * step), step):
-        prev = _hash(_pack2(_hash(data[start : start + step]), prev))
-        out.append(prev)
-    return out
+        prev = _hash(data[start : start + step], prev)
+        append(prev)
+        yield prev
 
 
 class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, EndpointAware):
@@ -143,9 +168,13 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
             info = PrefixMatch(size, 0, 0, [], {})
         else:
             seed = request.view.model + (tp.cache_salt or "")
-            hashes = block_hashes(stream_bytes(tp), size, seed, self.max_blocks(size))
-            matched = self.index.longest_prefix(hashes) if hashes else {}
-            info = PrefixMatch(size, len(hashes), len(tp.token_ids), hashes, matched)
+            data = stream_bytes(tp)
+            limit = self.max_blocks(size)
+            hashes: list[int] = []
+            pending = chain(data, size, seed, limit, hashes)
+            matched = self.index.longest_prefix(pending)
+            total = block_count(len(data), size, limit)
+            info = PrefixMatch(size, total, len(tp.token_ids), hashes, matched, pending)
         for key in self._keys:
             request.put(key, info)
 
@@ -159,13 +188,16 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
         info = request.get(self._keys[-1])
-        if info is None or not info.hashes:
+        if info is None:
+            return
+        hashes = info.all_hashes()
+        if not hashes:
             return
         targets = result.targets_of(result.primary_profile)[:1]
         if result.primary_profile != PREFILL_PROFILE:
             targets += result.targets_of(PREFILL_PROFILE)[:1]
         for ep in targets:
-            self.index.add(ep.name, info.hashes, self.capacity(ep, info.block_size))
+            self.index.add(ep.name, hashes, self.capacity(ep, info.block_size))
 
     def remove_endpoint(self, name: str) -> None:
         self.index.remove_endpoint(name)
