@@ -96,14 +96,27 @@ def assign_encoders(
     load = load or {}
     given: dict[str, int] = {}
     pool = list(dict.fromkeys(encoders))
+    members = set(pool)
     out: list[str] = []
+    # On the request path (the routing header of every E/PD decision): one pass per item.
     for identity in identities:
-        held = [e for e in holders.get(identity, ()) if e in pool]
-        choices = held or pool
-        least = min(load.get(e, 0.0) + given.get(e, 0) for e in choices)
-        tied = [e for e in choices if load.get(e, 0.0) + given.get(e, 0) == least]
-        # Only a tie needs the hash (the decision is on the request path: hash no more than that).
-        best = tied[0] if len(tied) == 1 else max(tied, key=lambda e: _rendezvous(identity, e))
+        held = holders.get(identity)
+        choices = [e for e in held if e in members] if held else pool
+        if not choices:
+            choices = pool
+        if len(choices) == 1:
+            best = choices[0]
+        else:
+            least = 0.0
+            tied: list[str] = []
+            for e in choices:
+                v = load.get(e, 0.0) + given.get(e, 0)
+                if not tied or v < least:
+                    least, tied = v, [e]
+                elif v == least:
+                    tied.append(e)
+            # Only a tie needs the hash (the decision is on the request path: hash no more than that).
+            best = tied[0] if len(tied) == 1 else max(tied, key=lambda e: _rendezvous(identity, e))
         given[best] = given.get(best, 0) + 1
         out.append(best)
     return out

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
 import xxhash
 
 from mmgate.request.view import MediaAsset, Modality, RequestView
@@ -23,8 +24,11 @@ from mmgate.tokens.pricing import Pricing
 from mmgate.tokens.text import BYTES_PER_TOKEN
 
 
-@dataclass(frozen=True, slots=True)
-class MMItem:
+class MMItem(msgspec.Struct, frozen=True):
+    """One media item's span in a token sequence. (A frozen msgspec struct, not a frozen
+    dataclass: every request with media makes one per item, and a frozen dataclass's
+    ``__init__`` costs ten times as much.)"""
+
     identity: str
     modality: Modality
     offset: int  # index of the item's first token in ``token_ids``

@@ -157,6 +157,8 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         rates_of = self.learner.rates
         mean_tokens = self._tokens_sum / self._tokens_weight if self._tokens_weight else 0.0
         now, staleness = request.now, request.staleness_s
+        matched_of = matched.get
+        held_of = held_by.get
         seconds: dict[str, float] = {}
         terms: dict[str, Vector] = {}
         known: dict[str, bool] = {}
@@ -169,13 +171,18 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
         most_reused = 0.0
+        # The loop runs once per candidate on every decision: locals and plain comparisons only.
         for ep in endpoints:
             name = ep.name
-            blocks = matched.get(name, 0)
-            cached = min(blocks * block, prompt) if blocks else 0
+            blocks = matched_of(name, 0)
+            cached = 0
+            if blocks:
+                cached = blocks * block
+                if cached > prompt:
+                    cached = prompt
             encode = hits = 0
             if items:
-                held = held_by.get(name, ())
+                held = held_of(name, ())
                 for end, length, index in items:
                     if end > cached:
                         if index in held:
@@ -187,7 +194,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             m = ep.metrics
             fresh = m is not None and now - m.scraped_at <= staleness
             if fresh and m is not None and m.waiting:
-                ahead = max(ahead, int(m.waiting * mean_tokens))
+                queued = int(m.waiting * mean_tokens)
+                if queued > ahead:
+                    ahead = queued
             uncached = total - cached if total > cached else 0
             x = (
                 1.0,
