@@ -7,10 +7,12 @@ import struct
 import pytest
 import xxhash
 
+from mmgate.request.view import Modality
 from mmgate.scheduling import EndpointState, Metrics, SchedulingRequest
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer, block_hashes
 from mmgate.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
+from mmgate.tokens import MMItem
 from support.scheduling import endpoints, image, request, scheduler
 
 SMALL = {"autoTune": False, "blockSizeTokens": 4, "minBlockSizeTokens": 4}
@@ -95,6 +97,38 @@ def test_blocks_after_the_match_are_hashed_only_for_the_index_update() -> None:
 
     p.pre_request(req, SchedulingResult({"default": ProfileResult([eps[1]], [eps[1]], [1.0])}, "default"), 0)
     assert match(p, tokens, eps).match_blocks(eps[1].name) == 16  # the whole chain was recorded
+
+
+def test_a_repeated_media_prefix_is_not_hashed_again_and_hashes_the_same() -> None:
+    p = producer()
+    eps = endpoints(2)
+    img = MMItem("img", Modality.IMAGE, 4, 8)  # blocks 0-2: text, then the image
+
+    def prompt(tail: list[int], first: int = 1) -> SchedulingRequest:
+        tokens = [first, 2, 3, 4, *[77] * 8, *tail]
+        req = request(rid="r")
+        req.put(TOKENIZED_PROMPT, TokenizedPrompt(tokens, [img], len(tokens), 8))
+        return req
+
+    from mmgate.scheduling import ProfileResult, SchedulingResult
+
+    sent = SchedulingResult({"default": ProfileResult([eps[0]], [eps[0]], [1.0])}, "default")
+    first = prompt(list(range(100, 110)))
+    p.produce(first, eps)
+    p.pre_request(first, sent, 0.0)
+    assert len(p.chains) == 1 and p.chains.hits == 0
+    tail = list(range(200, 213))
+    again = prompt(tail)
+    p.produce(again, eps)
+    info = again.get(PREFIX_MATCH)
+    assert info is not None and p.chains.hits == 1
+    assert info.match_blocks(eps[0].name) == 3
+    assert info.all_hashes() == block_hashes([1, 2, 3, 4, *[77] * 8, *tail], 4, "m", 100)
+    other = prompt(tail, first=9)  # same length, other bytes: the prefix is not found
+    p.produce(other, eps)
+    found = other.get(PREFIX_MATCH)
+    assert found is not None and p.chains.hits == 1 and found.match_blocks(eps[0].name) == 0
+    assert found.all_hashes() == block_hashes([9, 2, 3, 4, *[77] * 8, *tail], 4, "m", 100)
 
 
 def test_match_is_consecutive_from_the_first_block() -> None:

@@ -13,7 +13,10 @@ image's content identity, and everything after it chains on it.
 
 The lookup reads the chain block by block and stops at the first block no candidate holds: the
 blocks after it decide nothing, so they are hashed only when ``pre_request`` records the whole
-chain, off the decision path (:meth:`PrefixMatch.all_hashes`).
+chain, off the decision path (:meth:`PrefixMatch.all_hashes`). The blocks before the prompt's
+trailing text (system prompt and media, what the requests of one group share) are looked up by
+content among the last 1024 such prefixes and not hashed again when found
+(:mod:`mmgate.scheduling.plugins._block_chain`).
 
 After a decision, ``pre_request`` records the hashes as held by the primary profile's first target
 (and the ``prefill`` profile's, if any), in that endpoint's own LRU. The gateway never sees the
@@ -32,23 +35,23 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-import xxhash
 
 from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
+from mmgate.scheduling.plugins._block_chain import ChainKey, PrefixChains, block_count, chain
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 DEFAULT_BLOCK_SIZE_TOKENS = 16
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250  # llm-d: "500K tokens / 16"
+PREFIX_CHAINS = 1024  # stream prefixes whose block hashes are remembered (a few KB each)
 PREFILL_PROFILE = "prefill"
 
 _pack1 = struct.Struct("<I").pack
-_hash = xxhash.xxh3_64_intdigest  # (data, seed)
 
 
 class ApproxPrefixParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -100,28 +103,6 @@ def block_hashes(
     return out
 
 
-def block_count(n_bytes: int, block_size: int, max_blocks: int) -> int:
-    """How many blocks :func:`chain` cuts ``n_bytes`` of stream into (the last may be partial)."""
-    if n_bytes <= 0 or block_size <= 0:
-        return 0
-    step = block_size * 4
-    return -(-min(n_bytes, max_blocks * step) // step)
-
-
-def chain(data: bytes, block_size: int, seed_text: str, max_blocks: int, out: list[int]) -> Iterator[int]:
-    """Hash the blocks of ``data`` lazily: each hash is appended to ``out`` and yielded, so a
-    lookup that stops early leaves the rest unhashed until someone drains the iterator."""
-    if not data or block_size <= 0:
-        return
-    step = block_size * 4
-    prev = _hash(seed_text.encode())
-    append = out.append
-    for start in range(0, min(len(data), max_blocks * step), step):
-        prev = _hash(data[start : start + step], prev)
-        append(prev)
-        yield prev
-
-
 class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, EndpointAware):
     type_name = "approx-prefix-cache-producer"
 
@@ -136,7 +117,9 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
         if params.minBlockSizeTokens <= 0:
             raise ValueError("minBlockSizeTokens must be > 0")
         self.index: AffinityStore[int] = handle.indexes.index(f"{self.type_name}/{name}")
+        self.chains = PrefixChains(PREFIX_CHAINS)
         self._keys = self.own_keys(PREFIX_MATCH)
+        self._new_prefix: DataKey[ChainKey] = DataKey(f"approx-prefix-chain@{name}")
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -170,10 +153,18 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
             seed = request.view.model + (tp.cache_salt or "")
             data = stream_bytes(tp)
             limit = self.max_blocks(size)
-            hashes: list[int] = []
-            pending = chain(data, size, seed, limit, hashes)
-            matched = self.index.longest_prefix(pending)
             total = block_count(len(data), size, limit)
+            known: tuple[int, ...] = ()
+            # The whole blocks before the trailing text (what a sibling request shares).
+            head = min(max((m.offset + m.length for m in tp.media), default=0) // size, total)
+            if head >= 2:
+                prefix = self.chains.key(data, size, seed, head)
+                known = self.chains.get(prefix) or ()
+                if not known:
+                    request.put(self._new_prefix, prefix)  # remembered once the chain is complete
+            hashes: list[int] = []
+            pending = chain(data, size, seed, limit, hashes, known)
+            matched = self.index.longest_prefix(pending)
             info = PrefixMatch(size, total, len(tp.token_ids), hashes, matched, pending)
         for key in self._keys:
             request.put(key, info)
@@ -193,6 +184,9 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
         hashes = info.all_hashes()
         if not hashes:
             return
+        new_prefix = request.get(self._new_prefix)
+        if new_prefix is not None:
+            self.chains.put(new_prefix, hashes)
         targets = result.targets_of(result.primary_profile)[:1]
         if result.primary_profile != PREFILL_PROFILE:
             targets += result.targets_of(PREFILL_PROFILE)[:1]
