@@ -101,3 +101,12 @@ def test_a_lost_handoff_is_encoded_locally(tiny: VisionLanguageModel) -> None:
         assert (engine.stages.fetched_items, engine.stages.encoded_items) == (0, 1)
     finally:
         server.close()
+
+
+def test_the_advertised_address_is_what_consumers_are_told() -> None:
+    server = FeatureServer("127.0.0.1", advertised_host="10.0.0.7")
+    params = server.publish({"item": torch.zeros(2, 4)})
+    assert params["item"]["remote_host"] == "10.0.0.7"
+    assert params["item"]["remote_port"] == server.address[1]
+    assert params["item"]["num_tokens"] == 2
+    server.close()

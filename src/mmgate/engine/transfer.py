@@ -46,9 +46,19 @@ _MAX_BLOB = 1 << 30  # a bigger answer is not one image's features
 
 class FeatureServer:
     """Serves the features an encode-only engine computed, by identity, on ``host:port``
-    (port 0 picks a free one). Holds ``capacity_tokens`` embeddings, least recently used first out."""
+    (port 0 picks a free one). Holds ``capacity_tokens`` embeddings, least recently used first out.
+    ``advertised_host`` is the address consumers are told to connect to when it is not the bound one
+    (a server bound to ``0.0.0.0`` is reached at the pod's own address)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, capacity_tokens: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        capacity_tokens: int = 1 << 20,
+        *,
+        advertised_host: str | None = None,
+    ) -> None:
+        self._advertised = advertised_host
         self._lock = threading.Lock()
         self._store: LruCache[str, tuple[bytes, int]] = LruCache(capacity_tokens, lambda held: held[1])
         store = self
@@ -78,7 +88,8 @@ class FeatureServer:
         return self
 
     def close(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():
+            self._server.shutdown()
         self._server.server_close()
 
     def publish(self, features: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
@@ -89,6 +100,7 @@ class FeatureServer:
                 blob = save_tensors({"features": tensor.contiguous()})
                 self._store.put(identity, (blob, int(tensor.shape[0])))
         host, port = self.address
+        host = self._advertised or host
         items = [(identity, "image", int(t.shape[0])) for identity, t in features.items()]
         return encoder_response_params(items, host=host, port=port)
 
