@@ -25,12 +25,11 @@ pooled fit over every endpoint's observations (itself pulled towards the default
 starts from what the fleet has shown, not from a guess. Until an endpoint has ``min_samples``
 observations its prior is used as is: a handful of samples never overrides it.
 
-An observation only adds to the sufficient statistics; the solve waits until a decision reads
-the endpoint's rates. Several first tokens that arrive between two decisions (a burst, or a
-pod that is not a candidate) then cost one solve, and a decision still sees the rates of every
-observation so far. An observation's relative error is taken against the rates last solved
-(``predicted``: the rates the gateway was predicting with when the request was placed, or
-since).
+Each observation updates the endpoint's sufficient statistics and re-solves them (Cholesky, on
+the upper triangle kept), in the first-token hook, off the request path: a decision only reads
+the rates last solved. (Solving lazily, when a decision next read the rates, moved that solve onto
+the decision: measured +60 µs on a three-image decision at 8 endpoints.) An observation's
+relative error is taken against the rates last solved.
 """
 
 from __future__ import annotations
@@ -161,14 +160,13 @@ def _cholesky_solve(a: list[list[float]], b: list[float]) -> list[float] | None:
 
 
 class _Endpoint:
-    __slots__ = ("configured", "explicit", "fit", "rates", "stale")
+    __slots__ = ("configured", "explicit", "fit", "rates")
 
     def __init__(self, configured: Rates, explicit: Explicit, decay: float) -> None:
         self.configured = configured
         self.explicit = explicit
         self.fit = DecayingFit(decay, N_TERMS - 1)  # the queue rate is tied to the prefill rate
-        self.rates: Rates | None = None  # the learned rates, once trusted (as last solved)
-        self.stale = False  # observations arrived since ``rates`` was solved
+        self.rates: Rates | None = None  # the learned rates, once trusted
 
 
 class RateLearner:
@@ -230,23 +228,20 @@ class RateLearner:
         return Rates.of([o if e else p for o, p, e in zip(own, pooled, state.explicit, strict=True)])
 
     def rates(self, endpoint: EndpointState) -> Rates:
-        """The rates to predict with for ``endpoint`` now (solving its fit if observations
-        arrived since the last solve)."""
+        """The rates to predict with for ``endpoint`` now."""
         rates = self._current.get(endpoint.name)
         if rates is None:
             state = self._state(endpoint)
-            if state.stale:
-                self._solve(state)
             rates = self._current[endpoint.name] = (
                 state.rates if state.rates is not None else self._prior(state)
             )
         return rates
 
-    def _solve(self, state: _Endpoint) -> None:
+    def _solve(self, state: _Endpoint) -> Rates:
         theta = state.fit.solve(self._prior(state).vector()[:-1], self.prior_samples)
-        state.rates = Rates.of((*theta, self.queue_share * theta[1]))
-        state.stale = False
+        rates = state.rates = Rates.of((*theta, self.queue_share * theta[1]))
         self._solves += 1
+        return rates
 
     @property
     def queue_share(self) -> float:
@@ -269,7 +264,7 @@ class RateLearner:
     def learned(self, name: str) -> bool:
         """Whether ``name``'s own observations (at least ``min_samples``) set its rates."""
         state = self._endpoints.get(name)
-        return state is not None and (state.rates is not None or state.stale)
+        return state is not None and state.rates is not None
 
     def samples(self, name: str) -> float:
         """The decayed number of observations behind ``name``'s fit."""
@@ -292,8 +287,7 @@ class RateLearner:
             self._pooled_rates = Rates.of(pooled.solve(self.defaults.vector(), self.prior_samples))
             self._current.clear()  # endpoints that still use it as their prior see the change
         if fit.count >= self.min_samples:
-            state.stale = True  # solved when a decision next reads the rates
-            self._current.pop(endpoint.name, None)
+            self._current[endpoint.name] = self._solve(state)
 
     def forget(self, name: str) -> None:
         """``name`` left the fleet: its fit goes (the pooled fit keeps what it taught)."""
