@@ -112,6 +112,15 @@ async def test_a_repeated_image_goes_to_the_engine_that_encoded_it(
         for e in pair:  # each engine's new hits are the repeats of the images it encoded first
             hits = await server_counter(session, e.url, HITS) - before[e.url]
             assert hits == 2 * sum(1 for f in first if f is e)
+
+        # The engine's stream comes through the gateway as it was sent: the same greedy text.
+        messages = question("Stream it: what is it?", images[0])
+        whole = await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=6)
+        stream = await client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=6, stream=True
+        )
+        deltas = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        assert "".join(deltas) == whole.choices[0].message.content
     finally:
         assert "Traceback" not in gw.stop()
 
