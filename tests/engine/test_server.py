@@ -235,3 +235,27 @@ async def test_e_pd_over_http_gives_the_aggregated_reply_without_encoding_on_the
     finally:
         for s in servers:
             await s.stop()
+
+
+class _BrokenEngine(Engine):
+    """An engine whose step fails, as a bug in the model code would."""
+
+    def step(self) -> list[Any]:
+        raise RuntimeError("boom")
+
+
+async def test_an_engine_that_fails_answers_503_and_health_says_so(
+    tiny: VisionLanguageModel, session: aiohttp.ClientSession
+) -> None:
+    s = EngineServer(_BrokenEngine(tiny), ServerSettings(port=0))
+    await s.start()
+    try:
+        body = {"messages": chat("hello"), "max_tokens": 2}
+        for stream in (False, True):
+            async with session.post(s.url + "/v1/chat/completions", json={**body, "stream": stream}) as resp:
+                doc = await resp.json()
+                assert resp.status == 503 and doc["error"]["type"] == "service_unavailable", doc
+        async with session.get(s.url + "/health") as resp:
+            assert resp.status == 503
+    finally:
+        await s.stop()

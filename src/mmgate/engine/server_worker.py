@@ -122,7 +122,10 @@ class EngineWorker:
         """Run ``fn(engine)`` on the engine's thread between steps (the encode-only role's work);
         the future holds its result or its exception."""
         future: asyncio.Future[T] = self._loop.create_future()
-        self._inbox.put(_Call(fn, future))
+        if self.failed is not None:  # the thread is gone: nobody would answer
+            future.set_exception(RequestError("the engine failed", status=503, type="service_unavailable"))
+        else:
+            self._inbox.put(_Call(fn, future))
         return future
 
     async def stop(self, timeout: float = 30.0) -> None:
@@ -160,19 +163,12 @@ class EngineWorker:
             try:
                 if engine.has_unfinished():
                     outputs = engine.step()
+                events, stats, stages = engine.drain_kv_events(), engine.stats, engine.stages
             except Exception as exc:  # a bug in the engine must not leave every stream hanging
                 log.exception("the engine failed; the server now answers 503")
                 failed = exc
-            step = Step(
-                started,
-                time.monotonic(),
-                outputs,
-                refused,
-                engine.drain_kv_events(),
-                engine.stats,
-                engine.stages,
-                failed,
-            )
+                events, stats, stages = [], self.stats, self.stages
+            step = Step(started, time.monotonic(), outputs, refused, events, stats, stages, failed)
             self._loop.call_soon_threadsafe(self._deliver, step)
             if failed is not None:
                 return
