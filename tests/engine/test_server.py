@@ -206,7 +206,8 @@ async def test_kv_events_carry_the_blocks_the_engine_stored(
 async def test_e_pd_over_http_gives_the_aggregated_reply_without_encoding_on_the_prefill_engine(
     tiny: VisionLanguageModel, session: aiohttp.ClientSession
 ) -> None:
-    encoder = EngineServer(Engine(tiny), ServerSettings(name="enc", port=0, encoder_only=True))
+    settings = ServerSettings(name="enc", port=0, encoder_only=True, ec_advertised_host="localhost")
+    encoder = EngineServer(Engine(tiny), settings)
     prefill = EngineServer(Engine(tiny, fetch_features=FeatureClient()), ServerSettings(name="pd", port=0))
     alone = EngineServer(Engine(tiny), ServerSettings(name="agg", port=0))
     servers = [encoder, prefill, alone]
@@ -221,7 +222,11 @@ async def test_e_pd_over_http_gives_the_aggregated_reply_without_encoding_on_the
         identities = [a.identity for a in parse_request(orjson.dumps(body), {}).assets]
         assert list(params) == identities  # keyed by the gateway's identities, as a sidecar looks them up
         assert encoded["usage"]["completion_tokens"] == 0
-        assert all(p["remote_port"] == encoder.ec_address[1] for p in params.values())  # type: ignore[index]
+        assert encoder.ec_address is not None
+        assert all(
+            (p["remote_host"], p["remote_port"]) == ("localhost", encoder.ec_address[1])
+            for p in params.values()
+        )
 
         replies = []
         for target, extra in ((prefill, {"ec_transfer_params": params}), (alone, {})):

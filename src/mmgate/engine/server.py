@@ -105,6 +105,7 @@ class ServerSettings:
     kv_events_int_hashes: bool = True
     encoder_only: bool = False  # --mm-encoder-only: answer with ec_transfer_params, no language model
     ec_transfer_port: int = 0  # where an encode-only engine's features wait (0 = a free port)
+    ec_advertised_host: str | None = None  # the address consumers are told (default: --host)
 
 
 class EngineServer:
@@ -144,7 +145,11 @@ class EngineServer:
         self.worker = EngineWorker(self.engine, asyncio.get_running_loop(), self._after_step)
         self.worker.start()
         if self.settings.encoder_only:
-            self.features = FeatureServer(self.settings.host, self.settings.ec_transfer_port).start()
+            self.features = FeatureServer(
+                self.settings.host,
+                self.settings.ec_transfer_port,
+                advertised_host=self.settings.ec_advertised_host,
+            ).start()
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post(CHAT_PATH, self._chat)
         app.router.add_get("/v1/models", self._models)

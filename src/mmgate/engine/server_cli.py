@@ -112,6 +112,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--mm-encoder-only: the features' TCP port on --host (default 0: a free port, printed)",
     )
     roles.add_argument(
+        "--ec-advertised-host",
+        metavar="HOST",
+        help="--mm-encoder-only: the address ec_transfer_params name for the features (default --host; "
+        "set it to the pod's own address when --host is 0.0.0.0)",
+    )
+    roles.add_argument(
         "--ec-allowed-host",
         metavar="HOST",
         action="append",
@@ -175,6 +181,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         kv_events_int_hashes=not args.kv_events_raw_hashes,
         encoder_only=args.mm_encoder_only,
         ec_transfer_port=args.ec_transfer_port,
+        ec_advertised_host=args.ec_advertised_host,
     )
 
 
