@@ -89,7 +89,7 @@ def fleet(shape: tuple[int, int, int] | int) -> list[EndpointState]:
         roles: list[str | None] = [None] * shape
     else:
         e, p, d = shape
-        roles = ["encode"] * e + ["prefill"] * p + ["decode"] * d
+        roles = [*["encode"] * e, *["prefill"] * p, *["decode"] * d]
     return [
         EndpointState(f"10.0.0.{i}:8000", role=role, metrics=Metrics(block_size=16, num_gpu_blocks=60000))
         for i, role in enumerate(roles)
