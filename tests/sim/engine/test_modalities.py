@@ -53,13 +53,15 @@ def test_the_processor_cost_and_cache_size_follow_the_modality() -> None:
     assert profile.preprocess_for("image") == (profile.preprocess, profile.preprocess.bytes_per_token)
     # the audio processor pads every clip to its five-minute window: a fixed cost per item
     assert audio_pre.ms(25) == audio_pre.ms(7500) > profile.preprocess.ms(1198)
-    # a processor cache sized for one padded clip (15.4 MB) holds one, not the next
-    cache_gb = 1.3 * 500 * audio_bytes / (1 << 30)
+    # processed audio is far smaller per token than an image's patches: a processor cache that
+    # holds two 500-token clips holds no 500-token image
+    assert audio_bytes < profile.preprocess.bytes_per_token
+    cache_gb = 2.5 * 500 * audio_bytes / (1 << 30)
     cached = Engine(profile, EngineConfig(mm_processor_cache_gb=cache_gb))
     for rid in ("a", "b", "a"):
         cached.preprocess(_one_item(rid, "audio", 500), 0.0)
-    assert cached.stats().processor_cache_hits == 0
-    for rid in ("x", "y", "x"):  # images of the same length: two fit, the third request hits
+    assert cached.stats().processor_cache_hits == 1
+    for rid in ("x", "y", "x"):
         cached.preprocess(_one_item(rid, "image", 500), 0.0)
     assert cached.stats().processor_cache_hits == 1
 
