@@ -30,7 +30,7 @@ def piped_into_head(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=subprocess_env(),
-        timeout=60,
+        timeout=180,  # a liveness bound: the shared CI machine can be very slow to start Python
     )
 
 
