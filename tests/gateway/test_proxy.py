@@ -12,8 +12,16 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mmgate.gateway.app import Running
+from mmgate.bench.overhead.bodies import BODIES
+from mmgate.bench.overhead.bodies import body as bench_body
+from mmgate.gateway.app import Running, make_parser
 from mmgate.gateway.server import Gateway
+from mmgate.request import parse_request
+from mmgate.request.limits import Limits
+from mmgate.request.media_uuids import with_media_uuids
+from mmgate.request.payload import identity_of
+from mmgate.request.pieces import joined
+from mmgate.request.view import Api
 from support.upstreams import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
 
 BODY = b'{"model": "m",   "messages": [{"role": "user", "content": "hi \\u00e9"}]}'
@@ -374,3 +382,40 @@ async def test_bodies_of_every_size_reach_the_endpoint_byte_for_byte(
     finally:
         await e.session.close()
         await running.stop()
+
+
+@pytest.mark.parametrize("name", ["image-1", "image-3"])
+async def test_media_uuids_reach_every_attempt_as_the_joined_splice_byte_for_byte(
+    upstreams: list[Upstream], name: str
+) -> None:
+    """The spliced body goes out as pieces (one vectored write): the endpoint reads the bytes a
+    joined body would have been, with its Content-Length, and a retry resends the same bytes."""
+    sent = bench_body(BODIES[name])
+    limits = Limits(own_media_uuids=True)
+    reference = joined(with_media_uuids(parse_request(sent, {}, api=Api.CHAT, limits=limits)))
+    upstreams[0].behaviour = status_behaviour(503)
+    e, running = await make_env(
+        [u.address for u in upstreams],
+        [upstreams[0].address],
+        parse=make_parser(limits),
+        max_body_bytes=8 << 20,
+    )
+    try:
+        status, headers, _ = await e.post(sent)
+        assert status == 200 and headers["x-mmgate-endpoint"] == upstreams[1].address
+    finally:
+        await e.session.close()
+        await running.stop()
+    assert upstreams[0].bodies == upstreams[1].bodies == [reference]
+    assert upstreams[1].headers[0]["Content-Length"] == str(len(reference))
+    # and the reference is the client's bytes with one uuid member per image, nothing else
+    doc = orjson.loads(sent)
+    parts = [p for m in doc["messages"] if isinstance(m["content"], list) for p in m["content"]]
+    images = [p for p in parts if p.get("type") == "image_url"]
+    for part in images:
+        part["uuid"] = identity_of(part["image_url"]["url"].split(",", 1)[1])
+    assert images and orjson.loads(reference) == doc
+    stripped = reference
+    for part in images:
+        stripped = stripped.replace(b',"uuid":"' + part["uuid"].encode() + b'"', b"")
+    assert stripped == sent

@@ -22,6 +22,7 @@ from mmgate.request.layout import scan_chat
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import uuids_to_write, with_media_uuids
 from mmgate.request.payload import identity_of
+from mmgate.request.pieces import BodyPieces, joined
 from mmgate.request.view import Api, RequestView
 from support.stack import data_url, png
 
@@ -31,6 +32,11 @@ OWN = Limits(own_media_uuids=True)
 def parsed(doc: dict[str, Any] | bytes, api: Api = Api.CHAT, limits: Limits = OWN) -> RequestView:
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
     return parse_request(body, {}, api=api, limits=limits)
+
+
+def spliced(view: RequestView) -> bytes:
+    """The body the gateway forwards for ``view``, as one ``bytes`` object."""
+    return joined(with_media_uuids(view))
 
 
 def image_part(seed: int, **extra: Any) -> dict[str, Any]:
@@ -76,7 +82,7 @@ def test_each_media_part_without_a_uuid_gets_its_identity_and_the_rest_is_byte_i
         "max_tokens": 3,
     }
     view = parsed(doc)
-    out = with_media_uuids(view)
+    out = spliced(view)
     assert json.loads(out) == expected(doc)
     assert json.loads(out)["messages"][1]["content"][2]["uuid"] == "client-chosen"
     # only the inserted members differ from the client's bytes
@@ -90,6 +96,24 @@ def test_each_media_part_without_a_uuid_gets_its_identity_and_the_rest_is_byte_i
     )
 
 
+def test_the_spliced_body_is_pieces_of_the_clients_bytes_not_a_copy() -> None:
+    """A large image body is forwarded as slices of the client's own buffer around the inserted
+    members: nothing the size of the body is allocated per request."""
+    padded = png(10) + random.Random(10).randbytes(200_000)
+    doc = {"model": "m", "messages": [{"role": "user", "content": [image_part(11), {
+        "type": "image_url", "image_url": {"url": data_url(padded)}}]}]}  # fmt: skip
+    view = parsed(orjson.dumps(doc))
+    out = with_media_uuids(view)
+    assert isinstance(out, BodyPieces) and len(out) == len(joined(out))
+    pieces = list(out)
+    body = view.body
+    assert isinstance(body, bytes)
+    kept = [p for p in pieces if isinstance(p, memoryview)]
+    assert [p.obj for p in kept] == [body] * 3  # before, between and after the two insertions
+    assert sum(p.nbytes for p in kept) == len(body)
+    assert len(out) == len(body) + sum(len(f',"uuid":"{i}"') for i in uuids_to_write(view).values())
+
+
 def test_pretty_printed_and_large_bodies_are_spliced_the_same() -> None:
     padded = png(3) + random.Random(3).randbytes(100_000)  # bytes after IEND: still a PNG header
     big = {"type": "image_url", "image_url": {"url": data_url(padded)}}
@@ -97,13 +121,13 @@ def test_pretty_printed_and_large_bodies_are_spliced_the_same() -> None:
     for body in (json.dumps(doc, indent=2).encode(), orjson.dumps(doc)):
         view = parsed(body)
         assert len(body) > 64 * 1024  # the cut path of decode_chat
-        assert json.loads(with_media_uuids(view)) == expected(doc)
+        assert json.loads(spliced(view)) == expected(doc)
 
 
 def test_an_explicit_null_uuid_is_overridden_by_the_last_member() -> None:
     doc = {"model": "m", "messages": [{"role": "user", "content": [image_part(4, uuid=None)]}]}
     view = parsed(doc)
-    assert json.loads(with_media_uuids(view))["messages"][0]["content"][0]["uuid"] == view.assets[0].identity
+    assert json.loads(spliced(view))["messages"][0]["content"][0]["uuid"] == view.assets[0].identity
 
 
 def test_audio_and_type_less_parts_are_covered() -> None:
@@ -120,7 +144,7 @@ def test_audio_and_type_less_parts_are_covered() -> None:
         ],
     }
     view = parse_request(json.dumps(doc).encode(), {}, api=Api.CHAT, limits=Limits(check_media_content=False))
-    assert json.loads(with_media_uuids(view)) == expected(doc)
+    assert json.loads(spliced(view)) == expected(doc)
 
 
 def test_bodies_without_media_or_of_other_apis_are_returned_as_they_are() -> None:
@@ -294,9 +318,9 @@ def test_the_splice_is_byte_identical_to_the_walk_it_replaced() -> None:
             assert view.layout is not None and view.layout.body is view.body
         else:
             assert view.layout is None
-        assert with_media_uuids(view) == reference_splice(view)
-    spliced = [b for b in bodies if with_media_uuids(parsed(b, limits=lax)) != b]
-    assert len(spliced) > len(bodies) // 2  # most bodies get uuids; the repeats are left alone
+        assert spliced(view) == reference_splice(view)
+    changed = [b for b in bodies if spliced(parsed(b, limits=lax)) != b]
+    assert len(changed) > len(bodies) // 2  # most bodies get uuids; the repeats are left alone
 
 
 def test_random_layouts_give_what_re_serialising_gives() -> None:
@@ -319,8 +343,8 @@ def test_random_layouts_give_what_re_serialising_gives() -> None:
         doc = {"messages": messages, "model": "m", "stream": rng.random() < 0.5}
         body = json.dumps(doc, indent=rng.choice([None, 1]), ensure_ascii=rng.random() < 0.5).encode()
         view = parsed(body)
-        assert json.loads(with_media_uuids(view)) == expected(doc)
-        assert with_media_uuids(view) == reference_splice(view)
+        assert json.loads(spliced(view)) == expected(doc)
+        assert spliced(view) == reference_splice(view)
 
 
 def test_a_client_uuid_in_the_gateways_form_must_name_the_parts_own_data() -> None:

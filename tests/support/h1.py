@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from mmgate.gateway.h1.client import UpstreamPool, UpstreamResponse
+from mmgate.gateway.h1.client import Body, UpstreamPool, UpstreamResponse
 
 
 @dataclass
@@ -139,9 +139,7 @@ async def read_all(response: UpstreamResponse) -> bytes:
     return b"".join(parts)
 
 
-async def fetch(
-    pool: UpstreamPool, server: Server, method: str = "GET", body: bytes | bytearray | memoryview = b""
-) -> bytes:
+async def fetch(pool: UpstreamPool, server: Server, method: str = "GET", body: Body = b"") -> bytes:
     """One whole exchange: request, read the body to the end, release the connection."""
     response = await pool.request("127.0.0.1", server.port, method, "/", [], body)
     data = await read_all(response)

@@ -31,6 +31,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from mmgate.disagg import plan
 from mmgate.gateway.h1.client import UpstreamError, UpstreamPool
+from mmgate.request.pieces import Body as RequestBody
+from mmgate.request.pieces import joined
 from mmgate.request.view import RequestView
 
 log = logging.getLogger("mmgate.disagg")
@@ -172,7 +174,7 @@ class Orchestrator:
 
     async def prepare(
         self,
-        body: bytes,
+        body: RequestBody,
         view: RequestView,
         stages: Stages,
         headers: Sequence[tuple[str, str]],
@@ -184,7 +186,7 @@ class Orchestrator:
         :class:`StageFailed` when a stage failed and the fallback is ``fail``. ``released`` is
         called with each stage pod the plan named once no leg of the request is left on it
         (answered, failed or moved to a retry pod), so its load can go before the first token."""
-        request: plan.Body = msgspec.json.decode(body)
+        request: plan.Body = msgspec.json.decode(joined(body))  # every leg's body is built from it
         base = [(k, v) for k, v in headers if k.lower() not in _DROPPED_LEG_HEADERS]
         base.append(("content-type", "application/json"))
         prepared = Prepared(b"")

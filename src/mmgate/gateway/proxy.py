@@ -1,7 +1,9 @@
 """Forwarding one request: pick, send the original bytes, stream the answer back, retry early.
 
-The body is sent as the very ``bytes`` object the client sent (no re-serialisation, no copy), over
-a keep-alive :class:`~mmgate.gateway.h1.client.UpstreamPool` connection.
+The body is sent as the very ``bytes`` object the client sent (no re-serialisation, no copy), or,
+when the gateway wrote media uuids into it, as :class:`~mmgate.request.pieces.BodyPieces` of those
+bytes in one vectored write (still no copy, on every attempt alike), over a keep-alive
+:class:`~mmgate.gateway.h1.client.UpstreamPool` connection.
 The client sees nothing until the chosen endpoint has sent its first *body* chunk: until then a
 failure (connect error, reset, 5xx, 429, or a pod dying with only headers sent) is retried on the
 endpoint the :class:`~mmgate.control.RequestController` picks next (it owns the attempt limit, the
@@ -169,7 +171,7 @@ class Proxy:
         if attempt.propagation:  # tracing on: this attempt's traceparent, on every leg
             headers = with_trace_context(headers, attempt.propagation)
         send_headers = [*headers, *routing.items()] if routing else headers
-        body = attempt.flight.view.body  # the client's bytes, with media uuids when written
+        body = attempt.flight.view.body  # the client's bytes, or their pieces around media uuids
         orchestrated = False
         ok = False
         try:

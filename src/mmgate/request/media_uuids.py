@@ -30,6 +30,7 @@ import msgspec
 from mmgate.errors import RequestError
 from mmgate.request.layout import Part, scan_chat
 from mmgate.request.payload import Buffer, identity_of
+from mmgate.request.pieces import Body, BodyPieces
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView
 
 SPLICED = frozenset({Modality.IMAGE, Modality.VIDEO, Modality.AUDIO, Modality.EMBEDS})
@@ -75,25 +76,24 @@ def check_client_uuid(uuid: str, data: Buffer | str | None, param: str) -> None:
     )
 
 
-def with_media_uuids(view: RequestView) -> bytes:
-    """``view.body`` with a ``uuid`` on each media part that had none (the same object when none
-    needs one). ``view`` must come from parsing exactly that body; its ``layout``, when the parse
-    recorded one for that body, says where the parts end, else the body is walked here."""
+def with_media_uuids(view: RequestView) -> Body:
+    """``view.body`` with a ``uuid`` on each media part that had none, as pieces of the original
+    bytes around the inserted members (the same object when no part needs one). ``view`` must come
+    from parsing exactly that body; its ``layout``, when the parse recorded one for that body, says
+    where the parts end, else the body is walked here."""
+    body = view.body
+    if not isinstance(body, bytes):
+        return body  # spliced already: its parts carry their uuids
     wanted = uuids_to_write(view)
     if not wanted:
-        return view.body
-    body = view.body
+        return body
     layout = view.layout if view.layout is not None and view.layout.body is body else scan_chat(body)
     if layout is None or layout.repeated_key:
         return body
     ends = layout.part_ends
-    inserts = sorted((ends[part], identity) for part, identity in wanted.items() if part in ends)
-    mv = memoryview(body)
-    pieces: list[bytes | memoryview] = []
-    kept = 0
-    for at, identity in inserts:
-        pieces.append(mv[kept:at])
-        pieces.append(b',"uuid":' + msgspec.json.encode(identity))
-        kept = at
-    pieces.append(mv[kept:])
-    return b"".join(pieces)
+    inserts = sorted(
+        (ends[part], b',"uuid":' + msgspec.json.encode(identity))
+        for part, identity in wanted.items()
+        if part in ends
+    )  # parts end at distinct offsets: the members are never compared
+    return BodyPieces(body, inserts) if inserts else body

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mmgate.request.layout import ChatLayout
+from mmgate.request.pieces import Body
 
 
 class Modality(StrEnum):
@@ -113,7 +114,8 @@ class RequestView:
 
     ``parts`` is the prompt in order: ``str`` for text (chat turns rendered with a role header so
     equal prefixes give equal sequences) and :class:`MediaAsset` for media, so prefix matching sees
-    media where it stands relative to the text. ``body`` keeps the original bytes for forwarding;
+    media where it stands relative to the text. ``body`` is what is forwarded: the original bytes,
+    or (once the gateway wrote media uuids) :class:`~mmgate.request.pieces.BodyPieces` of them;
     ``layout`` is where its chat parts sit, when the parse walked it (large chat bodies), so a
     later step that needs offsets into ``body`` does not walk it again.
     """
@@ -121,7 +123,7 @@ class RequestView:
     api: Api
     model: str
     parts: list[str | MediaAsset]
-    body: bytes = b""
+    body: Body = b""
     stream: bool = False
     max_tokens: int | None = None
     cache_salt: str | None = None

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from mmgate.gateway.h1.client import SMALL_BODY
+from mmgate.gateway.h1.client import SMALL_BODY, Body
+from mmgate.request.pieces import BodyPieces
 from support.h1 import Peer, fetch, make_pool, ok, raw_server, read_all
 
 
@@ -226,14 +227,23 @@ async def test_slow_reader_keeps_the_buffer_bounded() -> None:
         await pool.close()
 
 
-@pytest.mark.parametrize("kind", ["memoryview", "bytearray", "bytes"])
+def _pieces(original: bytes) -> tuple[BodyPieces, bytes]:
+    """``original`` as a spliced body holds it: memoryview slices around two insertions."""
+    cut = len(original) // 3
+    body = BodyPieces(original, [(cut, b',"uuid":"1"'), (2 * cut, b',"uuid":"2"')])
+    return body, original[:cut] + b',"uuid":"1"' + original[cut : 2 * cut] + b',"uuid":"2"' + original[
+        2 * cut :
+    ]
+
+
+@pytest.mark.parametrize("kind", ["memoryview", "bytearray", "bytes", "pieces"])
 async def test_large_body_is_sent_intact(kind: str) -> None:
     payload = os.urandom(6 * 1024 * 1024 + 17)
-    body: bytes | bytearray | memoryview = {
-        "memoryview": memoryview(payload),
-        "bytearray": bytearray(payload),
-        "bytes": payload,
-    }[kind]
+    body: Body
+    if kind == "pieces":
+        body, payload = _pieces(payload)
+    else:
+        body = {"memoryview": memoryview(payload), "bytearray": bytearray(payload), "bytes": payload}[kind]
     assert len(body) > SMALL_BODY
 
     async def handler(peer: Peer) -> None:
@@ -313,3 +323,25 @@ async def test_content_length_counts_bytes_of_a_wide_memoryview() -> None:
         assert await fetch(pool, server, "POST", memoryview(payload).cast("I")) == b"ok"
         assert seen == [payload]
         await pool.close()
+
+
+@pytest.mark.parametrize("size", [100, SMALL_BODY - 22, SMALL_BODY + 1])
+async def test_a_body_in_pieces_goes_out_as_their_concatenation_with_its_length(size: int) -> None:
+    """Either side of the one-write threshold: the head's Content-Length is the pieces' total and
+    the upstream reads exactly their bytes, twice over one connection (a retry resends them)."""
+    body, expected = _pieces(os.urandom(size))
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handler(peer: Peer) -> None:
+        for _ in range(2):
+            seen.append(await peer.read_request())
+            await peer.send(ok(b"ok"))
+
+    async with raw_server(handler) as server:
+        pool = make_pool()
+        assert await fetch(pool, server, "POST", body) == b"ok"
+        assert await fetch(pool, server, "POST", body) == b"ok"
+        assert server.accepted == 1
+        await pool.close()
+    assert [b for _, b in seen] == [expected, expected]
+    assert all(f"Content-Length: {len(expected)}\r\n".encode() in head for head, _ in seen)

@@ -14,6 +14,7 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from mmgate.gateway.responses import Response
+from mmgate.request.pieces import Body, chunks
 
 DESTINATION = "x-gateway-destination-endpoint"
 SERVED = "x-gateway-destination-endpoint-served"
@@ -108,18 +109,19 @@ def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingRes
     return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
 
 
-def _body_chunks(body: bytes, end: bool) -> Iterator[tuple[bytes, bool]]:
+def _body_chunks(body: Body, end: bool) -> Iterator[tuple[bytes, bool]]:
     if not body:
         yield b"", end
         return
-    view = memoryview(body)
-    for start in range(0, len(body), MAX_CHUNK):
-        piece = bytes(view[start : start + MAX_CHUNK])
-        yield piece, end and start + MAX_CHUNK >= len(body)
+    last = (len(body) - 1) // MAX_CHUNK
+    for n, piece in enumerate(chunks(body, MAX_CHUNK)):
+        yield piece, end and n == last
 
 
-def request_body(body: bytes, *, end: bool) -> Iterator[ep.ProcessingResponse]:
-    """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`."""
+def request_body(body: Body, *, end: bool) -> Iterator[ep.ProcessingResponse]:
+    """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`
+    (a protobuf ``bytes`` field each: a spliced body's pieces are copied into the chunks once,
+    never joined first)."""
     for piece, last in _body_chunks(body, end):
         streamed = ep.StreamedBodyResponse(body=piece, end_of_stream=last)
         common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))

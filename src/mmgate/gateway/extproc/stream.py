@@ -53,7 +53,8 @@ class RequestStream:
         self.method = ""
         self.path = ""
         self.subset: list[str] | None = None
-        self.body = bytearray()
+        self._chunks: list[bytes] = []  # the request body as Envoy sent it, joined once at its end
+        self._size = 0
         self.api: Api | None = None
         self.view: RequestView | None = None
         self.flight: Flight | None = None
@@ -116,10 +117,12 @@ class RequestStream:
     async def _request_body(self, body: ep.HttpBody) -> list[ep.ProcessingResponse]:
         if self.done:
             return []
-        self.body += body.body
+        if body.body:
+            self._chunks.append(body.body)
+            self._size += len(body.body)
         limit = self.gateway.settings.max_body_bytes
-        if len(self.body) > limit:
-            self.body.clear()
+        if self._size > limit:
+            self._chunks.clear()
             message = f"the request body is larger than the gateway's limit of {limit} bytes"
             return [self._immediate(error_response(413, message, code="body_too_large"), "mmgate_too_large")]
         if not body.end_of_stream:
@@ -135,11 +138,12 @@ class RequestStream:
                 )
             ]
         controller = self.controller
-        body = bytes(self.body)
-        self.body.clear()
+        chunks = self._chunks
+        whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy, not one per chunk
+        chunks.clear()
         try:
-            self.view = controller.parse(body, self.headers, self.api, self.trace)
-            body = self.view.body  # with media uuids when the gateway writes them
+            self.view = controller.parse(whole, self.headers, self.api, self.trace)
+            body = self.view.body  # with media uuids when the gateway writes them (as pieces)
             self.flight = controller.open(
                 self.view,
                 self.request_id,

@@ -22,6 +22,7 @@ from typing import cast
 
 import httptools
 
+from mmgate.request.pieces import BodyPieces
 from mmgate.tls import CA_OPTION
 
 __all__ = [
@@ -35,7 +36,8 @@ __all__ = [
 ]
 
 # A body up to this size is joined to the head and sent in one write (one segment, one syscall);
-# a larger one is written as a memoryview after the head so it is never copied by us.
+# a larger one is written after the head as it is held (a memoryview, or the pieces of a spliced
+# body in one vectored write) so it is never copied by us.
 SMALL_BODY = 64 * 1024
 # Unread response bytes above which the socket stops being read (back-pressure to the upstream).
 READ_HIGH_WATER = 1024 * 1024
@@ -43,7 +45,7 @@ READ_HIGH_WATER = 1024 * 1024
 # off: llhttp does not bound them, and headers are kept until the head ends.
 MAX_RESPONSE_HEAD = 256 * 1024
 
-Body = bytes | bytearray | memoryview
+Body = bytes | bytearray | memoryview | BodyPieces
 
 
 class UpstreamError(OSError):
@@ -341,7 +343,12 @@ class _Conn(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         try:
-            if size <= SMALL_BODY:
+            if isinstance(body, BodyPieces):
+                if size <= SMALL_BODY:
+                    transport.write(b"".join((head, *body)))
+                else:  # one writev on uvloop: the pieces go to the kernel as they are
+                    transport.writelines((head, *body))
+            elif size <= SMALL_BODY:
                 transport.write(head + body if size else head)
             else:
                 transport.write(head)

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - depends on the install
         "pip install 'mmgate[tokenizer]'"
     ) from None
 
+from mmgate.request.pieces import joined
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView
 from mmgate.tokens.engine.conversation import Unsupported, conversation
 from mmgate.tokens.engine.placeholders import Placeholder, placeholders_for
@@ -122,7 +123,7 @@ class EngineTokenizer:
             if view.assets or view.extra.get("prompt_count", 1) != 1:
                 return None
             try:
-                flags = _FLAGS.decode(view.body) if view.body else _CompletionFlags()
+                flags = _FLAGS.decode(joined(view.body)) if view.body else _CompletionFlags()
             except msgspec.MsgspecError:
                 return None
             return TokenSequence(
@@ -132,7 +133,7 @@ class EngineTokenizer:
             return None
         try:
             holders = placeholders_for(family)
-            conv = conversation(view.body, self.template.content_format, holders)
+            conv = conversation(joined(view.body), self.template.content_format, holders)
             text = self.template.render(
                 conv.messages,
                 tools=conv.tools,
