@@ -120,6 +120,7 @@ class PredictedTTFT:
     known: dict[str, bool]
     work: dict[str, float]
     future: dict[str, float]
+    frontend: float = 0.0  # the request's own API-server seconds (media load, processor), anywhere
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

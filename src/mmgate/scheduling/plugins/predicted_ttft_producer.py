@@ -62,6 +62,7 @@ from mmgate.scheduling.keys import (
     TokenizedPrompt,
 )
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
+from mmgate.scheduling.ttft.frontend import FrontendPricer, FrontendQueue, FrontendRates, default_frontend
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
@@ -80,6 +81,7 @@ class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
     halfLifeSamples: float = 256.0
     priorSamples: float = 2.0
     queueAverageSeconds: float = 30.0
+    frontEnd: dict[str, FrontendRates] = msgspec.field(default_factory=default_frontend)
     prefixMatchInfoProducerName: str = ""
     encoderCacheProducerName: str = ""
     inFlightLoadProducerName: str = ""
@@ -90,6 +92,8 @@ class _Pending(msgspec.Struct):
     started: float
     terms: Vector
     learnable: bool
+    frontend: float = 0.0  # the request's front-end seconds placed on the endpoint, until released
+    front_wait: float = 0.0  # the front-end part of its prediction there (backlog + own)
 
 
 class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware):
@@ -136,6 +140,8 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._colds = 0.0  # ... and that placed content where it was not cached
         self._work_sum = 0.0  # decayed sums behind the mean GPU work of a placed request
         self._work_weight = 0.0
+        self.frontend = FrontendPricer(params.frontEnd)
+        self._fronts: dict[str, FrontendQueue] = {}  # each endpoint's API-server backlog
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -171,6 +177,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
         most_reused = 0.0
+        own_front = 0.0
+        if tp is not None and tp.media and self.frontend.enabled:
+            own_front = self.frontend.seconds(request.view.assets, tp.media)
+        fronts_of = self._fronts.get
         # The loop runs once per candidate on every decision: locals and plain comparisons only.
         for ep in endpoints:
             name = ep.name
@@ -207,7 +217,12 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                 float(ahead),
             )
             rates = rates_of(ep)
-            s = rates.seconds(x)
+            s = rates.seconds(x) + own_front
+            fq = fronts_of(name)
+            if fq is not None:  # FrontendQueue.backlog, inlined: a few operations per candidate
+                left = fq.until - now
+                if left > 0.0:
+                    s += left if left < fq.held else fq.held
             seconds[name] = s
             wait = rates.queue * ahead + rates.encoder_s_per_token * flight.media_tokens
             avg = queue_avg.get(name)
@@ -235,7 +250,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             wait = queue_avg[name]
             marginal = wait * (2.0 + wait / service) if service > 0 else wait
             future[name] = drawn * (marginal * cold + new_work[name])
-        info = PredictedTTFT(seconds, terms, known, work, future)
+        info = PredictedTTFT(seconds, terms, known, work, future, own_front)
         for key in self._keys:
             request.put(key, info)
 
@@ -268,7 +283,14 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         x = info.terms.get(endpoint.name)
         if x is None:
             return
-        self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
+        pending = self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
+        if info.frontend > 0 or endpoint.name in self._fronts:
+            fq = self._fronts.get(endpoint.name)
+            if fq is None:
+                fq = self._fronts[endpoint.name] = FrontendQueue()
+            pending.front_wait = fq.backlog(now) + info.frontend
+            pending.frontend = info.frontend
+            fq.place(info.frontend, now)
         most = max(t[3] + t[4] for t in info.terms.values())
         cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
         self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
@@ -290,15 +312,34 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
     def on_first_token(self, request: SchedulingRequest, now: float) -> None:
         pending = self._pending.pop(request.request_id, None)
-        if pending is not None and pending.learnable:
-            self.learner.observe(pending.endpoint, pending.terms, now - pending.started)
+        if pending is None:
+            return
+        self._release_front(pending)
+        if pending.learnable:  # the rates are the engine's: the front end's part is priced apart
+            ttft = now - pending.started - pending.front_wait
+            self.learner.observe(pending.endpoint, pending.terms, ttft if ttft > 0 else 0.0)
 
     def on_finished(self, request: SchedulingRequest, now: float) -> None:
-        self._pending.pop(request.request_id, None)
+        pending = self._pending.pop(request.request_id, None)
+        if pending is not None:
+            self._release_front(pending)
+
+    def _release_front(self, pending: _Pending) -> None:
+        if pending.frontend > 0:
+            fq = self._fronts.get(pending.endpoint.name)
+            if fq is not None:
+                fq.release(pending.frontend)
+            pending.frontend = 0.0
+
+    def frontend_backlog(self, name: str, now: float) -> float:
+        """Seconds of front-end work this gateway placed on ``name`` not yet through at ``now``."""
+        fq = self._fronts.get(name)
+        return 0.0 if fq is None else fq.backlog(now)
 
     def remove_endpoint(self, name: str) -> None:
         self.learner.forget(name)
         self._queue_avg.pop(name, None)
+        self._fronts.pop(name, None)
 
 
 def _encoder_items(
