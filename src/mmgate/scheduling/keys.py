@@ -120,7 +120,7 @@ class PredictedTTFT:
     known: dict[str, bool]
     work: dict[str, float]
     future: dict[str, float]
-    frontend: float = 0.0  # the request's own API-server seconds (media load, processor), anywhere
+    frontend: tuple[float, float] = (0.0, 0.0)  # the request's own API-server seconds (load, processor)
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

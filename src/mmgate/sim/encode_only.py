@@ -69,6 +69,9 @@ class EncodeOnly:
         profile, enc = self.profile, self.encoder
         cost = profile.media_load
         front = sum(load_ms(cost, payload) for payload in media)
+        if media:  # a clip's frames are decoded while its part loads, hits included
+            loads = profile.modality_loads()
+            front += sum(loads[m].ms(tokens) for _, tokens, m in items if m in loads)
         self.load_s += front / 1000.0
         gpu = 0.0
         for identity, tokens, modality in items:

@@ -114,7 +114,8 @@ class MediaLoad(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     media-load``, docs/benchmarks/media-load.json); vLLM does this work on the host CPU as well,
     and a faster server core shortens it. A format without its own rate (webp, gif, ...) uses
     ``other_decode_ms_per_megapixel`` (PNG's rate, the dearer of the two measured). Video and
-    audio pay base64 and hash only: frame decoding and resampling are not modelled. URL media:
+    audio pay base64 and hash here; a clip's frame decode is its modality's ``load``
+    (:class:`ModalityCosts`), audio resampling is not modelled. URL media:
     the fetch is not modelled unless the profile sets ``url_fetch_ms`` (a fixed cost per URL
     item; 0 by default); its decode is charged from the probed or configured size.
     """
@@ -137,11 +138,15 @@ class ModalityCosts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     processor pads every clip to a fixed window before the mel spectrogram (a fixed cost per item).
     Each field left out falls back to the profile's ``encoder`` / ``preprocess``. The encoder cost
     is per item of ``t`` tokens like ``encoder``; with ``--mm-encoder-tp-mode data`` each lane runs
-    it unchanged. ``bytes_per_token`` sizes the modality's processed tensors in the processor cache."""
+    it unchanged. ``bytes_per_token`` sizes the modality's processed tensors in the processor cache.
+    ``load`` is media-loading work per item of ``t`` tokens beyond decoding the payload (a clip's
+    frames: vLLM's video loader decodes them while it loads the part), paid on every request, on
+    the loading threads, processor-cache hits included; none when left out."""
 
     encoder: Poly | None = None
     preprocess: Poly | None = None
     bytes_per_token: int | None = None
+    load: Poly | None = None
 
 
 class KVMemory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -260,6 +265,10 @@ class Profile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def modality_encoders(self) -> dict[str, Poly]:
         """The per-modality encoders the profile gives (modalities without one use ``encoder``)."""
         return {m: c.encoder for m, c in self.modalities.items() if c.encoder is not None}
+
+    def modality_loads(self) -> dict[str, Poly]:
+        """The per-modality load work the profile gives (a clip's frame decode)."""
+        return {m: c.load for m, c in self.modalities.items() if c.load is not None}
 
     def preprocess_for(self, modality: str) -> tuple[Poly, int]:
         """One item's HF-processor time and its processed bytes per token, for ``modality``."""

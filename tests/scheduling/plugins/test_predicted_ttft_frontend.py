@@ -1,6 +1,7 @@
-"""predicted-ttft-producer's front-end term through a real scheduler: a pod whose API server is
-busy with a clip's decode is predicted slower, the backlog drains and is released by first
-tokens, an unknown pod stays pessimistic, and the fit learns the engine's rates apart from it."""
+"""predicted-ttft-producer's front-end term through a real scheduler: a pod whose processor is
+busy with clips is predicted slower for media requests (not for text ones, which never enter it),
+a request's own load overlaps the backlog, the backlog drains and is released by first tokens, an
+unknown pod stays pessimistic, and the fit learns the engine's rates apart from it."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProdu
 from support import views
 from support.scheduling import scheduler
 
-VIDEO_S_PER_TOKEN = 7e-5
+VIDEO_S_PER_TOKEN = 7e-5  # the processor's, per video token
 AUDIO_S = 0.05
-FRONT = {"video": {"tokenSeconds": VIDEO_S_PER_TOKEN}, "audio": {"itemSeconds": AUDIO_S}}
+FRONT = {
+    "video": {"processor": {"tokenSeconds": VIDEO_S_PER_TOKEN}},
+    "audio": {"processor": {"itemSeconds": AUDIO_S}},
+}
 
 
 def build(**producer: Any) -> Scheduler:
@@ -76,23 +80,57 @@ def video_seconds(r: SchedulingRequest) -> float:
     return sum(item.length for item in tp.media) * VIDEO_S_PER_TOKEN
 
 
-def test_a_text_request_avoids_the_pod_whose_front_end_is_decoding_a_clip() -> None:
+def engine_gap(p: PredictedTTFT, busy: EndpointState, idle: EndpointState) -> float:
+    """What the tokens the gateway placed on ``busy`` add to its prediction (the GPU's queue)."""
+    ahead, none = p.terms[busy.name], p.terms[idle.name]
+    return (ahead[5] - none[5]) / 20_000.0 + (ahead[2] - none[2]) * 1e-5
+
+
+def test_a_media_request_avoids_the_pod_whose_processor_is_busy_with_a_clip() -> None:
     s = build()
     eps = fleet(2)
     video = req("v", "describe this", clip("clip-1"))
     busy = send(s, video, eps, 0.0)
-    decode = video_seconds(video)
-    assert predicted(video).frontend == pytest.approx(decode)  # its own front end, on any pod
-    assert decode > 0.3
-
-    text = req("t", "hello")
-    assert s.schedule(text, eps, 0.1).target is not busy  # both GPUs look idle
-    p = predicted(text)
+    work = video_seconds(video)
+    assert predicted(video).frontend == pytest.approx((0.0, work))  # its own front end, on any pod
+    assert work > 0.3
     idle = next(e for e in eps if e is not busy)
-    ahead, none = p.terms[busy.name], p.terms[idle.name]  # the clip's tokens wait for the GPU too
-    engine = (ahead[5] - none[5]) / 20_000.0 + (ahead[2] - none[2]) * 1e-5
-    assert p.seconds[busy.name] - p.seconds[idle.name] == pytest.approx(engine + decode - 0.1)
-    assert p.frontend == 0.0
+
+    voice = req("a", "transcribe", views.audio("a-1", 20.0))
+    assert s.schedule(voice, eps, 0.1).target is idle  # both GPUs look idle
+    p = predicted(voice)
+    assert p.frontend == pytest.approx((0.0, AUDIO_S))
+    assert p.seconds[busy.name] - p.seconds[idle.name] == pytest.approx(
+        engine_gap(p, busy, idle) + work - 0.1
+    )
+
+    text = req("t", "hello")  # vLLM tokenizes it on its own pool: the clip's processor is no wait
+    s.schedule(text, eps, 0.1)
+    p = predicted(text)
+    assert p.frontend == (0.0, 0.0)
+    assert p.seconds[busy.name] - p.seconds[idle.name] == pytest.approx(engine_gap(p, busy, idle))
+
+
+def test_a_requests_own_load_overlaps_the_backlog() -> None:
+    """A clip decodes on a loading thread while the processor works through what is ahead of
+    it: it waits for the longer of the two, then for its own processor work."""
+    rates = {"video": {"load": {"tokenSeconds": 1e-4}, "processor": {"tokenSeconds": 1e-5}}}
+    s, off = build(frontEnd=rates), build(frontEnd={})
+    eps, same = fleet(1), fleet(1)
+    producer = producer_of(s)
+    send(s, req("v1", "q", clip("clip-1")), eps, 0.0)
+    send(off, req("v1", "q", clip("clip-1")), same, 0.0)
+    second = req("v2", "q", clip("clip-2"))
+    s.schedule(second, eps, 0.0)
+    load, processor = predicted(second).frontend
+    assert load > 5 * processor > 0
+    assert producer.frontend_backlog(eps[0].name, 0.0) == pytest.approx(load + processor)
+    without = req("v2", "q", clip("clip-2"))
+    off.schedule(without, same, 0.0)
+    # the first is through the processor at load + processor; the second, loaded at `load`,
+    # starts then: its front end is load + 2 processor from now
+    front = predicted(second).seconds[eps[0].name] - predicted(without).seconds[same[0].name]
+    assert front == pytest.approx(load + 2 * processor)
 
 
 def test_the_backlog_drains_with_time_and_a_first_token_releases_it() -> None:
@@ -110,7 +148,7 @@ def test_the_backlog_drains_with_time_and_a_first_token_releases_it() -> None:
     second = req("v2", "q", clip("clip-2"))
     again = send(s, second, eps, 10.0)
     assert producer.frontend_backlog(again.name, 10.0) == pytest.approx(decode)
-    s.on_first_token("v2", 10.1)  # the pod's front end was faster than priced
+    s.on_first_token("v2", 10.1)  # the pod's processor was faster than priced
     assert producer.frontend_backlog(again.name, 10.1) == 0.0
     probe = req("t", "hello")
     s.schedule(probe, eps, 10.1)
@@ -118,14 +156,16 @@ def test_the_backlog_drains_with_time_and_a_first_token_releases_it() -> None:
     assert p.seconds[eps[0].name] == pytest.approx(p.seconds[eps[1].name])
 
 
-def test_a_failed_request_releases_its_front_end_share() -> None:
+def test_a_first_token_earlier_than_expected_moves_the_queue_up() -> None:
     s = build()
     eps = fleet(1)
     producer = producer_of(s)
     send(s, req("v", "q", clip("clip-1")), eps, 0.0)
-    assert producer.frontend_backlog(eps[0].name, 0.0) > 0.3
-    s.on_finished("v", 0.05)  # no first token: the pod refused it
-    assert producer.frontend_backlog(eps[0].name, 0.05) == 0.0
+    send(s, req("a", "q", views.audio("a-1", 5.0)), eps, 0.0)
+    work = producer.frontend_backlog(eps[0].name, 0.0)
+    assert work > 0.3 + AUDIO_S
+    s.on_first_token("v", 0.1)  # the clip went through the processor by 0.1 s, not at ~0.56 s
+    assert producer.frontend_backlog(eps[0].name, 0.1) == pytest.approx(AUDIO_S)
 
 
 @pytest.mark.parametrize("unknown", ["missing", "stale"])
@@ -142,7 +182,7 @@ def test_a_pod_without_fresh_metrics_is_not_preferred_over_busy_front_ends(unkno
         r = req(f"t{i}", "hello", views.audio(f"a{i}", 20.0))
         targets.add(s.schedule(r, eps, 100.0).target.name)
         p = predicted(r)
-        assert p.frontend == pytest.approx(AUDIO_S)
+        assert p.frontend == pytest.approx((0.0, AUDIO_S))
         assert p.seconds[eps[2].name] > max(p.seconds[eps[0].name], p.seconds[eps[1].name])
     assert eps[2].name not in targets
 
@@ -183,10 +223,10 @@ def test_an_empty_front_end_table_turns_the_term_off() -> None:
         eps = fleet(2)
         video = req("v", "q", clip("clip-1"))
         busy = send(s, video, eps, 0.0)
-        assert (predicted(video).frontend > 0) is bool(front)
-        text = req("t", "hello")
-        s.schedule(text, eps, 0.1)
-        p = predicted(text)
+        assert (sum(predicted(video).frontend) > 0) is bool(front)
+        voice = req("t", "hello", views.audio("a-1", 10.0))
+        s.schedule(voice, eps, 0.1)
+        p = predicted(voice)
         idle = next(e for e in eps if e is not busy)
         gaps.append(p.seconds[busy.name] - p.seconds[idle.name])  # the clip's GPU work, and ...
     assert gaps[0] - gaps[1] == pytest.approx(video_seconds(video) - 0.1)  # ... its decode left
@@ -195,9 +235,10 @@ def test_an_empty_front_end_table_turns_the_term_off() -> None:
 @pytest.mark.parametrize(
     ("front", "message"),
     [
-        ({"smell": {"itemSeconds": 1}}, "unknown modality 'smell'"),
-        ({"video": {"tokenSeconds": -1}}, "tokenSeconds must be >= 0"),
-        ({"video": {"perFrame": 1}}, "perFrame"),
+        ({"smell": {"load": {"itemSeconds": 1}}}, "unknown modality 'smell'"),
+        ({"video": {"processor": {"tokenSeconds": -1}}}, "tokenSeconds must be >= 0"),
+        ({"video": {"processor": {"perFrame": 1}}}, "perFrame"),
+        ({"video": {"tokenSeconds": 1}}, "tokenSeconds"),
     ],
 )
 def test_bad_front_end_rates_are_config_errors(front: dict[str, Any], message: str) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from mmgate.sim.engine import Engine, EngineConfig, MediaPayload
-from mmgate.sim.engine.media import load_ms
+from mmgate.sim.engine.media import decode_ms, hash_ms, load_ms
 from support.engine import drain, mm_request
 
 H200 = "qwen3-vl-32b-h200-tp2"
@@ -51,12 +51,61 @@ def test_media_load_is_paid_on_processor_cache_hits_too() -> None:
     assert engine.stats().processor_cache_hits == 1
 
 
-def test_media_load_queues_on_the_api_server() -> None:
+def test_media_decodes_at_once_and_the_hash_and_processor_queue_on_one_worker() -> None:
+    """vLLM decodes media parts on 8 loading threads and hashes them (with the HF processor) on
+    one worker: a burst of hits decodes together and queues only for the hashes; a ninth part
+    waits for a free loading thread."""
     engine = Engine(H200)
     engine.preprocess(_with_photo("warm", "photo"), 0.0)
-    load = load_ms(engine.profile.media_load, PHOTO) / 1000
-    burst = [engine.preprocess(_with_photo(f"r{i}", "photo"), 10.0) for i in range(4)]
-    assert burst == pytest.approx([load, 2 * load, 3 * load, 4 * load])
+    decode = decode_ms(engine.profile.media_load, PHOTO) / 1000
+    digest = hash_ms(engine.profile.media_load, PHOTO) / 1000
+    assert decode > 10 * digest > 0  # the decode dominates: a 720p JPEG, milliseconds of a core
+    burst = [engine.preprocess(_with_photo(f"r{i}", "photo"), 10.0) for i in range(9)]
+    assert burst[:8] == pytest.approx([decode + (i + 1) * digest for i in range(8)])
+    assert burst[8] == pytest.approx(2 * decode + digest)  # its decode starts when a thread frees
+
+
+def test_a_request_without_media_never_waits_for_the_front_end() -> None:
+    engine = Engine("qwen2.5-omni-7b-h100", EngineConfig(mm_processor_cache_gb=0))
+    busy = engine.preprocess(_clip("c", 3060), 0.0)
+    assert busy > 0.2  # the clip's frames and its processor
+    assert engine.preprocess(mm_request("text", 64, None), 0.0) == 0.0
+
+
+def test_a_clips_frame_decode_is_paid_on_processor_cache_hits_too() -> None:
+    engine = Engine("qwen2.5-omni-7b-h100")
+    costs = engine.profile.modalities["video"]
+    assert costs.load is not None and costs.preprocess is not None
+    first = engine.preprocess(_clip("a", 3060), 0.0)
+    again = engine.preprocess(_clip("b", 3060), 10.0)  # the same clip: a processor-cache hit
+    frames = costs.load.ms(3060) / 1000
+    assert again == pytest.approx(
+        decode_ms(engine.profile.media_load, CLIP) / 1000 + frames + _clip_hash(engine)
+    )
+    assert first == pytest.approx(again + costs.preprocess.ms(3060) / 1000)
+    assert engine.stats().processor_cache_hits == 1
+
+
+def test_a_request_loaded_early_takes_the_processor_before_one_still_loading() -> None:
+    """A clip takes ~0.2 s to decode; a small image sent just after it is loaded within
+    milliseconds and is processed while the clip still decodes, not after it."""
+    engine = Engine("qwen2.5-omni-7b-h100", EngineConfig(mm_processor_cache_gb=0))
+    clip = engine.preprocess(_clip("c", 3060), 0.0)
+    photo = engine.preprocess(_with_photo("p", "photo"), 0.001)
+    assert photo < 0.05 < clip
+
+
+CLIP = MediaPayload(modality="video", base64_bytes=2_000_000, file_bytes=1_500_000)
+
+
+def _clip(rid: str, tokens: int) -> object:
+    req = mm_request(rid, 8, "clip", tokens=tokens)
+    items = [dataclasses.replace(m, modality="video") for m in req.mm_items]
+    return dataclasses.replace(req, mm_items=items, media=(CLIP,))
+
+
+def _clip_hash(engine: Engine) -> float:
+    return hash_ms(engine.profile.media_load, CLIP) / 1000
 
 
 def test_a_full_cache_hit_is_no_faster_than_the_front_end_and_one_step() -> None:

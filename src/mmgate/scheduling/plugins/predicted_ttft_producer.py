@@ -62,7 +62,13 @@ from mmgate.scheduling.keys import (
     TokenizedPrompt,
 )
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
-from mmgate.scheduling.ttft.frontend import FrontendPricer, FrontendQueue, FrontendRates, default_frontend
+from mmgate.scheduling.ttft.frontend import (
+    NO_FRONTEND,
+    FrontendPricer,
+    FrontendQueue,
+    FrontendRates,
+    default_frontend,
+)
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
@@ -92,8 +98,8 @@ class _Pending(msgspec.Struct):
     started: float
     terms: Vector
     learnable: bool
-    frontend: float = 0.0  # the request's front-end seconds placed on the endpoint, until released
-    front_wait: float = 0.0  # the front-end part of its prediction there (backlog + own)
+    front_end: float = 0.0  # when its endpoint's processor queue expected it through (0: none)
+    front_wait: float = 0.0  # the front-end part of its prediction there
 
 
 class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware):
@@ -177,10 +183,12 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
         most_reused = 0.0
-        own_front = 0.0
+        front = NO_FRONTEND
         if tp is not None and tp.media and self.frontend.enabled:
-            own_front = self.frontend.seconds(request.view.assets, tp.media)
-        fronts_of = self._fronts.get
+            front = self.frontend.seconds(request.view.assets, tp.media)
+        load, processing = front
+        own_front = load + processing
+        fronts_of = self._fronts.get if processing > 0.0 else _no_queue  # no media: no processor queue
         # The loop runs once per candidate on every decision: locals and plain comparisons only.
         for ep in endpoints:
             name = ep.name
@@ -219,10 +227,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             rates = rates_of(ep)
             s = rates.seconds(x) + own_front
             fq = fronts_of(name)
-            if fq is not None:  # FrontendQueue.backlog, inlined: a few operations per candidate
+            if fq is not None:  # the processor's backlog past this request's load, inlined
                 left = fq.until - now
-                if left > 0.0:
-                    s += left if left < fq.held else fq.held
+                if left > load:
+                    s += left - load
             seconds[name] = s
             wait = rates.queue * ahead + rates.encoder_s_per_token * flight.media_tokens
             avg = queue_avg.get(name)
@@ -250,7 +258,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             wait = queue_avg[name]
             marginal = wait * (2.0 + wait / service) if service > 0 else wait
             future[name] = drawn * (marginal * cold + new_work[name])
-        info = PredictedTTFT(seconds, terms, known, work, future, own_front)
+        info = PredictedTTFT(seconds, terms, known, work, future, front)
         for key in self._keys:
             request.put(key, info)
 
@@ -284,13 +292,16 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if x is None:
             return
         pending = self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
-        if info.frontend > 0 or endpoint.name in self._fronts:
+        load, processing = info.frontend
+        if processing > 0:
             fq = self._fronts.get(endpoint.name)
             if fq is None:
                 fq = self._fronts[endpoint.name] = FrontendQueue()
-            pending.front_wait = fq.backlog(now) + info.frontend
-            pending.frontend = info.frontend
-            fq.place(info.frontend, now)
+            backlog = fq.backlog(now)
+            pending.front_wait = (backlog if backlog > load else load) + processing
+            pending.front_end = fq.place(processing, now + load)
+        else:
+            pending.front_wait = load
         most = max(t[3] + t[4] for t in info.terms.values())
         cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
         self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
@@ -314,25 +325,19 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         pending = self._pending.pop(request.request_id, None)
         if pending is None:
             return
-        self._release_front(pending)
+        if pending.front_end:
+            fq = self._fronts.get(pending.endpoint.name)
+            if fq is not None:
+                fq.through(pending.front_end, now)
         if pending.learnable:  # the rates are the engine's: the front end's part is priced apart
             ttft = now - pending.started - pending.front_wait
             self.learner.observe(pending.endpoint, pending.terms, ttft if ttft > 0 else 0.0)
 
     def on_finished(self, request: SchedulingRequest, now: float) -> None:
-        pending = self._pending.pop(request.request_id, None)
-        if pending is not None:
-            self._release_front(pending)
-
-    def _release_front(self, pending: _Pending) -> None:
-        if pending.frontend > 0:
-            fq = self._fronts.get(pending.endpoint.name)
-            if fq is not None:
-                fq.release(pending.frontend)
-            pending.frontend = 0.0
+        self._pending.pop(request.request_id, None)
 
     def frontend_backlog(self, name: str, now: float) -> float:
-        """Seconds of front-end work this gateway placed on ``name`` not yet through at ``now``."""
+        """Seconds of processor work this gateway placed on ``name`` not yet through at ``now``."""
         fq = self._fronts.get(name)
         return 0.0 if fq is None else fq.backlog(now)
 
@@ -340,6 +345,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self.learner.forget(name)
         self._queue_avg.pop(name, None)
         self._fronts.pop(name, None)
+
+
+def _no_queue(name: str) -> FrontendQueue | None:
+    return None
 
 
 def _encoder_items(

@@ -1,28 +1,35 @@
 """The API server's front-end work on a request, and each pod's backlog of it.
 
-Before a vLLM engine sees a multimodal request, the pod's API server loads every media item
-(base64 decode, content hash, image or video frame decode) and runs the HF processor on each
-item its processor cache does not hold (an audio clip is padded to the processor's 300-s window
-before its spectrogram). That happens in the API-server process, one request after another, so
-under load requests queue there — in no scraped queue (``vllm:num_requests_waiting`` counts the
-engine's) and in none of the gateway's token counts. A 10-s 480p clip costs about 0.4 s of it; a
-text-only request placed behind it waits that long for a GPU that may be idle.
+Before a vLLM engine sees a multimodal request, the pod's API server works on it in two stages:
 
-:class:`FrontendPricer` prices a request's front-end seconds from what the gateway parsed and
-priced, per item::
+1. **loading**: each media part is decoded (base64, the image, a clip's frames) on a pool of
+   threads (``VLLM_MEDIA_LOADING_THREAD_COUNT``, 8), so the parts of several requests load at
+   once and a request's load takes about as long as its largest part;
+2. **the multimodal processor**: the content hash and the HF processor on each item (an audio clip
+   is padded to the processor's 300-s window before its spectrogram), on one single-thread
+   executor, so multimodal requests queue there one after another.
+
+That queue is in no scraped metric (``vllm:num_requests_waiting`` counts the engine's) and in
+none of the gateway's token counts. A request without media enters neither stage (vLLM tokenizes
+on its own pool).
+
+:class:`FrontendPricer` prices a request's two stages from what the gateway parsed and priced,
+per item of each modality, with each stage's rates (:class:`StageRates`)::
 
     seconds = item_s + token_s * tokens + mib_s * (payload MiB as sent, inline only)
                      + megapixel_s * (decoded megapixels, probed images only)
 
-with rates per modality (:class:`FrontendRates`). :class:`FrontendQueue` is one pod's front end
-as the gateway has loaded it: work placed there drains at one second per second (one API-server
-process, vLLM's default), and a request's share is released when its first token shows its front
-end is long done. Both are pure: the clock is passed in.
+(the load: the largest part's; the processor: their sum). :class:`FrontendQueue` is one pod's
+processor as the gateway has loaded it: work placed there drains at one second per second from
+when its load is done, and a first token earlier than the clock expected moves the rest up. A
+request with processor work waits ``max(load, backlog) + processor``. Both classes are pure: the
+clock is passed in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import msgspec
 
@@ -32,8 +39,8 @@ from mmgate.tokens.sequence import MMItem
 _MIB = float(1 << 20)
 
 
-class FrontendRates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Seconds of API-server work for one media item of a modality (see the module docstring)."""
+class StageRates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Seconds of one front-end stage for one media item of a modality (module docstring)."""
 
     itemSeconds: float = 0.0
     tokenSeconds: float = 0.0
@@ -46,21 +53,38 @@ class FrontendRates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             if not value >= 0:
                 raise ValueError(f"{where}.{field} must be >= 0, got {value}")
 
+    @property
+    def zero(self) -> bool:
+        return not (self.itemSeconds or self.tokenSeconds or self.mibSeconds or self.megapixelSeconds)
+
+
+class FrontendRates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A modality's front-end rates: ``load`` on the loading threads, ``processor`` on the one
+    processor worker."""
+
+    load: StageRates = StageRates()
+    processor: StageRates = StageRates()
+
 
 LOAD_ITEM_S = 0.674e-3
-"""Per item: parsing the part and opening the file (``mmgate bench media-load``, this project's
-2-core x86 CPU; the simulator's ``MediaLoad.per_item_ms``)."""
-LOAD_MIB_S = (0.0928 + 0.3048 * 0.75) * 1e-3
-"""Per MiB of base64 as sent: its decode (0.0928 ms/MiB) and the blake3 hash of the file bytes, 3/4
-of it (0.3048 ms/MiB), measured as above (``MediaLoad``)."""
+"""Per part: parsing it and opening the file (``mmgate bench media-load`` on this project's 2-core
+x86 CPU; the simulator's ``MediaLoad.per_item_ms``)."""
+BASE64_MIB_S = 0.0928e-3
+"""Per MiB of base64 as sent: its decode, measured as above."""
+HASH_MIB_S = 0.3048e-3 * 0.75
+"""Per MiB of base64 as sent: the blake3 hash of the file bytes (3/4 of it, 0.3048 ms/MiB), as above."""
 
 DEFAULT_FRONTEND: dict[str, FrontendRates] = {
-    # JPEG decode 5.694 ms/MP (measured, MediaLoad); Qwen2-VL-style processor 1.5 ms + 5.67 us a token
-    "image": FrontendRates(LOAD_ITEM_S + 1.5e-3, 5.67e-6, LOAD_MIB_S, 5.694e-3),
-    # the processor per frame pair and the clip's frame decode, 74 us a token together
-    "video": FrontendRates(LOAD_ITEM_S + 1.5e-3, 74.0e-6, LOAD_MIB_S),
+    # JPEG decode 5.694 ms/MP (measured); Qwen2-VL-style processor 1.5 ms + 5.67 us a token
+    "image": FrontendRates(
+        StageRates(LOAD_ITEM_S, 0.0, BASE64_MIB_S, 5.694e-3), StageRates(1.5e-3, 5.67e-6, HASH_MIB_S)
+    ),
+    # the clip's frame decode, 62.7 us a token; the processor per frame pair, 11.34 us a token
+    "video": FrontendRates(
+        StageRates(LOAD_ITEM_S, 62.7e-6, BASE64_MIB_S), StageRates(1.5e-3, 11.34e-6, HASH_MIB_S)
+    ),
     # the spectrogram over the padded 300-s window: 50 ms whatever the clip's length
-    "audio": FrontendRates(LOAD_ITEM_S + 50.0e-3, 0.0, LOAD_MIB_S),
+    "audio": FrontendRates(StageRates(LOAD_ITEM_S, 0.0, BASE64_MIB_S), StageRates(50.0e-3, 0.0, HASH_MIB_S)),
 }
 """The simulator's ``qwen2.5-omni-7b-h100`` front end (estimates for a server CPU, documented in
 that profile and docs/sim.md), which the measured media-load costs above are part of."""
@@ -68,6 +92,26 @@ that profile and docs/sim.md), which the measured media-load costs above are par
 
 def default_frontend() -> dict[str, FrontendRates]:
     return dict(DEFAULT_FRONTEND)
+
+
+class FrontendSeconds(NamedTuple):
+    """A request's front end: ``load`` (its largest part's, the parts load at once) and
+    ``processor`` (all its items', one after another)."""
+
+    load: float
+    processor: float
+
+
+NO_FRONTEND = FrontendSeconds(0.0, 0.0)
+
+
+def _stage(r: StageRates, asset: MediaAsset) -> float:
+    s = r.itemSeconds
+    if asset.source is Source.INLINE:
+        s += r.mibSeconds * asset.payload_size / _MIB
+    if r.megapixelSeconds and asset.modality is Modality.IMAGE and asset.width and asset.height:
+        s += r.megapixelSeconds * asset.width * asset.height / 1e6
+    return s
 
 
 class FrontendPricer:
@@ -82,8 +126,9 @@ class FrontendPricer:
         for modality, spec in rates.items():
             if modality not in known:
                 raise ValueError(f"frontEnd: unknown modality {modality!r} (one of {sorted(known)})")
-            spec.check(f"frontEnd.{modality}")
-            if any(getattr(spec, f) for f in spec.__struct_fields__):
+            spec.load.check(f"frontEnd.{modality}.load")
+            spec.processor.check(f"frontEnd.{modality}.processor")
+            if not (spec.load.zero and spec.processor.zero):
                 table[Modality(modality)] = spec
         self._rates = table
 
@@ -92,61 +137,61 @@ class FrontendPricer:
         """Whether any modality costs front-end time."""
         return bool(self._rates)
 
-    def seconds(self, assets: Iterable[MediaAsset], items: Iterable[MMItem]) -> float:
-        """Front-end seconds of a request with media parts ``assets`` (what is loaded: payload
-        bytes, pixels) and priced items ``items`` (what the processor runs on: tokens). A part
-        that names a cached item by uuid alone carries nothing to load."""
+    def seconds(self, assets: Iterable[MediaAsset], items: Iterable[MMItem]) -> FrontendSeconds:
+        """The front end of a request with media parts ``assets`` (what is loaded: payload bytes,
+        pixels) and priced items ``items`` (tokens). A part that names a cached item by uuid
+        alone carries nothing to load or hash."""
         rates = self._rates
         if not rates:
-            return 0.0
-        total = 0.0
+            return NO_FRONTEND
+        load = processor = 0.0
         for asset in assets:
             r = rates.get(asset.modality)
             if r is None or asset.source is Source.UUID:
                 continue
-            total += r.itemSeconds
-            if asset.source is Source.INLINE:
-                total += r.mibSeconds * asset.payload_size / _MIB
-            if r.megapixelSeconds and asset.modality is Modality.IMAGE and asset.width and asset.height:
-                total += r.megapixelSeconds * asset.width * asset.height / 1e6
+            part = _stage(r.load, asset)
+            if part > load:
+                load = part
+            processor += _stage(r.processor, asset)
+        longest = 0.0
         for item in items:
             r = rates.get(item.modality)
             if r is not None:
-                total += r.tokenSeconds * item.length
-        return total
+                processor += r.processor.tokenSeconds * item.length
+                part = r.load.tokenSeconds * item.length
+                if part > longest:
+                    longest = part
+        return FrontendSeconds(load + longest, processor)
 
 
 class FrontendQueue:
-    """One pod's front end as this gateway loaded it: ``until`` is when the work placed there
-    would be through, draining one second per second from each placement (``max(now, until) +
-    seconds``, a single worker in arrival order); ``held`` the seconds of requests placed there
-    whose first token has not come. Its backlog is the smaller of the two: the clock's estimate,
-    capped by what is provably not through yet (a request with a first token left the front end
-    long ago), so a front end slower than priced is not believed busy for ever."""
+    """One pod's processor as this gateway loaded it: ``until`` is when the work placed there
+    would be through, each request starting once its media are loaded and the work ahead of it is
+    done (``max(ready, until) + seconds``, one worker in order). A first token proves its
+    request went through, so when one comes before the end the clock gave that request, the
+    processor is faster than priced and everything behind it moves up by the difference: a front
+    end faster than priced is not believed busy for ever."""
 
-    __slots__ = ("held", "until")
+    __slots__ = ("until",)
 
     def __init__(self) -> None:
         self.until = 0.0
-        self.held = 0.0
 
     def backlog(self, now: float) -> float:
-        """Seconds of placed front-end work not yet through at ``now`` (never negative)."""
+        """Seconds until the work placed here is through, at ``now`` (never negative)."""
         left = self.until - now
-        if left <= 0.0:
-            return 0.0
-        held = self.held
-        return left if left < held else held
+        return left if left > 0.0 else 0.0
 
-    def place(self, seconds: float, now: float) -> None:
-        """A request with ``seconds`` of front-end work was sent here at ``now``."""
-        if seconds <= 0.0:
-            return
+    def place(self, seconds: float, ready: float) -> float:
+        """A request with ``seconds`` of processor work, its media loaded at ``ready``, was sent
+        here; returns when the clock expects it through."""
         until = self.until
-        self.until = (until if until > now else now) + seconds
-        self.held += seconds
+        end = self.until = (until if until > ready else ready) + seconds
+        return end
 
-    def release(self, seconds: float) -> None:
-        """A request placed with ``seconds`` is past its front end (first token, end, failure)."""
-        held = self.held - seconds
-        self.held = held if held > 1e-12 else 0.0
+    def through(self, end: float, now: float) -> None:
+        """The request the clock expected through at ``end`` had its first token at ``now``."""
+        early = end - now
+        if early > 0.0:
+            until = self.until - early
+            self.until = until if until > now else now

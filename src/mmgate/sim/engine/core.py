@@ -75,6 +75,8 @@ class Engine:
             cfg.preprocess_workers,
             self._noise,
             {m: self.profile.preprocess_for(m) for m in self.profile.modalities},
+            load_threads=cfg.media_loading_threads,
+            loads=self.profile.modality_loads(),
         )
         self._timing = self.profile.step
         self._scheduler = Scheduler(

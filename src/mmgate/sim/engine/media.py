@@ -3,7 +3,9 @@ decode, content hash and image decode (:class:`~mmgate.sim.profiles.MediaLoad` h
 where its constants come from).
 
 :func:`payloads_of` reads what the server must load from the parsed request (the same
-:class:`~mmgate.request.view.MediaAsset` the gateway reads); :func:`load_ms` prices one item.
+:class:`~mmgate.request.view.MediaAsset` the gateway reads); :func:`load_ms` prices one item,
+:func:`decode_ms` and :func:`hash_ms` its two parts: vLLM decodes on its media-loading threads
+and hashes in the multimodal processor (:mod:`mmgate.sim.engine.frontend`).
 """
 
 from __future__ import annotations
@@ -43,11 +45,21 @@ def payloads_of(assets: Sequence[MediaAsset]) -> tuple[MediaPayload, ...]:
 
 
 def load_ms(cost: MediaLoad, item: MediaPayload) -> float:
-    """Milliseconds the API server spends loading ``item`` (see :class:`MediaLoad`)."""
+    """Milliseconds the API server spends loading ``item`` (see :class:`MediaLoad`): its
+    decode and its hash."""
+    return decode_ms(cost, item) + hash_ms(cost, item)
+
+
+def hash_ms(cost: MediaLoad, item: MediaPayload) -> float:
+    """The content hash of ``item``'s file bytes (none when the part carries a uuid: vLLM takes
+    it as the item's hash, ``multi_modal_uuids``)."""
+    return cost.hash_ms_per_mib * item.file_bytes / _MIB if item.hashed else 0.0
+
+
+def decode_ms(cost: MediaLoad, item: MediaPayload) -> float:
+    """``item``'s load without its hash: the part, the base64 text, a URL fetch, the image."""
     ms = cost.per_item_ms
     ms += cost.base64_ms_per_mib * item.base64_bytes / _MIB
-    if item.hashed:  # a uuid on the part is the item's hash (vLLM's multi_modal_uuids)
-        ms += cost.hash_ms_per_mib * item.file_bytes / _MIB
     if item.url:
         ms += cost.url_fetch_ms
     if item.pixels:

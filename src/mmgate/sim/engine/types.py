@@ -112,8 +112,10 @@ class EngineConfig:
     - ``kv_events``: produce KV events in step outputs (costs a little time per cached block).
     - ``noise``: relative sd of Gaussian noise on durations (None = the profile's), ``seed``
       seeds it.
-    - ``preprocess_workers``: how many requests the frontend preprocesses at once (vLLM's API
-      server runs the HF processor inline, i.e. one at a time).
+    - ``preprocess_workers``: how many requests the front end's multimodal processor (content
+      hash, HF processor) works on at once (vLLM runs it on one single-thread executor).
+    - ``media_loading_threads``: the front end's media-loading threads (payload and frame decode),
+      vLLM's ``VLLM_MEDIA_LOADING_THREAD_COUNT`` (8).
     - ``mm_encoder_tp_mode``: vLLM's ``--mm-encoder-tp-mode``. ``weights`` (default): the
       profile's encoder, items one after another. ``data``: each GPU of the replica (the
       profile's ``tensor_parallel_size``) holds the whole encoder and encodes its share of a
@@ -136,6 +138,7 @@ class EngineConfig:
     disable_chunked_mm_input: bool = False
     mm_processor_cache_gb: float = 4.0
     preprocess_workers: int = 1
+    media_loading_threads: int = 8
     mm_encoder_tp_mode: str = "weights"
     tensor_parallel_size: int | None = None
     kv_events: bool = False
