@@ -8,7 +8,7 @@ name, computed once per request: a request's blocks are hashed once, whatever th
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mmgate.scheduling.types import DataKey
 from mmgate.tokens import MMItem
@@ -121,6 +121,9 @@ class PredictedTTFT:
     work: dict[str, float]
     future: dict[str, float]
     frontend: tuple[float, float] = (0.0, 0.0)  # the request's own API-server seconds (load, processor)
+    frontend_saved: dict[str, float] = field(
+        default_factory=dict
+    )  # processor seconds cache hits save, by endpoint
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

@@ -111,6 +111,22 @@ def test_a_media_request_avoids_the_pod_whose_processor_is_busy_with_a_clip() ->
     assert p.seconds[busy.name] - p.seconds[idle.name] == pytest.approx(engine_gap(p, busy, idle))
 
 
+def test_a_pod_believed_to_hold_an_item_skips_its_processor_work() -> None:
+    """vLLM's processor cache (4 GiB) holds what its encoder cache does and more: where the
+    gateway believes the item cached, the HF processor is not charged (the hash still is)."""
+    s = build()
+    eps = fleet(2)
+    first = req("v1", "q", clip("clip-1"))
+    holder = send(s, first, eps, 0.0)
+    s.on_first_token("v1", 1.0)
+    s.on_finished("v1", 2.0)
+    again = req("v2", "another question", clip("clip-1"))
+    s.schedule(again, eps, 10.0)
+    p = predicted(again)
+    assert p.frontend_saved == {holder.name: pytest.approx(video_seconds(again))}
+    assert p.frontend == pytest.approx((0.0, video_seconds(again)))
+
+
 def test_a_requests_own_load_overlaps_the_backlog() -> None:
     """A clip decodes on a loading thread while the processor works through what is ahead of
     it: it waits for the longer of the two, then for its own processor work."""

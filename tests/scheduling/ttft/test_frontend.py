@@ -41,16 +41,17 @@ PRICER = FrontendPricer(
 
 def test_each_stage_is_priced_by_what_its_work_grows_with() -> None:
     photo = asset(Modality.IMAGE, "p", width=2000, height=1000, payload_size=2 * MIB)
-    load, processor = PRICER.seconds([photo], [item(Modality.IMAGE, "p", 2000)])
+    load, processor, skipped = PRICER.seconds([photo], [item(Modality.IMAGE, "p", 2000)])
     assert load == pytest.approx(0.001 + 2 * 0.001 + 2 * 0.006)  # the part, its bytes, its pixels
     assert processor == pytest.approx(0.002 + 2000 * 1e-5)
+    assert skipped == {"p": pytest.approx(processor)}  # no hash priced here: a hit skips it all
     clip = asset(Modality.VIDEO, "v", source=Source.URL, width=854, height=480)
-    assert PRICER.seconds([clip], [item(Modality.VIDEO, "v", 6000)]) == pytest.approx((0.36, 0.06))
+    assert PRICER.seconds([clip], [item(Modality.VIDEO, "v", 6000)])[:2] == pytest.approx((0.36, 0.06))
     # audio is padded to one window: a 5-s clip costs what a 60-s one does
     short, long = asset(Modality.AUDIO, "a5"), asset(Modality.AUDIO, "a60")
-    assert PRICER.seconds([short], [item(Modality.AUDIO, "a5", 125)]) == PRICER.seconds(
-        [long], [item(Modality.AUDIO, "a60", 1500)]
-    )
+    five = PRICER.seconds([short], [item(Modality.AUDIO, "a5", 125)])
+    sixty = PRICER.seconds([long], [item(Modality.AUDIO, "a60", 1500)])
+    assert five[:2] == sixty[:2]
 
 
 def test_parts_load_at_once_and_queue_one_after_another_in_the_processor() -> None:
@@ -66,13 +67,13 @@ def test_parts_with_nothing_to_load_and_unpriced_modalities_cost_nothing() -> No
     pricer = FrontendPricer(DEFAULT_FRONTEND)
     cached = asset(Modality.IMAGE, "u", source=Source.UUID, width=1280, height=720)
     embeds = asset(Modality.EMBEDS, "e", payload_size=MIB)
-    assert pricer.seconds([cached, embeds], [item(Modality.EMBEDS, "e", 500)]) == (0.0, 0.0)
+    assert pricer.seconds([cached, embeds], [item(Modality.EMBEDS, "e", 500)])[:2] == (0.0, 0.0)
     # a URL's payload is not in the body: its part and decode are charged, not bytes
     url = asset(Modality.IMAGE, "w", source=Source.URL, width=1000, height=1000, payload_size=10 * MIB)
     inline = asset(Modality.IMAGE, "i", width=1000, height=1000, payload_size=10 * MIB)
-    assert sum(pricer.seconds([url], [])) < sum(pricer.seconds([inline], []))
+    assert sum(pricer.seconds([url], [])[:2]) < sum(pricer.seconds([inline], [])[:2])
     assert not FrontendPricer({}).enabled
-    assert FrontendPricer({}).seconds([inline], [item(Modality.IMAGE, "i", 900)]) == (0.0, 0.0)
+    assert FrontendPricer({}).seconds([inline], [item(Modality.IMAGE, "i", 900)])[:2] == (0.0, 0.0)
 
 
 def test_the_defaults_are_the_simulators_omni_front_end() -> None:
@@ -80,15 +81,16 @@ def test_the_defaults_are_the_simulators_omni_front_end() -> None:
     audio clip 50 ms of it, a 720p JPEG about 5 ms of decode and 8 ms of processor."""
     pricer = FrontendPricer(DEFAULT_FRONTEND)
     clip = asset(Modality.VIDEO, "v", payload_size=2 * MIB)
-    load, processor = pricer.seconds([clip], [item(Modality.VIDEO, "v", 3060)])
+    load, processor, _ = pricer.seconds([clip], [item(Modality.VIDEO, "v", 3060)])
     assert 0.18 < load < 0.2 and 0.03 < processor < 0.04
     audio = asset(Modality.AUDIO, "a", payload_size=MIB)
     assert pricer.seconds([audio], [item(Modality.AUDIO, "a", 750)]).processor == pytest.approx(
         0.05, abs=1e-3
     )
     photo = asset(Modality.IMAGE, "p", width=1280, height=720, payload_size=270_000)
-    load, processor = pricer.seconds([photo], [item(Modality.IMAGE, "p", 1198)])
+    load, processor, skipped = pricer.seconds([photo], [item(Modality.IMAGE, "p", 1198)])
     assert 0.004 < load < 0.007 and 0.007 < processor < 0.010
+    assert 0 < processor - skipped["p"] < 1e-4  # a processor-cache hit still hashes the file
 
 
 @pytest.mark.parametrize(

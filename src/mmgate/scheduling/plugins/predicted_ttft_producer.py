@@ -13,6 +13,11 @@ gateway has placed on ``e`` and not yet seen a first token for (``inflight-load-
 or, when larger, the scraped waiting queue times the mean prompt size the gateway has placed
 (other gateways' traffic shows there).
 
+The API server's front end adds to that (:mod:`mmgate.scheduling.ttft.frontend`): a request with
+media waits ``max(load, B_e) + processor``, its own media load and processor seconds priced per
+item (``frontEnd``) and ``B_e`` the processor work this gateway placed on ``e`` not yet through;
+the fit learns the engine's rates from the observed TTFT minus that part.
+
 An endpoint whose metrics are missing or stale is predicted pessimistically: the worst
 prediction among endpoints with fresh metrics plus its own, so a pod the gateway knows nothing
 about is never preferred over one it knows (llm-d scores such a pod 0 on its load scorers).
@@ -43,7 +48,7 @@ have reused it. ``n`` is how many later requests each cold placement has drawn o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -71,6 +76,7 @@ from mmgate.scheduling.ttft.frontend import (
 )
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
+_NO_QUEUES: dict[str, FrontendQueue] = {}  # what a request without processor work waits behind
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
 REUSE_DECAY = 0.995  # hits per cold placement, over roughly the last two hundred placements
 
@@ -160,7 +166,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         prefix = request.get(self._prefix_key)
         encoder = request.get(self._encoder_key)
         total = tp.total_tokens if tp is not None else 0
-        items = _encoder_items(tp, encoder)
+        front = NO_FRONTEND
+        if tp is not None and tp.media and self.frontend.enabled:
+            front = self.frontend.seconds(request.view.assets, tp.media)
+        items = _encoder_items(tp, encoder, front.skipped)
         held_by = encoder.matched_indices if encoder is not None else {}
         if prefix is not None:
             matched, block, prompt = prefix.matched, prefix.block_size, prefix.prompt_tokens
@@ -183,12 +192,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
         most_reused = 0.0
-        front = NO_FRONTEND
-        if tp is not None and tp.media and self.frontend.enabled:
-            front = self.frontend.seconds(request.view.assets, tp.media)
-        load, processing = front
-        own_front = load + processing
-        fronts_of = self._fronts.get if processing > 0.0 else _no_queue  # no media: no processor queue
+        load, processing, _ = front
+        saved_at: dict[str, float] = {}  # processor seconds believed cache hits save, by endpoint
+        fronts_of = (self._fronts if processing > 0.0 else _NO_QUEUES).get  # no media: no processor queue
         # The loop runs once per candidate on every decision: locals and plain comparisons only.
         for ep in endpoints:
             name = ep.name
@@ -199,14 +205,18 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                 if cached > prompt:
                     cached = prompt
             encode = hits = 0
+            saved = 0.0
             if items:
                 held = held_of(name, ())
-                for end, length, index in items:
+                for end, length, index, skip in items:
                     if end > cached:
                         if index in held:
                             hits += length
+                            saved += skip
                         else:
                             encode += length
+                    else:
+                        saved += skip
             flight = ep.inflight
             ahead = flight.tokens
             m = ep.metrics
@@ -225,7 +235,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                 float(ahead),
             )
             rates = rates_of(ep)
-            s = rates.seconds(x) + own_front
+            s = rates.seconds(x) + load + processing
+            if saved:  # the processor cache holds what the prefix or encoder cache is believed to
+                s -= saved
+                saved_at[name] = saved
             fq = fronts_of(name)
             if fq is not None:  # the processor's backlog past this request's load, inlined
                 left = fq.until - now
@@ -258,7 +271,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             wait = queue_avg[name]
             marginal = wait * (2.0 + wait / service) if service > 0 else wait
             future[name] = drawn * (marginal * cold + new_work[name])
-        info = PredictedTTFT(seconds, terms, known, work, future, front)
+        info = PredictedTTFT(seconds, terms, known, work, future, (load, processing), saved_at)
         for key in self._keys:
             request.put(key, info)
 
@@ -293,6 +306,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             return
         pending = self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
         load, processing = info.frontend
+        processing -= info.frontend_saved.get(endpoint.name, 0.0)
         if processing > 0:
             fq = self._fronts.get(endpoint.name)
             if fq is None:
@@ -347,23 +361,27 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._fronts.pop(name, None)
 
 
-def _no_queue(name: str) -> FrontendQueue | None:
-    return None
-
-
 def _encoder_items(
-    tp: TokenizedPrompt | None, encoder: EncoderCacheMatch | None
-) -> list[tuple[int, int, int]]:
+    tp: TokenizedPrompt | None, encoder: EncoderCacheMatch | None, skipped: Mapping[str, float]
+) -> list[tuple[int, int, int, float]]:
     """The request's distinct media items that need the encoder, as (end position, tokens,
-    index in the encoder-cache match info, or -1 without one): what the per-endpoint loop reads."""
+    index in the encoder-cache match info, or -1 without one, the processor seconds a cache hit
+    on it saves): what the per-endpoint loop reads."""
     if tp is None or not tp.media:
         return []
     index = {identity: i for i, identity in enumerate(encoder.identities)} if encoder is not None else {}
-    items: list[tuple[int, int, int]] = []
+    items: list[tuple[int, int, int, float]] = []
     seen: set[str] = set()
     for item in tp.media:
         if item.identity in seen or item.modality == Modality.EMBEDS:
             continue
         seen.add(item.identity)
-        items.append((item.offset + item.length, item.length, index.get(item.identity, -1)))
+        items.append(
+            (
+                item.offset + item.length,
+                item.length,
+                index.get(item.identity, -1),
+                skipped.get(item.identity, 0.0),
+            )
+        )
     return items

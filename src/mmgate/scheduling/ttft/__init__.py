@@ -2,7 +2,9 @@
 
 :mod:`~mmgate.scheduling.ttft.rates` holds the model (five terms, five per-endpoint rates) and
 how configured rates are resolved for an endpoint; :mod:`~mmgate.scheduling.ttft.fit` learns the
-rates online from observed TTFTs. Both are pure: no clock, no I/O. The plugins that use them are
+rates online from observed TTFTs; :mod:`~mmgate.scheduling.ttft.frontend` prices the API server's
+front end (media load, processor) and keeps each pod's processor backlog. All are pure: no clock
+of their own, no I/O. The plugins that use them are
 ``predicted-ttft-producer``, ``predicted-ttft-scorer`` and ``predicted-ttft-slo-filter``.
 """
 

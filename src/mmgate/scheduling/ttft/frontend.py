@@ -95,23 +95,25 @@ def default_frontend() -> dict[str, FrontendRates]:
 
 
 class FrontendSeconds(NamedTuple):
-    """A request's front end: ``load`` (its largest part's, the parts load at once) and
-    ``processor`` (all its items', one after another)."""
+    """A request's front end: ``load`` (its largest part's, the parts load at once),
+    ``processor`` (all its items', one after another) and ``skipped``: per item identity, the
+    processor seconds a processor-cache hit on it saves (all but its hash)."""
 
     load: float
     processor: float
+    skipped: Mapping[str, float]
 
 
-NO_FRONTEND = FrontendSeconds(0.0, 0.0)
+NO_FRONTEND = FrontendSeconds(0.0, 0.0, {})
 
 
-def _stage(r: StageRates, asset: MediaAsset) -> float:
+def _stage(r: StageRates, asset: MediaAsset) -> tuple[float, float]:
+    """(seconds of the stage for ``asset`` apart from its tokens, the part of them per MiB)."""
     s = r.itemSeconds
-    if asset.source is Source.INLINE:
-        s += r.mibSeconds * asset.payload_size / _MIB
     if r.megapixelSeconds and asset.modality is Modality.IMAGE and asset.width and asset.height:
         s += r.megapixelSeconds * asset.width * asset.height / 1e6
-    return s
+    per_mib = r.mibSeconds * asset.payload_size / _MIB if asset.source is Source.INLINE else 0.0
+    return s, per_mib
 
 
 class FrontendPricer:
@@ -145,23 +147,28 @@ class FrontendPricer:
         if not rates:
             return NO_FRONTEND
         load = processor = 0.0
+        skipped: dict[str, float] = {}
         for asset in assets:
             r = rates.get(asset.modality)
             if r is None or asset.source is Source.UUID:
                 continue
-            part = _stage(r.load, asset)
-            if part > load:
-                load = part
-            processor += _stage(r.processor, asset)
+            fixed, per_mib = _stage(r.load, asset)
+            if fixed + per_mib > load:
+                load = fixed + per_mib
+            fixed, digest = _stage(r.processor, asset)  # the hash (per MiB) is paid on a hit too
+            processor += fixed + digest
+            skipped[asset.identity] = skipped.get(asset.identity, 0.0) + fixed
         longest = 0.0
         for item in items:
             r = rates.get(item.modality)
             if r is not None:
-                processor += r.processor.tokenSeconds * item.length
+                own = r.processor.tokenSeconds * item.length
+                processor += own
+                skipped[item.identity] = skipped.get(item.identity, 0.0) + own
                 part = r.load.tokenSeconds * item.length
                 if part > longest:
                     longest = part
-        return FrontendSeconds(load + longest, processor)
+        return FrontendSeconds(load + longest, processor, skipped)
 
 
 class FrontendQueue:
