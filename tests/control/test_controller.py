@@ -4,15 +4,18 @@ endpoint a request was started on released when it ends. No transport: a clock a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
 
 from mmgate.config import load_config_text
 from mmgate.control import (
+    AdmissionSettings,
     BreakerSettings,
     ControlSettings,
     NoCandidates,
+    Overloaded,
     RequestController,
     SchedulerPicker,
     Usage,
@@ -181,3 +184,31 @@ async def test_admission_slots_are_taken_and_given_back() -> None:
     ctl.leave(flight)
     ctl.leave(flight)  # twice is harmless
     assert ctl.inflight == 0
+
+
+async def test_a_free_slot_is_taken_without_awaiting_and_a_full_gateway_queues_as_before() -> None:
+    queueing = AdmissionSettings(max_queue=1, queue_timeout_s=30)
+    ctl, _, _, _ = controller(ControlSettings(max_inflight=1, admission=queueing))
+    first = ctl.open(VIEW, "r1", {}, client="c")
+    assert ctl.admit_now(first) and ctl.inflight == 1
+    second = ctl.open(VIEW, "r2", {}, client="c")
+    assert not ctl.admit_now(second) and ctl.inflight == 1  # no slot: nothing taken
+    waiting = asyncio.create_task(ctl.admit(second))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    ctl.leave(first)  # the slot goes to the queued request
+    await waiting
+    assert ctl.inflight == 1
+    ctl.leave(second)
+    assert ctl.inflight == 0
+
+
+def test_the_client_is_read_only_where_a_per_client_limit_needs_it() -> None:
+    assert not controller()[0].reads_client
+    ctl, _, _, _ = controller(ControlSettings(admission=AdmissionSettings(per_client_inflight=1)))
+    assert ctl.reads_client
+    assert ctl.admit_now(ctl.open(VIEW, "r1", {}, client="c"))
+    with pytest.raises(Overloaded, match="this client already has 1"):
+        ctl.admit_now(ctl.open(VIEW, "r2", {}, client="c"))
+    assert ctl.admit_now(ctl.open(VIEW, "r3", {}, client="d"))  # another client is not held back
+    assert ctl.inflight == 2

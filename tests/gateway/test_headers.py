@@ -38,3 +38,12 @@ def test_upstream_and_response_header_rules() -> None:
         [("Content-Length", "12"), ("Set-Cookie", "a"), ("Set-Cookie", "b"), ("Server", "x")]
     )
     assert shown == ([("Set-Cookie", "a"), ("Set-Cookie", "b")], 12)  # repeated headers kept
+
+
+def test_header_rules_hold_for_names_seen_before_and_beyond_the_remembered_ones() -> None:
+    client = [("X-Custom", "1"), ("connection", "x-drop-me"), ("X-Drop-Me", "2"), ("HOST", "gw")]
+    for _ in range(2):  # the second time every name's fate is remembered
+        assert upstream_headers(client, "rid") == [("X-Custom", "1"), ("x-request-id", "rid")]
+    many = [(f"X-Name-{i}", str(i)) for i in range(1500)] + [(f"X-MMGATE-{i}", "r") for i in range(600)]
+    for _ in range(2):
+        assert upstream_headers(many, "rid") == [*many[:1500], ("x-request-id", "rid")]

@@ -83,35 +83,47 @@ class Admission:
             self._check_key(identity)
             self._per_key[identity.key_id] = self._per_key.get(identity.key_id, 0) + 1
             try:
-                if not self._took(limit, client):
+                if not self.enter_now(limit, client):
                     await self._wait(limit, client)
             except BaseException:
                 self._drop_key(identity)
                 raise
             return
-        if not self._took(limit, client):  # a free slot (the common case) needs no coroutine
+        if not self.enter_now(limit, client):
             await self._wait(limit, client)
 
-    def _took(self, limit: int, client: str) -> bool:
-        """Take a free slot now if there is one (nobody queued ahead); False: ``client`` must
-        wait in the queue. Raises :class:`Overloaded` at the client's own limit."""
+    def enter_now(self, limit: int, client: str) -> bool:
+        """Take a free slot now if there is one (nobody queued ahead), without a coroutine: the
+        common case. False: nothing was taken, ``client`` must wait in the queue (:meth:`enter`).
+        Raises :class:`Overloaded` at the client's own limit. For a request without a verified
+        key (whose own limits only :meth:`enter` checks); it needs one :meth:`leave` too."""
         s = self.settings
-        held = self._per_client.get(client, 0)
-        if s.per_client_inflight and held >= s.per_client_inflight:
-            raise Overloaded(
-                f"this client already has {held} requests in flight; the limit is {s.per_client_inflight}",
-                s.retry_after_s,
-            )
+        per_client = s.per_client_inflight
+        held = 0
+        if per_client:  # clients are counted only when a per-client limit reads the counts
+            held = self._per_client.get(client, 0)
+            if held >= per_client:
+                raise Overloaded(
+                    f"this client already has {held} requests in flight; the limit is {per_client}",
+                    s.retry_after_s,
+                )
         if not limit or (self.inflight < limit and not self.queued):
             self.inflight += 1
-            self._per_client[client] = held + 1
+            if per_client:
+                self._per_client[client] = held + 1
             return True
         return False
+
+    @property
+    def counts_clients(self) -> bool:
+        """Whether requests are told apart by client (a per-client limit is set): without one,
+        the ``client`` passed in is never read."""
+        return self.settings.per_client_inflight > 0
 
     async def _wait(self, limit: int, client: str) -> None:
         """Queue for a slot (``leave`` hands it over), or raise :class:`Overloaded`."""
         s = self.settings
-        held = self._per_client.get(client, 0)
+        held = self._per_client.get(client, 0) if s.per_client_inflight else 0
         if self.queued >= s.max_queue:
             where = f"and {s.max_queue} queued " if s.max_queue else ""
             raise Overloaded(
@@ -120,11 +132,13 @@ class Admission:
             )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        self._per_client[client] = held + 1  # a queued request counts against its client
+        if s.per_client_inflight:
+            self._per_client[client] = held + 1  # a queued request counts against its client
         try:
             await asyncio.wait_for(asyncio.shield(waiter), s.queue_timeout_s)
         except (TimeoutError, asyncio.CancelledError) as exc:
-            self._drop_client(client)
+            if s.per_client_inflight:
+                self._drop_client(client)
             if waiter.done() and not waiter.cancelled():
                 self._release_slot()  # a slot was handed over just as we gave up: pass it on
             else:
@@ -142,7 +156,8 @@ class Admission:
     def leave(self, client: str, identity: Identity | None = None) -> None:
         if identity is not None:
             self._drop_key(identity)
-        self._drop_client(client)
+        if self.settings.per_client_inflight:
+            self._drop_client(client)
         self._release_slot()
 
     def _check_key(self, identity: Identity) -> None:

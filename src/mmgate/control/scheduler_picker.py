@@ -110,8 +110,19 @@ class SchedulerPicker:
         if now - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = now
             scheduler.sweep(now, self.lost_after_s)
-        state_of = self.state_of
-        states = [state_of(r) for r in candidates]
+        # Each candidate's state, refreshed with its latest scrape: inline while the record's
+        # endpoint is the one the state was built from (every decision but the first), else
+        # through state_of, which (re)builds it.
+        known, built_from = self._states, self._endpoint_of
+        states = []
+        for r in candidates:
+            endpoint = r.endpoint
+            state = known.get(endpoint.name)
+            if state is None or built_from.get(endpoint.name) is not endpoint:
+                state = self.state_of(r)
+            else:
+                state.metrics = r.metrics
+            states.append(state)
         # The scheduler tracks in-flight requests by id; clients choose x-request-id, so two
         # concurrent requests may share one. A per-attempt suffix keeps their accounting apart.
         rid = f"{request_id}#{next(self._seq)}"
@@ -158,11 +169,13 @@ class SchedulerPicker:
             for kind, count in pricing.by_modality.items():
                 by_modality[kind] = count
             text = pricing.text_tokens
-        by_modality["text"] = text
+        tokens_by_modality = {str(m): n for m, n in by_modality.items() if n} if by_modality else {}
+        if text:
+            tokens_by_modality["text"] = text
         decision = Decision(
             endpoint=name,
             request_tokens=total,
-            tokens_by_modality={str(m): n for m, n in by_modality.items() if n},
+            tokens_by_modality=tokens_by_modality,
             profile=result.primary_profile,
         )
         encoder = data.get(ENCODER_CACHE_MATCH.name)

@@ -232,7 +232,10 @@ def make_parser(limits: Limits) -> Parser:
             view = parse_request(body, headers, api=api, limits=limits)
         except RecursionError:  # JSON nested thousands deep: the decoder gives up, the client erred
             raise RequestError("The request body is nested too deeply.", param="body") from None
-        if limits.own_media_uuids:
+        parts = view.parts
+        # The prompt builder merges text, so a prompt without media is at most one string: no
+        # part to write a uuid on, and no call to find that out on every text request.
+        if limits.own_media_uuids and (len(parts) > 1 or (parts and not isinstance(parts[0], str))):
             view.body = with_media_uuids(view)
         return view
 

@@ -119,6 +119,12 @@ class Gateway:
             stage_metrics=stage_metrics,
         )  # fmt: skip
         self.telemetry.inflight_from(lambda: self.controller.inflight)  # read at scrape time
+        # Fixed by the config: which optional steps a request takes, read once instead of asked
+        # on every request (each ask is a call that answers None when the feature is off).
+        self._traced = self.controller.tracing
+        self._authenticated = self.controller.keys is not None
+        self._client_keyed = self.controller.reads_client
+        self._debug_scores = settings.proxy.debug_scores
 
     @property
     def inflight(self) -> int:
@@ -204,22 +210,23 @@ class Gateway:
         headers = request.headers
         request_id = request_id_from(headers)
         controller = self.controller
-        trace = controller.trace(headers, api, request.path)  # None unless tracing is on
+        trace = controller.trace(headers, api, request.path) if self._traced else None
         flight: Flight | None = None
         view: RequestView | None = None
         forwarded: Forwarded | None = None
         status = 500
         label = ""
         try:
-            identity = controller.authenticate(headers)  # before parsing: 401 costs nothing
+            # Before parsing: a 401 costs nothing.
+            identity = controller.authenticate(headers) if self._authenticated else None
             view = controller.parse(request.body, headers, api, trace)
             try:
                 flight = controller.open(
                     view,
                     request_id,
                     headers,
-                    client=client_key(headers, request.remote),
-                    debug=self.proxy.wants_scores(request),
+                    client=client_key(headers, request.remote) if self._client_keyed else "",
+                    debug=self._debug_scores and self.proxy.wants_scores(request),
                     received=received,
                     identity=identity,
                     trace=trace,
@@ -230,7 +237,8 @@ class Gateway:
                 writer.send(error_response(503, str(exc), code="no_endpoint", headers=refusal))
                 return
             try:
-                await controller.admit(flight)
+                if not controller.admit_now(flight):  # a free slot: no coroutine
+                    await controller.admit(flight)
             except Overloaded as exc:
                 status = 429
                 writer.send(

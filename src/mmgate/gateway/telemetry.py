@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from mmgate.control.circuit_breaker import State
 from mmgate.control.decision import Decision
 from mmgate.datalayer.endpoints import EndpointRegistry
-from mmgate.gateway.loopmetrics import LoopCounter, LoopHistogram
+from mmgate.gateway.loopmetrics import CounterChild, HistogramChild, LoopCounter, LoopHistogram
 
 log = logging.getLogger("mmgate.gateway")
 
@@ -38,6 +38,18 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 # |predicted - observed| TTFT: a good prediction is off by milliseconds, so finer at the low end.
 ERROR_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25,
                  0.5, 1, 2.5, 5, 10, 30)  # fmt: skip
+
+
+class _DoneSeries:
+    """The series one kind of finished request updates: its count, its duration (only when an
+    endpoint was chosen) and its time to first byte (once one was seen)."""
+
+    __slots__ = ("count", "latency", "ttfb")
+
+    def __init__(self, count: CounterChild, latency: HistogramChild | None) -> None:
+        self.count = count
+        self.latency = latency
+        self.ttfb: HistogramChild | None = None
 
 
 class _EndpointCollector(Collector):
@@ -158,6 +170,14 @@ class Telemetry:
             ["endpoint"], registry=r,
         )  # fmt: skip
         r.register(_EndpointCollector(endpoints, clock))
+        # The series every request updates, held here so an update is one call on the series
+        # (a label lookup is a Python call of its own, several per request).
+        self._parse_s = self.parse_latency.labels()
+        self._decision_s = self.decision_latency.labels()
+        self._prefix_match = self.prefix_match.labels()
+        self._encoder_hit_ratio = self.encoder_hit_ratio.labels()
+        self._priced: dict[str, CounterChild] = {}  # by modality
+        self._done: dict[tuple[str, str, str], _DoneSeries] = {}  # by model, status, endpoint
 
     def url_probed(self, outcome: str) -> None:
         self.url_probes.labels(outcome).inc()
@@ -177,7 +197,7 @@ class Telemetry:
             log.info("endpoint %s back in rotation (half-open probe succeeded)", endpoint)
 
     def record_parse(self, seconds: float) -> None:
-        self.parse_latency.observe(seconds)
+        self._parse_s.observe(seconds)
 
     def ttft_observed(self, endpoint: str, predicted_s: float, observed_s: float) -> None:
         """A streamed answer's first byte, with what was predicted for it: the two histograms per
@@ -188,12 +208,15 @@ class Telemetry:
         self.ttft_error.labels(endpoint).observe(abs(predicted_s - observed_s))
 
     def record_decision(self, decision: Decision, seconds: float, *, first_attempt: bool) -> None:
-        self.decision_latency.observe(seconds)
+        self._decision_s.observe(seconds)
         if not first_attempt:
             return
-        priced = self.priced_tokens
+        priced = self._priced
         for modality, tokens in decision.tokens_by_modality.items():
-            priced.labels(modality).inc(tokens)
+            child = priced.get(modality)
+            if child is None:
+                child = priced[modality] = self.priced_tokens.labels(modality)
+            child.inc(tokens)
         queried = sum(decision.encoder_items.values()) if decision.encoder_items else 0
         if queried:
             hits = 0
@@ -202,9 +225,9 @@ class Telemetry:
                 hits += hit
                 self.encoder_queries.labels(decision.endpoint, modality).inc(items)
                 self.encoder_hits.labels(decision.endpoint, modality).inc(hit)
-            self.encoder_hit_ratio.observe(hits / queried)
+            self._encoder_hit_ratio.observe(hits / queried)
         if decision.prefix_match is not None:
-            self.prefix_match.observe(decision.prefix_match)
+            self._prefix_match.observe(decision.prefix_match)
 
     def inflight_from(self, read: Callable[[], float]) -> None:
         """Read ``mmgate_inflight_requests`` from ``read()`` at scrape time (e.g. the admission
@@ -217,13 +240,23 @@ class Telemetry:
         """The end of one request, in one call: the request counter (``endpoint`` ``""`` counts
         as ``-``), its duration when an endpoint was chosen, and its time to first byte if any.
 
-        Equivalent to the three ``labels(...)`` updates it replaces, in one call.
+        Equivalent to the three ``labels(...)`` updates it replaces; the three series of each
+        (model, status, endpoint) are looked up once, then kept together.
         """
-        self.requests.labels(model, status, endpoint or "-").inc()
-        if endpoint:
-            self.request_latency.labels(model).observe(duration_s)
+        series = self._done.get((model, status, endpoint))
+        if series is None:
+            series = self._done[model, status, endpoint] = _DoneSeries(
+                self.requests.labels(model, status, endpoint or "-"),
+                self.request_latency.labels(model) if endpoint else None,
+            )
+        series.count.inc()
+        if series.latency is not None:
+            series.latency.observe(duration_s)
         if first_byte_s is not None:
-            self.ttfb.labels(model).observe(first_byte_s)
+            ttfb = series.ttfb
+            if ttfb is None:  # made at its first observation, as labels(...).observe() would
+                ttfb = series.ttfb = self.ttfb.labels(model)
+            ttfb.observe(first_byte_s)
 
 
 class JsonFormatter(logging.Formatter):

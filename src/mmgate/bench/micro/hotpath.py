@@ -154,21 +154,23 @@ def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], N
         "Authorization": "Bearer sk-benchmark",
     }
     controller, telemetry = gateway.controller, gateway.telemetry
+    # What Gateway.handle reads once: the steps a request of this config takes.
+    traced, client_keyed = controller.tracing, controller.reads_client
 
     def run(n: int) -> None:
         for _ in range(n):
             request_id = request_id_from(headers)
-            trace = controller.trace(headers, Api.CHAT, "/v1/chat/completions")
+            trace = controller.trace(headers, Api.CHAT, "/v1/chat/completions") if traced else None
             view = controller.parse(data, headers, Api.CHAT, trace)
             if stage < 1:
                 continue
-            flight = controller.open(
-                view, request_id, headers, client=client_key(headers, "127.0.0.1"), trace=trace
-            )
+            client = client_key(headers, "127.0.0.1") if client_keyed else ""
+            flight = controller.open(view, request_id, headers, client=client, trace=trace)
             if stage < 2:
                 continue
             if stage >= 4:
-                _run_now(controller.admit(flight))
+                if not controller.admit_now(flight):
+                    _run_now(controller.admit(flight))
                 telemetry.inflight.inc()
             attempt = controller.decide(flight)
             assert attempt is not None
