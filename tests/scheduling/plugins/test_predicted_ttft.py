@@ -115,7 +115,7 @@ def test_work_weight_also_counts_the_gpu_time_a_hit_saves_for_the_requests_behin
         assert chosen is (other if s is cold else holder)
 
 
-def test_the_future_cost_is_the_displaced_work_and_elsewhere_the_average_queue_too() -> None:
+def test_the_future_cost_is_the_displaced_reuse_and_the_queue_behind_the_work() -> None:
     s = build({"learn": False}, scorer={"futureWeight": 1})
     eps = fleet(2)
     text = "a long shared system prompt " * 100
@@ -126,20 +126,95 @@ def test_the_future_cost_is_the_displaced_work_and_elsewhere_the_average_queue_t
     assert isinstance(producer, PredictedTTFTProducer)
     drawn = producer.later_requests_per_cold_placement
     assert drawn == pytest.approx(1.0, rel=0.01)  # one hit per cold placement so far
+    # the holder's cache saved the second request most of its prefill: worth more than 0.5 s a
+    # second of the new work placed there; nothing was placed on the other pod yet (n stands in)
+    reuse = producer.displaced_reuse(holder.name)
+    assert 0.5 < reuse < 1.0
+    assert producer.displaced_reuse(other.name) == drawn
     other.inflight.tokens = 5_000  # 0.5 s ahead on the other pod
     probe = req("c", text, "another question")
     s.schedule(probe, eps, 2.0)
     p = predicted(probe)
     average = producer.queue_average(other.name)
     assert 0 < average < 0.5  # the last 30 s's average, not this instant's queue
-    # the holder: only the prefill of the new question, whose cache room displaces that much;
-    # the other pod: the whole prompt's prefill and its average queue (learn off: work is fresh)
-    assert p.future[holder.name] == pytest.approx(drawn * p.work[holder.name])
-    service = producer.mean_placed_work  # the marginal wait of joining a queue that waits `average`
+    assert producer.queue_average(holder.name) == 0.0
+    service = producer.mean_placed_work
     assert service > 0
-    marginal = average * (2 + average / service)
-    assert p.future[other.name] == pytest.approx(drawn * (marginal + p.work[other.name]))
+    # The holder's queue has been empty: its later requests wait nothing more there, and a copy
+    # on the other pod would not change that (they go to the holder). What differs is the cache
+    # room (the holder: the new question's prefill at its cache's worth; the other pod: the whole
+    # prompt's) and the queue the request's own work makes wait behind it on the other pod.
+    assert p.future[holder.name] == pytest.approx(reuse * p.work[holder.name])
+    load = average / service
+    assert p.future[other.name] == pytest.approx(drawn * p.work[other.name] * (1 + load * (1 + load)))
     assert p.work[holder.name] < 0.2 * p.work[other.name]
+
+
+def test_a_copy_beside_a_busy_holder_is_credited_with_the_queue_it_takes_off_the_holder() -> None:
+    """A popular image's later requests go to whichever pod holds it. Left on one holder they all
+    meet that holder's marginal wait; a copy on a pod whose queue has been shorter lets them meet
+    that one's instead, so the copy's future queue is the shorter of the two, never more than
+    staying. With the holder's queue long on average (empty right now, so its predicted TTFT is
+    the lower: the encode is saved), the copy wins; without the future cost the hit does."""
+    for weight, copies in ((0.0, False), (1.0, True)):
+        s = build({"learn": False}, scorer={"futureWeight": weight})
+        eps = fleet(2)
+        photo = image("img-popular", 1280, 720)
+        where = serve(s, req("a", "q0", photo), eps, 0.0, 0.2)  # the first placement: cold
+        holder, other = (eps[0], eps[1]) if where == eps[0].name else (eps[1], eps[0])
+        for i in range(1, 4):  # three hits on the holder: each cold placement has drawn three
+            assert serve(s, req(f"h{i}", f"q{i}", photo), eps, float(i), 0.1) == holder.name
+        holder.inflight.tokens = 5_000  # the holder has been busy (0.5 s ahead) ...
+        s.schedule(req("probe", "hello"), eps, 100.0)
+        holder.inflight.tokens = 0  # ... and is idle at this instant
+        r = req("again", "q9", photo)
+        chosen = s.schedule(r, eps, 100.0).target
+        p = predicted(r)
+        assert p.seconds[holder.name] < p.seconds[other.name]  # greedy: the hit
+        assert chosen is (other if copies else holder)
+    producer = s.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    service = producer.mean_placed_work
+    wait = producer.queue_average(holder.name)
+    assert 0.45 < wait <= 0.5 and producer.queue_average(other.name) == 0.0  # 97 s of a 30-s window
+    drawn = producer.later_requests_per_cold_placement
+    assert drawn == pytest.approx(3.0, rel=0.02)
+    held = wait * (2 + wait / service)  # the holder's marginal wait: what staying costs later
+    load = wait / service
+    assert p.future[holder.name] == pytest.approx(
+        drawn * held
+        + producer.displaced_reuse(holder.name) * (p.work[holder.name])
+        + p.work[holder.name] * load * (1 + load)
+    )
+    assert p.future[other.name] == pytest.approx(producer.displaced_reuse(other.name) * p.work[other.name])
+
+
+def test_new_content_goes_where_cache_room_has_been_worth_least() -> None:
+    """Content nobody holds displaces whatever the chosen pod's cache evicts next. A pod whose
+    cache has been saving its requests work (hits) loses more by that than a pod whose cache
+    nobody reused: with queues alike, new content goes to the latter."""
+    s = build({"learn": False}, scorer={"futureWeight": 1})
+    eps = fleet(2)
+    photo = image("img-reused", 1280, 720)
+    where = serve(s, req("a", "q0", photo), eps, 0.0, 0.2)
+    reused = eps[0] if where == eps[0].name else eps[1]
+    unused = eps[1] if reused is eps[0] else eps[0]
+    for i in range(1, 4):
+        serve(s, req(f"h{i}", f"q{i}", photo), eps, float(i), 0.1)
+    producer = s.plugins["predicted-ttft-producer"]
+    assert isinstance(producer, PredictedTTFTProducer)
+    for i in range(5):  # unrelated photos, never asked again, all placed on the other pod
+        r = req(f"u{i}", "q", image(f"img-once-{i}", 1280, 720))
+        result = s.schedule(r, [unused], 10.0 + i)
+        s.pre_request(r, result, 10.0 + i)
+        s.start(r, result, 10.0 + i)
+        s.on_first_token(r.request_id, 10.1 + i)
+        s.on_finished(r.request_id, 10.2 + i)
+    assert producer.displaced_reuse(unused.name) == 0.0
+    assert producer.displaced_reuse(reused.name) > 0.3
+    for i in range(5):
+        r = req(f"n{i}", "q", image(f"img-new-{i}", 1280, 720))
+        assert s.schedule(r, eps, 200.0 + i).target is unused
 
 
 def test_new_content_goes_where_the_queue_has_been_shortest_not_where_it_is_now() -> None:

@@ -32,17 +32,21 @@ the gateway runs a disaggregated request's encode and prefill legs itself, the s
 starts when the last stage pod's legs ended (``on_stage_done``), the moment it is sent the request.
 
 Beside each prediction it gives the *future cost* of placing the request there (for
-``predicted-ttft-scorer``'s ``futureWeight``), ``n * (cold_e * Qbar_e * (2 + Qbar_e / S) + p_e * P_e
-+ s_e * E_e)``: every placement follows the caches, so content placed where it is not cached draws
-its later requests there. Each of them waits the endpoint's queue and, by joining it, makes every
-other request there wait longer: ``Qbar_e * (2 + Qbar_e / S)`` is that marginal wait for a
-single-server queue whose mean wait is ``Qbar_e`` (the queue wait averaged over the last
-``queueAverageSeconds``: what a later request meets, not the instant's) and mean service ``S``
-(the mean GPU work of a placed request). ``cold_e`` is the share of the best candidate's
-believed-cached tokens ``e`` lacks (1 everywhere when none holds any). And the cache room the
-placement takes displaces content worth its own prefill and encode to the requests that would
-have reused it. ``n`` is how many later requests each cold placement has drawn on this fleet
-(believed hits per cold placement, decayed). docs/plugins/predicted-ttft.md derives it.
+``predicted-ttft-scorer``'s ``futureWeight``), in seconds::
+
+    F_e = n * min(M_e, M_H) + r_e * N_e + W_e * x_e * (1 + x_e)
+
+Every placement follows the caches, so the content's ``n`` later requests (believed hits per cold
+placement on this fleet, decayed) go to whichever pod holds it with the shortest queue: on a
+holder or for content nobody holds they meet ``M_e``, the marginal wait ``Qbar_e * (2 + Qbar_e /
+S)`` of one more request on a single-server queue whose mean wait is ``Qbar_e`` (the queue wait
+averaged over ``queueAverageSeconds``: what a later request meets) and mean service ``S`` (the mean
+GPU work of a placed request); a copy beside the holders (``M_H``: the least of theirs) gives them
+the choice, so never more than staying and less when its queue has been shorter. ``N_e``, the new
+work the endpoint caches, displaces content worth ``r_e`` a second (what that endpoint's believed
+hits would have cost without its caches per second of new work placed there). And the request's
+own work ``W_e`` delays the requests that queue behind it: ``x * (1 + x)`` seconds per second of
+work in the same queue, ``x = Qbar_e / S``. docs/plugins/predicted-ttft.md derives it.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 _NO_QUEUES: dict[str, FrontendQueue] = {}  # what a request without processor work waits behind
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
 REUSE_DECAY = 0.995  # hits per cold placement, over roughly the last two hundred placements
+_NO_REUSE = (0.0, 0.0)
 
 
 class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -154,6 +159,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._work_weight = 0.0
         self.frontend = FrontendPricer(params.frontEnd)
         self._fronts: dict[str, FrontendQueue] = {}  # each endpoint's API-server backlog
+        # Per endpoint, decayed: the seconds its believed hits saved, and the seconds of new work
+        # (content it did not hold) placed on it.
+        self._reuse: dict[str, tuple[float, float]] = {}
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -266,11 +274,26 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                     seconds[name] += worst_known
         drawn = self.later_requests_per_cold_placement
         service = self.mean_placed_work
+        # Each candidate's marginal wait, and the least of them among the candidates holding the
+        # most of the request: where its later requests go whatever this one does.
+        marginal: dict[str, float] = {}
+        holders_wait = math.inf
         for name, t in terms.items():
-            cold = 1.0 - (t[3] + t[4]) / most_reused if most_reused > 0 else 1.0
             wait = queue_avg[name]
-            marginal = wait * (2.0 + wait / service) if service > 0 else wait
-            future[name] = drawn * (marginal * cold + new_work[name])
+            mw = wait * (2.0 + wait / service) if service > 0 else wait
+            marginal[name] = mw
+            if most_reused > 0 and t[3] + t[4] >= most_reused and mw < holders_wait:
+                holders_wait = mw
+        reuse_of = self._reuse.get
+        for name, mw in marginal.items():
+            x_e = queue_avg[name] / service if service > 0 else 0.0
+            saved, placed = reuse_of(name, _NO_REUSE)
+            displaced = saved / placed if placed > 0 else drawn
+            future[name] = (
+                drawn * (mw if mw < holders_wait else holders_wait)
+                + displaced * new_work[name]
+                + work[name] * x_e * (1.0 + x_e)
+            )
         info = PredictedTTFT(seconds, terms, known, work, future, (load, processing), saved_at)
         for key in self._keys:
             request.put(key, info)
@@ -289,6 +312,13 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
     def queue_average(self, name: str) -> float:
         """``Qbar_e``: the endpoint's predicted queue wait, averaged over recent decisions."""
         return self._queue_avg.get(name, 0.0)
+
+    def displaced_reuse(self, name: str) -> float:
+        """``r_e``: the seconds the endpoint's believed hits would have cost without its caches,
+        per second of new work (content it did not hold) placed on it, decayed: what a second of
+        its cache room has been worth to later requests. ``n`` until anything is placed there."""
+        saved, placed = self._reuse.get(name, _NO_REUSE)
+        return saved / placed if placed > 0 else self.later_requests_per_cold_placement
 
     # -- learning from what happened -------------------------------------------------------------
 
@@ -320,7 +350,14 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
         self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
         self._colds = self._colds * REUSE_DECAY + cold
-        self._work_sum = self._work_sum * MEAN_TOKENS_DECAY + info.work.get(endpoint.name, 0.0)
+        work = info.work.get(endpoint.name, 0.0)
+        self._work_sum = self._work_sum * MEAN_TOKENS_DECAY + work
+        # What this placement reuses on the endpoint, and the new work it caches there, in seconds.
+        r = self.learner.rates(endpoint)
+        reused = r.encoder_s_per_token * x[3] + r.prefill_s_per_token * x[4]
+        new = work - r.encoder_hit_s_per_token * x[3] - r.prefix_hit_s_per_token * x[4]
+        saved, placed = self._reuse.get(endpoint.name, _NO_REUSE)
+        self._reuse[endpoint.name] = (saved * REUSE_DECAY + reused, placed * REUSE_DECAY + new)
         self._work_weight = self._work_weight * MEAN_TOKENS_DECAY + 1.0
         tp = request.get(TOKENIZED_PROMPT)
         if tp is not None:
@@ -358,6 +395,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
     def remove_endpoint(self, name: str) -> None:
         self.learner.forget(name)
         self._queue_avg.pop(name, None)
+        self._reuse.pop(name, None)
         self._fronts.pop(name, None)
 
 
