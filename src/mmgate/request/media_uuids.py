@@ -82,10 +82,8 @@ def with_media_uuids(view: RequestView) -> Body:
     from parsing exactly that body; its ``layout``, when the parse recorded one for that body, says
     where the parts end, else the body is walked here."""
     body = view.body
-    if not isinstance(body, bytes):
-        return body  # spliced already: its parts carry their uuids
     wanted = uuids_to_write(view)
-    if not wanted:
+    if not wanted or not isinstance(body, bytes):  # nothing to write, or spliced already
         return body
     layout = view.layout if view.layout is not None and view.layout.body is body else scan_chat(body)
     if layout is None or layout.repeated_key:
