@@ -10,15 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from mmgate.scheduling.types import DataKey
 from mmgate.tokens import MMItem
 
 
-@dataclass(slots=True)
-class TokenizedPrompt:
+class TokenizedPrompt(msgspec.Struct):
     """The request as tokens: ``token_ids`` is the pseudo-token stream (``mmgate.tokens``) that
     media identities are part of, ``media`` each item's span in it (llm-d's
-    ``MultiModalFeatures``), ``total_tokens`` what the request costs to prefill (text + media)."""
+    ``MultiModalFeatures``), ``total_tokens`` what the request costs to prefill (text + media).
+
+    This and the other per-request values below are msgspec structs, not dataclasses: every
+    decision makes one of each, and a struct's ``__init__`` runs in C."""
 
     token_ids: Sequence[int]
     media: list[MMItem]
@@ -29,8 +33,7 @@ class TokenizedPrompt:
     stream: bytes | None = None  # ``token_ids`` as little-endian uint32 bytes, when built that way
 
 
-@dataclass(slots=True)
-class PrefixMatch:
+class PrefixMatch(msgspec.Struct):
     """How many leading blocks of the request each endpoint is believed to hold.
 
     ``hashes`` are the leading blocks' hashes; a producer that hashes only as far as its lookup
@@ -67,8 +70,7 @@ class PrefixMatch:
         return min(self.matched.get(endpoint, 0) * self.block_size, self.prompt_tokens)
 
 
-@dataclass(slots=True)
-class EncoderCacheMatch:
+class EncoderCacheMatch(msgspec.Struct):
     """Which of the request's distinct media items each endpoint's encoder cache is believed to
     hold, counted by item and weighted by each item's tokens."""
 
@@ -96,8 +98,7 @@ class EncoderCacheMatch:
         return sum(self.tokens)
 
 
-@dataclass(slots=True)
-class InflightEstimate:
+class InflightEstimate(msgspec.Struct):
     """What this request will add to an endpoint's in-flight counters before prefix discounts."""
 
     input_tokens: int

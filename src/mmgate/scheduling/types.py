@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import msgspec
+
 from mmgate.request.view import RequestView
 
 T = TypeVar("T")
@@ -173,8 +175,7 @@ class SchedulingRequest:
         return m
 
 
-@dataclass(slots=True)
-class ProfileResult:
+class ProfileResult(msgspec.Struct):
     """The outcome of one profile: chosen ``targets`` (best first) and every candidate's score.
 
     ``candidates``/``scores`` are aligned and cover the endpoints that passed the filters;
@@ -202,8 +203,7 @@ class ProfileResult:
         return None
 
 
-@dataclass(slots=True)
-class SchedulingResult:
+class SchedulingResult(msgspec.Struct):
     """Every profile's result; ``primary_profile`` names the one whose target serves the request."""
 
     profiles: dict[str, ProfileResult | None]

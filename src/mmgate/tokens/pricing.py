@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any, TypeVar
+
+import msgspec
 
 from mmgate.errors import RequestError
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView
@@ -43,12 +45,18 @@ from mmgate.tokens.rules import (
 from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
 
 T = TypeVar("T")
-IMAGE_CACHE_SIZE = 4096  # distinct (width, height) counts kept per pricing config
+IMAGE_CACHE_SIZE = 4096  # distinct (width, height, detail) counts kept per pricing config
+# The members as module constants: an enum member read through its class costs ~90 ns on CPython
+# 3.11, a global ~10 ns, and pricing compares every asset's modality several times.
+_IMAGE, _VIDEO, _AUDIO = Modality.IMAGE, Modality.VIDEO, Modality.AUDIO
+_EMBEDS, _DOCUMENT = Modality.EMBEDS, Modality.DOCUMENT
 DEFAULT_DOCUMENT_PAGES = 1  # a document whose page count is unknown (URL, file id, compressed tree)
 
 
-@dataclass(slots=True)
-class AssetPrice:
+class AssetPrice(msgspec.Struct):
+    """One media item's price. (This and :class:`Pricing` are msgspec structs rather than
+    dataclasses: every request makes one per item, and a struct's ``__init__`` runs in C.)"""
+
     identity: str
     modality: Modality
     tokens: int  # encoder positions (visual/audio embeddings)
@@ -65,8 +73,7 @@ class AssetPrice:
         return self.tokens + self.extra_tokens
 
 
-@dataclass(slots=True)
-class Pricing:
+class Pricing(msgspec.Struct):
     text_tokens: int
     assets: list[AssetPrice]
     total_tokens: int
@@ -155,7 +162,6 @@ class _Resolved:
             _first(cfg.default_audio_duration_s, est.audio_default_s), param="default_audio_duration_s"
         )
         self.family: Family[Any] | None = None
-        self.family_image: Callable[[int, int], Count] = _no_image
         self.provider: Provider | None = None
         self.audio_family: Family[Any] | None = None
         if cfg.provider is not None:
@@ -168,11 +174,11 @@ class _Resolved:
                 raise ValueError("PricingConfig: set a family, an estimate or a provider")
             self.family = get_family(cfg.family).with_params(cfg.params)
             self.name = self.family.name
-            if self.family.image is not None:
-                # Sizes repeat (phone cameras, screenshots, resized uploads): remember recent counts.
-                self.family_image = lru_cache(maxsize=IMAGE_CACHE_SIZE)(
-                    partial(self.family.image, self.family.params)
-                )
+        # Sizes repeat (phone cameras, screenshots, resized uploads, one document's pages):
+        # recent image counts, whichever rule made them, by (width, height, detail).
+        self.image: Callable[[int, int, str | None], tuple[Count, str]] = lru_cache(maxsize=IMAGE_CACHE_SIZE)(
+            self._count_image
+        )
         if cfg.audio_family is not None:
             self.audio_family = get_family(cfg.audio_family)
             if self.audio_family.audio is None:
@@ -186,6 +192,11 @@ class _Resolved:
                 takes.add(Modality.AUDIO)
             self.accepts = frozenset(takes)
             self.served_name = served.name
+        # What is refused, as a tuple: ``in`` on it compares members by identity first, where a
+        # set would call the enum's Python-level ``__hash__`` for every asset.
+        self.refused: tuple[Modality, ...] = tuple(
+            m for m in Modality if self.accepts is not None and m not in self.accepts and m is not _DOCUMENT
+        )
         # No open-weight family here reads PDFs (vLLM's chat API takes no file parts); hosted APIs
         # with a documented page rule do.
         self.documents = self.provider is not None and self.provider.document is not None
@@ -196,18 +207,15 @@ class _Resolved:
         )
 
     def price_asset(self, a: MediaAsset, model: str) -> AssetPrice:
-        if a.modality is Modality.DOCUMENT and self.refuse_documents:
+        mod = a.modality
+        if mod is _DOCUMENT and self.refuse_documents:
             raise RequestError(
                 f"The model '{model}' does not take document input; remove the document at "
                 f"'{a.field}', send its text instead, or send it to a model that reads PDFs.",
                 param=a.field,
                 code="unsupported_modality",
             )
-        if (
-            self.accepts is not None
-            and a.modality not in self.accepts
-            and a.modality is not Modality.DOCUMENT
-        ):
+        if self.refused and mod in self.refused:
             raise RequestError(
                 f"The model '{model}' ({self.served_name} family) does not take {a.modality.value} "
                 f"input; remove the {a.modality.value} part at '{a.field}' or send it to a model that "
@@ -224,7 +232,15 @@ class _Resolved:
 
     def _price_asset(self, a: MediaAsset) -> AssetPrice:
         mod = a.modality
-        if mod is Modality.AUDIO:
+        if mod is _IMAGE or mod is _EMBEDS:  # and precomputed embeddings (their length is not
+            w, h = a.width, a.height  # known without decoding them): the common case first
+            defaulted = mod is _EMBEDS or w is None or h is None
+            if w is None or h is None:
+                w, h = self.default_image
+            self._check(w, h, a.field)
+            count, rule = self.image(w, h, a.detail)
+            return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
+        if mod is _AUDIO:
             duration = a.duration_s
             defaulted = not duration or duration <= 0
             if defaulted:
@@ -234,7 +250,7 @@ class _Resolved:
             return AssetPrice(
                 a.identity, mod, count.tokens, count.extra, rule, defaulted, duration_s=duration
             )
-        if mod is Modality.VIDEO:
+        if mod is _VIDEO:
             w, h, dur = a.width, a.height, a.duration_s
             defaulted = w is None or h is None or not dur or dur <= 0
             if w is None or h is None:
@@ -247,28 +263,20 @@ class _Resolved:
             check_fps(fps, param=a.field)
             count, rule = self._video(w, h, dur, fps)
             return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h, dur)
-        if mod is Modality.DOCUMENT:
-            pages = a.pages if a.pages else DEFAULT_DOCUMENT_PAGES
-            text = -(-a.text_bytes // 4) if a.text_bytes else 0  # the text estimate: 4 bytes a token
-            count, rule = self._document(pages, text)
-            return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, not a.pages, pages=pages)
-        # images, and precomputed embeddings (their length is not known without decoding them)
-        w, h = a.width, a.height
-        defaulted = mod is Modality.EMBEDS or w is None or h is None
-        if w is None or h is None:
-            w, h = self.default_image
-        self._check(w, h, a.field)
-        count, rule = self._image(w, h, a.detail)
-        return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
+        # documents
+        pages = a.pages if a.pages else DEFAULT_DOCUMENT_PAGES
+        text = -(-a.text_bytes // 4) if a.text_bytes else 0  # the text estimate: 4 bytes a token
+        count, rule = self._document(pages, text)
+        return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, not a.pages, pages=pages)
 
     @staticmethod
     def _check(w: int, h: int, param: str) -> None:
         if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE) or type(w) is not int or type(h) is not int:
             check_size(w, h, param=param)  # raises with a message naming the field
 
-    def _image(self, w: int, h: int, detail: str | None) -> tuple[Count, str]:
+    def _count_image(self, w: int, h: int, detail: str | None) -> tuple[Count, str]:
         if self.family is not None and self.family.image is not None:
-            return self.family_image(w, h), self.name
+            return self.family.image(self.family.params, w, h), self.name
         if self.provider is not None:
             return self.provider.image(w, h, detail), self.name
         return self.estimator.image(w, h), self.estimate_image_rule
@@ -284,7 +292,7 @@ class _Resolved:
         if self.provider is not None and self.provider.document is not None:
             return self.provider.document(pages, text_tokens), self.name
         # Not refused (validation off): each page as one image of the default size.
-        page, rule = self._image(*self.default_image, None)
+        page, rule = self.image(*self.default_image, None)
         return Count(pages * page.total, text_tokens), f"{rule}:pages"
 
     def _audio(self, duration: float, param: str) -> tuple[Count, str]:
@@ -299,10 +307,6 @@ class _Resolved:
 
 def _first(configured: T | None, fallback: T) -> T:
     return configured if configured is not None else fallback
-
-
-def _no_image(width: int, height: int) -> Count:
-    raise AssertionError("family_image is only called when the family has an image rule")
 
 
 def text_runs(view: RequestView) -> list[str]:

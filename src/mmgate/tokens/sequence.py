@@ -15,6 +15,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import msgspec
 import xxhash
@@ -91,8 +92,7 @@ def build_sequence(view: RequestView, pricing: Pricing) -> TokenSequence:
     return TokenSequence(out, items)
 
 
-@dataclass(slots=True)
-class TokenStream:
+class TokenStream(msgspec.Struct):
     """The same sequence as :func:`build_sequence`, kept as little-endian uint32 bytes.
 
     Block hashing reads bytes, so the scheduler builds this form directly instead of packing the
@@ -116,6 +116,13 @@ class TokenStream:
 
 _NATIVE_LE = sys.byteorder == "little" and array("I").itemsize == BYTES_PER_TOKEN
 _pack_id = struct.Struct("<I").pack
+MEDIA_UNITS = 4096  # media identities whose token bytes are remembered (popular images recur)
+
+
+@lru_cache(maxsize=MEDIA_UNITS)
+def _media_unit(identity: str) -> bytes:
+    """One position of a media item's span, as stream bytes."""
+    return _pack_id(media_token_id(identity))
 
 
 def build_stream(view: RequestView, pricing: Pricing) -> TokenStream:
@@ -140,7 +147,7 @@ def build_stream(view: RequestView, pricing: Pricing) -> TokenStream:
         i += 1
         length = price.tokens + price.extra_tokens
         items.append(MMItem(part.identity, part.modality, size // BYTES_PER_TOKEN, length))
-        pieces.append(_pack_id(media_token_id(part.identity)) * length)
+        pieces.append(_media_unit(part.identity) * length)
         size += BYTES_PER_TOKEN * length
     if pad := -size % BYTES_PER_TOKEN:
         pieces.append(bytes(pad))

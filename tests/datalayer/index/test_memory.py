@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from mmgate.datalayer.index.memory import AffinityIndex
+from mmgate.datalayer.index.memory import ALL, AffinityIndex
 
 
 def test_longest_prefix_counts_consecutive_keys_per_endpoint() -> None:
@@ -57,6 +57,24 @@ def test_remove_endpoint_drops_all_its_keys() -> None:
     assert idx.endpoints() == ["b"] and idx.size("a") == 0
 
 
+def assert_lookups_walk_each_endpoint(
+    idx: AffinityIndex[int], endpoints: list[str], keys: list[int], rng: random.Random
+) -> None:
+    """Every way of passing ``keys`` finds, per endpoint, what walking its own LRU finds."""
+    expected = {}
+    for ep in endpoints:
+        n = 0
+        while n < len(keys) and idx.holds(ep, keys[n]):
+            n += 1
+        if n:
+            expected[ep] = n
+    assert idx.longest_prefix(keys) == expected
+    assert idx.longest_prefix(iter(keys)) == expected
+    cut = rng.randint(0, len(keys))  # known hashes in bulk, the rest lazily
+    assert idx.longest_prefix(tuple(keys[:cut]), iter(keys[cut:])) == expected
+    assert idx.longest_prefix(iter(keys[:cut]), keys[cut:]) == expected
+
+
 def test_longest_prefix_agrees_with_walking_each_endpoint_on_random_indexes() -> None:
     """Endpoints drop out at different depths, some hold later keys but not the first ones."""
     rng = random.Random(7)
@@ -66,12 +84,55 @@ def test_longest_prefix_agrees_with_walking_each_endpoint_on_random_indexes() ->
         keys = list(range(rng.randint(1, 30)))
         for ep in endpoints:
             idx.add(ep, [k for k in keys if rng.random() < 0.92])
-        expected = {}
-        for ep in endpoints:
-            n = 0
-            while n < len(keys) and idx.holds(ep, keys[n]):
-                n += 1
-            if n:
-                expected[ep] = n
-        assert idx.longest_prefix(keys) == expected
-        assert idx.longest_prefix(iter(keys)) == expected
+        assert_lookups_walk_each_endpoint(idx, endpoints, keys, rng)
+
+
+def test_longest_prefix_reads_more_only_when_the_known_keys_all_match() -> None:
+    idx: AffinityIndex[int] = AffinityIndex()
+    idx.add("a", [1, 2, 3], capacity=10)
+    idx.add("b", [1, 2, 3, 4], capacity=10)
+    read: list[int] = []
+
+    def lazy(keys: list[int]) -> Iterator[int]:
+        for k in keys:
+            read.append(k)
+            yield k
+
+    assert idx.longest_prefix([1, 2], lazy([3, 4, 5, 6])) == {"a": 3, "b": 4}
+    assert read == [3, 4, 5]
+    read.clear()
+    assert idx.longest_prefix([1, 7], lazy([3])) == {"a": 1, "b": 1}  # 7: nobody, 3 is never read
+    assert idx.longest_prefix([8], lazy([1])) == {}
+    assert idx.longest_prefix((), lazy([1, 2, 9])) == {"a": 2, "b": 2}
+    assert read == [1, 2, 9]
+
+
+def test_shared_holder_sets_stay_exact_through_random_adds_evictions_and_removals() -> None:
+    """Keys share holder-set objects (replaced, never mutated): every change must still leave each
+    key's holders, and every lookup, equal to what each endpoint's own LRU says."""
+    rng = random.Random(11)
+    endpoints = [f"pod-{i}" for i in range(5)]
+    idx: AffinityIndex[int] = AffinityIndex()
+    for step in range(3000):
+        ep = rng.choice(endpoints)
+        op = rng.random()
+        if op < 0.7:
+            start = rng.randint(0, 40)
+            idx.add(
+                ep,
+                range(start, start + rng.randint(1, 25)),
+                capacity=rng.randint(10, 60),
+                mask=rng.choice((1, 2)),
+            )
+        elif op < 0.9:
+            idx.remove(ep, rng.sample(range(70), rng.randint(1, 20)), mask=rng.choice((1, 2, ALL)))
+        elif op < 0.97:
+            idx.clear(ep, mask=rng.choice((1, 2)))
+        else:
+            idx.remove_endpoint(ep)
+        if step % 50:
+            continue
+        for key in range(70):
+            held = {e for e in endpoints if idx.holds(e, key)}
+            assert idx.holders(key) == (held or None)
+        assert_lookups_walk_each_endpoint(idx, endpoints, list(range(rng.randint(0, 10), 70)), rng)

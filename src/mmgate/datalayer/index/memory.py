@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
+from itertools import chain, groupby
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -30,9 +31,14 @@ ALL = -1
 
 
 class AffinityIndex(Generic[K]):
+    """Each key's holders are an immutable set, replaced when they change, and keys that had one
+    holder set before a change share one after it: a block chain recorded on the same endpoints
+    points at a few set objects, not one per block. A lookup then walks a shared prefix run by
+    run (runs of one object are told by identity, in C) instead of testing each block's holders."""
+
     def __init__(self) -> None:
         self._lru: dict[str, OrderedDict[K, int]] = {}
-        self._holders: dict[K, set[str]] = {}
+        self._holders: dict[K, frozenset[str]] = {}
 
     def add(self, endpoint: str, keys: Iterable[K], capacity: int | None = None, mask: int = PRESENT) -> None:
         """Record that ``endpoint`` now holds ``keys`` (most recent last) in the places of ``mask``;
@@ -41,6 +47,9 @@ class AffinityIndex(Generic[K]):
         if lru is None:
             lru = self._lru[endpoint] = OrderedDict()
         holders = self._holders
+        alone = frozenset((endpoint,))
+        was: frozenset[str] | None = None  # the last holder set extended, and what it became
+        became = alone
         for key in keys:
             old = lru.get(key)
             if old is not None:
@@ -51,13 +60,15 @@ class AffinityIndex(Generic[K]):
             lru[key] = mask
             owners = holders.get(key)
             if owners is None:
-                holders[key] = {endpoint}
+                holders[key] = alone
             else:
-                owners.add(endpoint)
+                if owners is not was:
+                    was, became = owners, owners | alone
+                holders[key] = became
         if capacity is not None:
-            while len(lru) > max(capacity, 0):
-                old_key, _ = lru.popitem(last=False)
-                self._drop(old_key, endpoint)
+            excess = len(lru) - max(capacity, 0)
+            if excess > 0:
+                self._drop([lru.popitem(last=False)[0] for _ in range(excess)], endpoint)
 
     def remove(self, endpoint: str, keys: Iterable[K], mask: int = ALL) -> None:
         """``endpoint`` no longer holds ``keys`` in the places of ``mask`` (a key held elsewhere on
@@ -65,6 +76,7 @@ class AffinityIndex(Generic[K]):
         lru = self._lru.get(endpoint)
         if lru is None:
             return
+        gone: list[K] = []
         for key in keys:
             old = lru.get(key)
             if old is None:
@@ -74,7 +86,8 @@ class AffinityIndex(Generic[K]):
                 lru[key] = left
             else:
                 del lru[key]
-                self._drop(key, endpoint)
+                gone.append(key)
+        self._drop(gone, endpoint)
 
     def clear(self, endpoint: str, mask: int = ALL) -> None:
         """Drop the places of ``mask`` from every entry of ``endpoint`` (``ALL``: forget it)."""
@@ -85,14 +98,24 @@ class AffinityIndex(Generic[K]):
         if lru is not None:
             self.remove(endpoint, [k for k, m in lru.items() if m & mask], mask)
 
-    def _drop(self, key: K, endpoint: str) -> None:
-        owners = self._holders.get(key)
-        if owners is not None:
-            owners.discard(endpoint)
-            if not owners:
-                del self._holders[key]
+    def _drop(self, keys: Iterable[K], endpoint: str) -> None:
+        """``endpoint`` no longer holds ``keys`` (already gone from its LRU)."""
+        holders = self._holders
+        alone = frozenset((endpoint,))
+        was: frozenset[str] | None = None  # as in add: keys sharing a holder set keep sharing
+        became = alone
+        for key in keys:
+            owners = holders.get(key)
+            if owners is None:
+                continue
+            if owners is not was:
+                was, became = owners, owners - alone
+            if became:
+                holders[key] = became
+            else:
+                del holders[key]
 
-    def holders(self, key: K) -> set[str] | None:
+    def holders(self, key: K) -> frozenset[str] | None:
         return self._holders.get(key)
 
     def holds(self, endpoint: str, key: K) -> bool:
@@ -104,45 +127,40 @@ class AffinityIndex(Generic[K]):
         lru = self._lru.get(endpoint)
         return 0 if lru is None else lru.get(key, 0)
 
-    def longest_prefix(self, keys: Iterable[K]) -> dict[str, int]:
-        """For each endpoint, how many of ``keys`` it holds consecutively from the first.
+    def longest_prefix(self, keys: Iterable[K], more: Iterable[K] = ()) -> dict[str, int]:
+        """For each endpoint, how many of ``keys`` then ``more`` it holds consecutively from the
+        first.
 
-        The endpoints still matching are carried as a set and narrowed only when a key is held
-        by fewer of them (usually every holder of a shared prefix holds all of it, so a block
-        costs one subset test, not a loop over its holders). ``keys`` is read in order and no
-        further than the first key nobody still matching holds, so a lazy iterator (the
-        approximate producer's block chain) computes no key the answer does not need."""
-        holders = self._holders
-        it = iter(keys)
-        first = next(it, None)  # keys are hashes or identities, never None
-        alive = None if first is None else holders.get(first)
-        if not alive:
-            return {}
+        The keys are read in runs of equal holder sets (``groupby``: consecutive blocks of a chain
+        recorded together share one set object, so a run is told by identity, in C), and the
+        endpoints still matching are narrowed once per run, not once per key. ``keys`` and
+        ``more`` are read in order and no further than the first key nobody still matching holds,
+        so a lazy iterator (the approximate producer's block chain after the blocks it knew)
+        computes no key the answer does not need."""
         matched: dict[str, int] = {}
-        depth = 1  # keys matched so far by every endpoint in ``alive``
-        for key in it:
-            owners = holders.get(key)
-            if not owners:
+        alive: frozenset[str] | None = None  # endpoints holding every key so far
+        depth = 0  # keys so far
+        for owners, run in groupby(map(self._holders.get, chain(keys, more))):
+            if owners is None:
                 break
-            if alive <= owners:
-                depth += 1
-                continue
-            left = alive & owners
-            for ep in alive - left:
-                matched[ep] = depth
-            if not left:
-                return matched
-            alive = left
-            depth += 1
-        for ep in alive:
+            if alive is None:
+                alive = owners
+            elif not alive <= owners:
+                left = alive & owners
+                for ep in alive - left:
+                    matched[ep] = depth
+                if not left:
+                    return matched
+                alive = left
+            depth += len(list(run))  # read the run only when someone still matching holds it
+        for ep in alive or ():
             matched[ep] = depth
         return matched
 
     def remove_endpoint(self, endpoint: str) -> None:
         lru = self._lru.pop(endpoint, None)
         if lru is not None:
-            for key in lru:
-                self._drop(key, endpoint)
+            self._drop(lru, endpoint)
 
     def keys_of(self, endpoint: str) -> list[K]:
         """The keys ``endpoint`` holds, least recently added first."""

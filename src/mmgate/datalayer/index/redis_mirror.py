@@ -126,7 +126,7 @@ class MirroredIndex(AffinityStore[Any]):
         self.local.remove_endpoint(endpoint)
         self._owner.queue(_Change(self.namespace, FORGET, endpoint))
 
-    def holders(self, key: Any) -> set[str] | None:
+    def holders(self, key: Any) -> frozenset[str] | None:
         return self.local.holders(key)
 
     def holds(self, endpoint: str, key: Any) -> bool:
@@ -135,8 +135,8 @@ class MirroredIndex(AffinityStore[Any]):
     def mask_of(self, endpoint: str, key: Any) -> int:
         return self.local.mask_of(endpoint, key)
 
-    def longest_prefix(self, keys: Iterable[Any]) -> dict[str, int]:
-        return self.local.longest_prefix(keys)
+    def longest_prefix(self, keys: Iterable[Any], more: Iterable[Any] = ()) -> dict[str, int]:
+        return self.local.longest_prefix(keys, more)
 
     def keys_of(self, endpoint: str) -> list[Any]:
         return self.local.keys_of(endpoint)

@@ -46,15 +46,14 @@ def chain(
     out: list[int],
     known: Sequence[int] = (),
 ) -> Iterator[int]:
-    """Hash the blocks of ``data`` lazily: each hash is appended to ``out`` and yielded, so a
-    lookup that stops early leaves the rest unhashed until someone drains the iterator.
-    ``known``: the hashes of the leading blocks, when :class:`PrefixChains` had them."""
+    """Hash the blocks of ``data`` after the ``known`` leading ones (their hashes, when
+    :class:`PrefixChains` had them) lazily: each hash is appended to ``out`` and yielded, so a
+    lookup that stops early leaves the rest unhashed until someone drains the iterator. The
+    ``known`` hashes themselves are the caller's to record and look up (in bulk)."""
     if not data or block_size <= 0:
         return
     step = block_size * 4
     if known:
-        out.extend(known)
-        yield from known
         prev = known[-1]
         begin = len(known) * step
     else:

@@ -162,9 +162,9 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
                 known = self.chains.get(prefix) or ()
                 if not known:
                     request.put(self._new_prefix, prefix)  # remembered once the chain is complete
-            hashes: list[int] = []
+            hashes = list(known)
             pending = chain(data, size, seed, limit, hashes, known)
-            matched = self.index.longest_prefix(pending)
+            matched = self.index.longest_prefix(known, pending)
             info = PrefixMatch(size, total, len(tp.token_ids), hashes, matched, pending)
         for key in self._keys:
             request.put(key, info)
