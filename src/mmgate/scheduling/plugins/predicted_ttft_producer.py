@@ -177,7 +177,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         front = NO_FRONTEND
         if tp is not None and tp.media and self.frontend.enabled:
             front = self.frontend.seconds(request.view.assets, tp.media)
-        items = _encoder_items(tp, encoder, front.skipped)
+        items = _encoder_items(tp, encoder, front[2])
         held_by = encoder.matched_indices if encoder is not None else {}
         if prefix is not None:
             matched, block, prompt = prefix.matched, prefix.block_size, prefix.prompt_tokens
