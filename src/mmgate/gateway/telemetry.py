@@ -172,7 +172,9 @@ class Telemetry:
         r.register(_EndpointCollector(endpoints, clock))
         # The series every request updates, held here so an update is one call on the series
         # (a label lookup is a Python call of its own, several per request).
-        self._parse_s = self.parse_latency.labels()
+        # The controller's report of a parse (ControlObserver.record_parse) is the series' own
+        # observe: one call per request, not a method forwarding to it.
+        self.record_parse: Callable[[float], None] = self.parse_latency.labels().observe
         self._decision_s = self.decision_latency.labels()
         self._prefix_match = self.prefix_match.labels()
         self._encoder_hit_ratio = self.encoder_hit_ratio.labels()
@@ -195,9 +197,6 @@ class Telemetry:
             log.warning("endpoint %s ejected by the circuit breaker", endpoint)
         elif state is State.CLOSED:
             log.info("endpoint %s back in rotation (half-open probe succeeded)", endpoint)
-
-    def record_parse(self, seconds: float) -> None:
-        self._parse_s.observe(seconds)
 
     def ttft_observed(self, endpoint: str, predicted_s: float, observed_s: float) -> None:
         """A streamed answer's first byte, with what was predicted for it: the two histograms per
