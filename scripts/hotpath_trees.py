@@ -15,7 +15,15 @@ A tree is ``NAME=SRC[:MODULE][:+tracing[=RATIO]]`` (module default ``mmgate.benc
 the timed loop). Each round runs every tree once, in a fresh process, in a rotating order; the
 figure per tree and case is the median over the rounds of each round's median over ``--repeats``.
 ``--calls`` also counts Python and C function calls per request (``sys.setprofile``: the same for
-every run of a tree, whatever the load).
+every run of a tree, whatever the load). ``--instructions N`` instead counts the machine
+instructions of N requests per case under ``valgrind --tool=callgrind`` (one run per tree, no
+timing): callgrind dumps its counters at each call of ``time.thread_time_ns``, which the worker
+makes just before and just after each case's loop, so the dump between them is the loop alone.
+Unlike CPU time, that count does not move with the shared machine's load (it leaves out cache
+misses and the kernel's share, such as ``os.urandom``'s system call)::
+
+    python scripts/hotpath_trees.py --instructions 300 --bodies text \\
+        base=/tmp/base/src:mmgate.bench.hotpath now=src
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -95,6 +104,17 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 
         refresh()
         run(max(1, n // 10))  # warm up
+        if spec.get("instructions"):
+            n = spec["instructions"]
+            refresh()
+            gc.collect()
+            gc.disable()  # a collection would land in one case's count by chance
+            time.thread_time_ns()  # callgrind dumps here ...
+            run(n)
+            time.thread_time_ns()  # ... and here: the dump in between is the loop
+            gc.enable()
+            out[f"{config} × {body_name}"] = {"iterations": n}
+            continue
         samples = []
         for _ in range(spec["repeats"]):
             refresh()
@@ -148,14 +168,34 @@ def run_tree(tree: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "calls": args.calls,
     }
     env = dict(os.environ, PYTHONPATH=tree["src"])
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", json.dumps(spec)],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"hotpath_trees: {tree['name']} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    command = [sys.executable, __file__, "--worker", json.dumps(spec)]
+    with tempfile.TemporaryDirectory() as folder:
+        if args.instructions:
+            spec["instructions"] = args.instructions
+            command[-1] = json.dumps(spec)
+            out_file = Path(folder) / "cg.out"
+            command = [
+                "valgrind", "--tool=callgrind", "--dump-before=time_thread_time_ns",
+                f"--callgrind-out-file={out_file}", *command,
+            ]  # fmt: skip
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"hotpath_trees: {tree['name']} failed:\n{done.stderr[-3000:]}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        if args.instructions:
+            # Dumps 1, 2, ...: before the first marker, then between markers; case k's loop is
+            # dump 2k (its warm-up and the next case's build fall in the odd ones).
+            for k, case in enumerate(result.values(), start=1):
+                total = _callgrind_total(Path(f"{out_file}.{2 * k}"))
+                case["instructions_per_request"] = round(total / case["iterations"])
     return result
+
+
+def _callgrind_total(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise SystemExit(f"hotpath_trees: no totals in {path}")
 
 
 def main() -> int:
@@ -168,6 +208,10 @@ def main() -> int:
     )
     parser.add_argument("--bodies", default="text,image-3")
     parser.add_argument("--calls", action="store_true", help="also count function calls per request")
+    parser.add_argument(
+        "--instructions", type=int, metavar="N", default=0,
+        help="count instructions of N requests per case under valgrind instead of timing (one round)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -178,6 +222,8 @@ def main() -> int:
     if len(trees) < 2:
         parser.error("give at least two trees")
     args.bodies = [b.strip() for b in args.bodies.split(",")]
+    if args.instructions:
+        return count_instructions(trees, args)
     rounds: list[dict[str, Any]] = []
     started = time.time()
     for r in range(args.rounds):
@@ -219,6 +265,37 @@ def main() -> int:
             "wall_s": round(time.time() - started, 1),
             "summary": summary,
             "rounds": rounds,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def count_instructions(trees: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    """One valgrind run per tree; the table is instructions per request, and each tree's ratio
+    to the first one."""
+    started = time.time()
+    counts = {tree["name"]: run_tree(tree, args) for tree in trees}
+    names = [t["name"] for t in trees]
+    first = names[0]
+    print(f"instructions per request (callgrind, {args.instructions} requests per case); ratio to {first}")
+    print("case".ljust(24) + "".join(n.rjust(22) for n in names))
+    summary: dict[str, dict[str, int]] = {}
+    for case in counts[first]:
+        row = summary[case] = {n: counts[n][case]["instructions_per_request"] for n in names}
+        cells = [f"{row[n]:,} ({row[n] / row[first]:.3f})" for n in names]
+        print(case.ljust(24) + "".join(c.rjust(22) for c in cells))
+    if args.json is not None:
+        doc = {
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "unit": "instructions per request, whole bill (valgrind callgrind, user space only)",
+            "requests_per_case": args.instructions,
+            "trees": trees,
+            "wall_s": round(time.time() - started, 1),
+            "summary": summary,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
