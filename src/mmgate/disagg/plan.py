@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,11 +101,13 @@ def assign_encoders(
     # On the request path (the routing header of every E/PD decision): one pass per item.
     for identity in identities:
         held = holders.get(identity)
-        choices = [e for e in held if e in members] if held else pool
+        # (The order of the choices does not matter: the least loaded win, and the hash of each
+        # picks among them.)
+        choices: Collection[str] = members.intersection(held) if held else pool
         if not choices:
             choices = pool
         if len(choices) == 1:
-            best = choices[0]
+            best = next(iter(choices))
         else:
             least = 0.0
             tied: list[str] = []

@@ -72,7 +72,8 @@ class PrefixMatch(msgspec.Struct):
 
 class EncoderCacheMatch(msgspec.Struct):
     """Which of the request's distinct media items each endpoint's encoder cache is believed to
-    hold, counted by item and weighted by each item's tokens."""
+    hold, counted by item and weighted by each item's tokens; ``holders``, aligned with
+    ``identities``, the endpoints believed to hold each item."""
 
     identities: list[str]
     modalities: list[str]
@@ -80,6 +81,7 @@ class EncoderCacheMatch(msgspec.Struct):
     matched_items: dict[str, int]
     matched_tokens: dict[str, int]
     matched_indices: dict[str, list[int]]
+    holders: list[frozenset[str]]
 
     def hits_by_modality(self, endpoint: str) -> dict[str, int]:
         """Items ``endpoint`` holds, per modality (for encoder-cache hit metrics)."""

@@ -77,7 +77,11 @@ class InFlight:
 
 @dataclass(slots=True, eq=False)
 class EndpointState:
-    """One endpoint as the scheduler sees it. ``name`` (``host:port``) keys every index."""
+    """One endpoint as the scheduler sees it. ``name`` (``host:port``) keys every index.
+
+    ``role`` and ``labels`` are fixed for the life of the state: the data layer makes a new state
+    when an endpoint's role or labels change (role filters remember their answer per list of
+    states). ``metrics`` and ``inflight`` change all the time."""
 
     name: str
     url: str = ""

@@ -55,6 +55,23 @@ def test_role_label_is_read_when_role_is_unset() -> None:
     assert f.filter(request(), [ep]) == [ep]
 
 
+def test_a_role_filter_answers_a_changed_fleet_anew() -> None:
+    """It remembers its answer per list of endpoint states: a state made for a new role (as the
+    data layer makes one), an added endpoint or a removed one gives a new answer."""
+    s = scheduler([{"type": "encode-filter"}])
+    f = s.plugins["encode-filter"]
+    assert isinstance(f, EncodeFilter)
+    eps = fleet("encode", "decode", "encode")
+    assert f.filter(request(), eps) == [eps[0], eps[2]]
+    assert f.filter(request(), eps) == [eps[0], eps[2]]  # the remembered answer, a fresh list
+    assert f.filter(request(), eps) is not f.filter(request(), eps)
+    now_encode = EndpointState(eps[1].name, role="encode", metrics=Metrics())
+    assert f.filter(request(), [eps[0], now_encode, eps[2]]) == [eps[0], now_encode, eps[2]]
+    assert f.filter(request(), eps[:2]) == [eps[0]]
+    s.remove_endpoint(eps[0].name)
+    assert f.filter(request(), eps[1:]) == [eps[2]]
+
+
 def load(name: str) -> Scheduler:
     cfg = load_config(EXAMPLES / name)
     return build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=2)

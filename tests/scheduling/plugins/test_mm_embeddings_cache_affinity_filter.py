@@ -29,6 +29,7 @@ def run(
         matched_items={eps[i].name: len(idx) for i, idx in held.items()},
         matched_tokens={eps[i].name: sum(tokens[j] for j in idx) for i, idx in held.items()},
         matched_indices={eps[i].name: idx for i, idx in held.items()},
+        holders=[frozenset(eps[i].name for i, idx in held.items() if j in idx) for j in range(2)],
     )
     req = request()
     req.put(ENCODER_CACHE_MATCH, match)

@@ -25,7 +25,7 @@ import msgspec
 from mmgate.disagg.plan import assign_encoders
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, ENCODER_PLAN
 from mmgate.scheduling.plugins._header_handler import ENCODERS_HEADER, HeaderHandler
-from mmgate.scheduling.types import SchedulingRequest, SchedulingResult
+from mmgate.scheduling.types import EndpointState, SchedulingRequest, SchedulingResult
 
 
 class EncoderHeaderParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -47,19 +47,17 @@ class EncoderHeaderHandler(HeaderHandler[EncoderHeaderParams]):
         if not self.params.perItem or ran is None or not ran.targets or match is None or not match.identities:
             super().pre_request(request, result, now)
             return
-        pool = ran.candidates or ran.targets
         load: dict[str, float] = {}
-        for ep in pool:
-            metrics = request.fresh_metrics(ep)
-            waiting = metrics.waiting if metrics is not None and metrics.waiting is not None else 0.0
+        by_name: dict[str, EndpointState] = {}
+        at, stale = request.now, request.staleness_s
+        for ep in ran.candidates or ran.targets:
+            m = ep.metrics  # SchedulingRequest.fresh_metrics, written out (the header is on the path)
+            waiting = 0.0 if m is None or at - m.scraped_at > stale or m.waiting is None else m.waiting
             load[ep.name] = waiting + ep.inflight.requests
-        holders: dict[str, list[str]] = {}
-        for endpoint, indices in match.matched_indices.items():
-            for i in indices:
-                holders.setdefault(match.identities[i], []).append(endpoint)
-        names = [ep.name for ep in pool]
-        chosen = assign_encoders(match.identities, names, holders=holders, load=load)
+            by_name[ep.name] = ep
+        identities = match.identities
+        holders = dict(zip(identities, match.holders, strict=True))
+        chosen = assign_encoders(identities, list(load), holders=holders, load=load)
         request.set_upstream_header(ENCODERS_HEADER, ",".join(chosen))
-        request.put(ENCODER_PLAN, dict(zip(match.identities, chosen, strict=True)))
-        by_name = dict(zip(names, pool, strict=True))
+        request.put(ENCODER_PLAN, dict(zip(identities, chosen, strict=True)))
         ran.targets = [by_name[name] for name in dict.fromkeys(chosen)]

@@ -26,6 +26,7 @@ from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, ENCODER_PLAN, TOKENIZED_
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 BYTES_PER_ITEM = 2 * 1024 * 1024  # llm-d's assumed size of one item's embeddings
+_NOBODY: frozenset[str] = frozenset()
 
 
 class MMEmbeddingsParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -55,24 +56,27 @@ class MMEmbeddingsCacheProducer(Producer[MMEmbeddingsParams], PreRequest, Endpoi
         identities: list[str] = []
         modalities: list[str] = []
         tokens: list[int] = []
-        items: dict[str, int] = {}
-        for item in tp.media if tp is not None else ():
-            if item.identity in items:
-                continue
-            items[item.identity] = len(identities)
-            identities.append(item.identity)
-            modalities.append(str(item.modality))
-            tokens.append(item.length)
+        holders: list[frozenset[str]] = []
         matched_items: dict[str, int] = {}
         matched_tokens: dict[str, int] = {}
         matched_indices: dict[str, list[int]] = {}
-        for i, identity in enumerate(identities):
-            for ep in self.index.holders(identity) or ():
+        held_by = self.index.holders
+        for item in tp.media if tp is not None else ():
+            identity = item.identity
+            if identity in identities:  # a handful of items: a list scan beats a dict
+                continue
+            i = len(identities)
+            identities.append(identity)
+            modalities.append(str(item.modality))
+            tokens.append(item.length)
+            owners = held_by(identity) or _NOBODY
+            holders.append(owners)
+            for ep in owners:
                 matched_items[ep] = matched_items.get(ep, 0) + 1
-                matched_tokens[ep] = matched_tokens.get(ep, 0) + tokens[i]
+                matched_tokens[ep] = matched_tokens.get(ep, 0) + item.length
                 matched_indices.setdefault(ep, []).append(i)
         info = EncoderCacheMatch(
-            identities, modalities, tokens, matched_items, matched_tokens, matched_indices
+            identities, modalities, tokens, matched_items, matched_tokens, matched_indices, holders
         )
         for key in self._keys:
             request.put(key, info)
