@@ -346,8 +346,8 @@ class _Conn(asyncio.Protocol):
             if isinstance(body, BodyPieces):
                 if size <= SMALL_BODY:
                     transport.write(b"".join((head, *body)))
-                else:  # one writev on uvloop: the pieces go to the kernel as they are
-                    transport.writelines((head, *body))
+                else:  # one writev on uvloop, the pieces handed to the kernel as they are
+                    transport.writelines((head, *body))  # (asyncio's 3.11 transports join them)
             elif size <= SMALL_BODY:
                 transport.write(head + body if size else head)
             else:
