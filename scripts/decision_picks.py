@@ -5,8 +5,9 @@ random requests, fleet states and lifecycle events from ``--seed`` for each ship
 on 4 + 4 + 8 pods, E/PD, P/D, predicted-ttft on 8 and 64 endpoints with online learning, aggregated,
 encoder-affinity), schedules each request and writes one JSON line per decision: every profile's
 targets, the routing headers, each endpoint's matched prefix blocks and, for predicted-ttft, each
-endpoint's predicted seconds (``repr`` of the float, so a reordered sum shows). Run it once per
-tree and compare the digests (or ``diff`` the ``--out`` files)::
+endpoint's predicted seconds (``repr`` of the float, so a reordered sum shows), its model terms,
+work and future cost. Run it once per tree and compare the digests (or ``diff`` the ``--out``
+files)::
 
     PYTHONPATH=/work/main/src python scripts/decision_picks.py --out /tmp/before.jsonl
     PYTHONPATH=src python scripts/decision_picks.py --out /tmp/after.jsonl
@@ -96,6 +97,16 @@ def fleet(shape: tuple[int, int, int] | int) -> list[EndpointState]:
     ]
 
 
+def _model(predicted: Any) -> list[Any]:
+    """What else the predicted-TTFT producer left per endpoint (terms as floats, the request's
+    own work and the future cost, each ``repr``), for the fields a tree has."""
+    out: list[Any] = [sorted((k, [repr(float(v)) for v in t]) for k, t in predicted.terms.items())]
+    for field in ("work", "future"):
+        values = getattr(predicted, field, None)
+        out.append(None if values is None else sorted((k, repr(v)) for k, v in values.items()))
+    return out
+
+
 def replay(config: Path, shape: tuple[int, int, int] | int, seed: int, decisions: int) -> list[str]:
     rng = random.Random(seed)
     cfg = load_config(config)
@@ -144,6 +155,7 @@ def replay(config: Path, shape: tuple[int, int, int] | int, seed: int, decisions
                     None if prefix is None else sorted(prefix.matched.items()),
                     None if prefix is None else prefix.total_blocks,
                     None if predicted is None else sorted((k, repr(v)) for k, v in predicted.seconds.items()),
+                    None if predicted is None else _model(predicted),
                 ]
             )
         )

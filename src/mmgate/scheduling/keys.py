@@ -8,7 +8,6 @@ name, computed once per request: a request's blocks are hashed once, whatever th
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -107,26 +106,28 @@ class InflightEstimate(msgspec.Struct):
     output_tokens: int
 
 
-@dataclass(slots=True)
-class PredictedTTFT:
+class PredictedTTFT(msgspec.Struct):
     """Each endpoint's predicted time to first token for this request, in seconds
     (``predicted-ttft-producer``), and the model terms behind it, kept so the observed TTFT can
-    be fitted against them. ``known`` is False for an endpoint whose metrics were missing or
-    stale: its prediction was made pessimistic. ``work`` is the part of each prediction that is
+    be fitted against them. ``stale`` names the endpoints whose metrics were missing or stale:
+    their predictions were made pessimistic. ``work`` is the part of each prediction that is
     this request's own encode and prefill there: the time it will hold that pod's GPU, which
     every request queued behind it waits too. ``future`` is what placing it there costs later
     requests: the queue it commits the content's later requests to and the cached work its
-    cache room displaces (docs/plugins/predicted-ttft.md)."""
+    cache room displaces (docs/plugins/predicted-ttft.md). ``most_reused`` is the most tokens
+    any endpoint was believed to hold for it (prefix plus encoder hits: each endpoint's are its
+    terms' ``[3] + [4]``)."""
 
     seconds: dict[str, float]
     terms: dict[str, tuple[float, ...]]
-    known: dict[str, bool]
+    stale: list[str]
     work: dict[str, float]
     future: dict[str, float]
     frontend: tuple[float, float] = (0.0, 0.0)  # the request's own API-server seconds (load, processor)
-    frontend_saved: dict[str, float] = field(
+    frontend_saved: dict[str, float] = msgspec.field(
         default_factory=dict
     )  # processor seconds cache hits save, by endpoint
+    most_reused: int = 0
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

@@ -272,7 +272,7 @@ def test_a_pod_without_fresh_metrics_is_never_preferred(unknown: str) -> None:
         r = req(f"r{i}", "hello")
         targets.add(s.schedule(r, eps, 100.0).target.name)
         p = predicted(r)
-        assert not p.known[eps[2].name]
+        assert p.stale == [eps[2].name]
         assert p.seconds[eps[2].name] > max(p.seconds[eps[0].name], p.seconds[eps[1].name])
     assert eps[2].name not in targets
 

@@ -113,7 +113,7 @@ def test_rates_stay_non_negative_on_degenerate_data() -> None:
         x = (1.0, float(1000 + i * 100), 0.0, 0.0, 0.0, 0.0)
         lr.observe(ep, x, 1.0 - i * 0.01)
     r = lr.rates(ep)
-    assert min(r.vector()) >= 0.0
+    assert min(r.vector) >= 0.0
 
 
 def test_forgetting_an_endpoint_drops_its_fit() -> None:

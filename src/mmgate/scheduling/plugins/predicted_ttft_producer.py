@@ -52,6 +52,7 @@ work in the same queue, ``x = Qbar_e / S``. docs/plugins/predicted-ttft.md deriv
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -84,6 +85,8 @@ _NO_QUEUES: dict[str, FrontendQueue] = {}  # what a request without processor wo
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
 REUSE_DECAY = 0.995  # hits per cold placement, over roughly the last two hundred placements
 _NO_REUSE = (0.0, 0.0)
+_NO_END = sys.maxsize  # the smallest media end of a request without media: past any prefix
+_NOTHING_HELD: dict[str, list[int]] = {}
 
 
 class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -145,6 +148,8 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         )
         self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(params.inFlightLoadProducerName)
         self._keys = self.own_keys(PREDICTED_TTFT)
+        self._key_names = [key.name for key in self._keys]
+        self._rates_now = self.learner.current.get
         self._pending: dict[str, _Pending] = {}
         self._tokens_sum = 0.0  # decayed sums behind the mean prompt size placed
         self._tokens_weight = 0.0
@@ -170,133 +175,149 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         return (TOKENIZED_PROMPT, self._prefix_key, self._encoder_key, self._load_key)
 
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
-        tp = request.get(TOKENIZED_PROMPT)
-        prefix = request.get(self._prefix_key)
-        encoder = request.get(self._encoder_key)
+        # The data bag is read directly, each value's type checked: a call per read is a
+        # measurable share of a decision.
+        data = request.data
+        tp = data.get(TOKENIZED_PROMPT.name)
+        if not isinstance(tp, TokenizedPrompt):
+            tp = None
+        prefix = data.get(self._prefix_key.name)
+        encoder = data.get(self._encoder_key.name)
+        if not isinstance(encoder, EncoderCacheMatch):
+            encoder = None
         total = tp.total_tokens if tp is not None else 0
         front = NO_FRONTEND
         if tp is not None and tp.media and self.frontend.enabled:
             front = self.frontend.seconds(request.view.assets, tp.media)
-        items = _encoder_items(tp, encoder, front[2])
-        held_by = encoder.matched_indices if encoder is not None else {}
-        if prefix is not None:
+        load, processing, skipped = front
+        items, first_end, media = _encoder_items(tp, encoder, skipped)
+        held_by = encoder.matched_indices if encoder is not None else _NOTHING_HELD
+        if isinstance(prefix, PrefixMatch):
             matched, block, prompt = prefix.matched, prefix.block_size, prefix.prompt_tokens
         else:
             matched, block, prompt = {}, 0, 0
-        rates_of = self.learner.rates
+        holders = matched.keys() | held_by.keys()  # the endpoints believed to hold some of it
+        learner = self.learner
+        rates_now = self._rates_now
         mean_tokens = self._tokens_sum / self._tokens_weight if self._tokens_weight else 0.0
+        service = self._work_sum / self._work_weight if self._work_weight else 0.0  # mean_placed_work
         now, staleness = request.now, request.staleness_s
-        matched_of = matched.get
-        held_of = held_by.get
-        seconds: dict[str, float] = {}
-        terms: dict[str, Vector] = {}
-        known: dict[str, bool] = {}
-        work: dict[str, float] = {}
-        future: dict[str, float] = {}
-        new_work: dict[str, float] = {}
-        worst_known = -1.0
         queue_avg = self._queue_avg
+        avg_of = queue_avg.get
         elapsed = now - self._queue_at
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
-        most_reused = 0.0
-        load, processing, _ = front
+        fronts = self._fronts if processing > 0.0 else _NO_QUEUES  # no processor work: no processor queue
+        seconds: dict[str, float] = {}
+        terms: dict[str, Vector] = {}
+        work: dict[str, float] = {}
         saved_at: dict[str, float] = {}  # processor seconds believed cache hits save, by endpoint
-        fronts_of = (self._fronts if processing > 0.0 else _NO_QUEUES).get  # no media: no processor queue
-        # The loop runs once per candidate on every decision: locals and plain comparisons only.
+        stale: list[str] = []
+        later: list[tuple[str, float, float, float, float]] = []  # what each future cost needs
+        worst_known = -1.0
+        most_reused = 0
+        holders_wait = math.inf  # the least marginal wait among those holding the most of it
+        # One pass per candidate on every decision: locals, attribute reads and arithmetic only.
         for ep in endpoints:
             name = ep.name
-            blocks = matched_of(name, 0)
-            cached = 0
-            if blocks:
-                cached = blocks * block
-                if cached > prompt:
-                    cached = prompt
-            encode = hits = 0
+            cached = hits = 0
+            encode = media
             saved = 0.0
-            if items:
-                held = held_of(name, ())
-                for end, length, index, skip in items:
-                    if end > cached:
-                        if index in held:
-                            hits += length
-                            saved += skip
+            if name in holders or not first_end:  # (an item ending at 0 is inside any prefix)
+                blocks = matched.get(name, 0)
+                if blocks:
+                    cached = blocks * block
+                    if cached > prompt:
+                        cached = prompt
+                held = held_by.get(name)
+                if held or cached >= first_end:  # else every item is past the cached prefix, none held
+                    encode = 0
+                    for end, length, index, skip in items:
+                        if end > cached:
+                            if held and index in held:
+                                hits += length
+                                saved += skip
+                            else:
+                                encode += length
                         else:
-                            encode += length
-                    else:
-                        saved += skip
+                            saved += skip
             flight = ep.inflight
             ahead = flight.tokens
             m = ep.metrics
-            fresh = m is not None and now - m.scraped_at <= staleness
-            if fresh and m is not None and m.waiting:
-                queued = int(m.waiting * mean_tokens)
-                if queued > ahead:
-                    ahead = queued
+            if m is None or not now - m.scraped_at <= staleness:
+                fresh = False
+            else:
+                fresh = True
+                waiting = m.waiting
+                if waiting:
+                    queued = waiting * mean_tokens
+                    if queued >= ahead + 1:  # its whole tokens exceed those in flight
+                        ahead = int(queued)
             uncached = total - cached if total > cached else 0
-            x = (
-                1.0,
-                float(uncached),
-                float(flight.media_tokens + encode),
-                float(hits),
-                float(cached),
-                float(ahead),
-            )
-            rates = rates_of(ep)
-            s = rates.seconds(x) + load + processing
-            if saved:  # the processor cache holds what the prefix or encoder cache is believed to
-                s -= saved
+            rates = rates_now(name)
+            if rates is None:
+                rates = learner.rates(ep)
+            f, p, s, h, c, q = rates.vector
+            media_ahead = flight.media_tokens
+            encoder_work = media_ahead + encode
+            prefill = p * uncached
+            held_hits = h * hits
+            held_prefix = c * cached
+            queue = q * ahead
+            # Rates.seconds of the terms below, summed in its order (so bit for bit the same),
+            # then the front end: the request's own, less what the processor cache holds, and the
+            # processor's backlog past this request's load.
+            predicted = f + prefill + s * encoder_work + held_hits + held_prefix + queue + load + processing
+            if saved:
+                predicted -= saved
                 saved_at[name] = saved
-            fq = fronts_of(name)
-            if fq is not None:  # the processor's backlog past this request's load, inlined
-                left = fq.until - now
+            if name in fronts:
+                left = fronts[name].until - now
                 if left > load:
-                    s += left - load
-            seconds[name] = s
-            wait = rates.queue * ahead + rates.encoder_s_per_token * flight.media_tokens
-            avg = queue_avg.get(name)
-            queue_avg[name] = wait if avg is None else avg + pull * (wait - avg)
-            reused = float(hits + cached)
-            if reused > most_reused:
-                most_reused = reused
-            fresh_work = rates.prefill_s_per_token * uncached + rates.encoder_s_per_token * encode
-            new_work[name] = fresh_work
-            work[name] = (
-                fresh_work + rates.encoder_hit_s_per_token * hits + rates.prefix_hit_s_per_token * cached
-            )
-            terms[name] = x
-            known[name] = fresh
-            if fresh and s > worst_known:
-                worst_known = s
+                    predicted += left - load
+            seconds[name] = predicted
+            terms[name] = (1.0, uncached, encoder_work, hits, cached, ahead)
+            wait = queue + s * media_ahead
+            avg = avg_of(name)
+            if avg is not None:
+                wait = avg + pull * (wait - avg)
+            queue_avg[name] = wait
+            if service > 0:
+                marginal = wait * (2.0 + wait / service)
+                load_share = wait / service
+            else:
+                marginal, load_share = wait, 0.0
+            fresh_work = prefill + s * encode
+            own_work = work[name] = fresh_work + held_hits + held_prefix
+            reused = hits + cached
+            if reused:
+                if reused > most_reused:
+                    most_reused, holders_wait = reused, marginal
+                elif reused == most_reused and marginal < holders_wait:
+                    holders_wait = marginal
+            later.append((name, marginal, fresh_work, own_work, load_share))
+            if not fresh:
+                stale.append(name)
+            elif predicted > worst_known:
+                worst_known = predicted
         if worst_known >= 0:
-            for name, fresh in known.items():
-                if not fresh:
-                    seconds[name] += worst_known
-        drawn = self.later_requests_per_cold_placement
-        service = self.mean_placed_work
-        # Each candidate's marginal wait, and the least of them among the candidates holding the
-        # most of the request: where its later requests go whatever this one does.
-        marginal: dict[str, float] = {}
-        holders_wait = math.inf
-        for name, t in terms.items():
-            wait = queue_avg[name]
-            mw = wait * (2.0 + wait / service) if service > 0 else wait
-            marginal[name] = mw
-            if most_reused > 0 and t[3] + t[4] >= most_reused and mw < holders_wait:
-                holders_wait = mw
+            for name in stale:
+                seconds[name] += worst_known
+        # The future cost needs the least marginal wait of the holders, known only now.
+        drawn = self._hits / max(self._colds, 1.0)  # later_requests_per_cold_placement
         reuse_of = self._reuse.get
-        for name, mw in marginal.items():
-            x_e = queue_avg[name] / service if service > 0 else 0.0
-            saved, placed = reuse_of(name, _NO_REUSE)
-            displaced = saved / placed if placed > 0 else drawn
+        future: dict[str, float] = {}
+        for name, marginal, fresh_work, own_work, load_share in later:
+            kept, placed = reuse_of(name, _NO_REUSE)
+            displaced = kept / placed if placed > 0 else drawn
             future[name] = (
-                drawn * (mw if mw < holders_wait else holders_wait)
-                + displaced * new_work[name]
-                + work[name] * x_e * (1.0 + x_e)
+                drawn * (marginal if marginal < holders_wait else holders_wait)
+                + displaced * fresh_work
+                + own_work * load_share * (1.0 + load_share)
             )
-        info = PredictedTTFT(seconds, terms, known, work, future, (load, processing), saved_at)
-        for key in self._keys:
-            request.put(key, info)
+        info = PredictedTTFT(seconds, terms, stale, work, future, (load, processing), saved_at, most_reused)
+        for key in self._key_names:
+            data[key] = info
 
     @property
     def later_requests_per_cold_placement(self) -> float:
@@ -346,7 +367,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             pending.front_end = fq.place(processing, now + load)
         else:
             pending.front_wait = load
-        most = max(t[3] + t[4] for t in info.terms.values())
+        most = info.most_reused
         cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
         self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
         self._colds = self._colds * REUSE_DECAY + cold
@@ -401,25 +422,27 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
 def _encoder_items(
     tp: TokenizedPrompt | None, encoder: EncoderCacheMatch | None, skipped: Mapping[str, float]
-) -> list[tuple[int, int, int, float]]:
+) -> tuple[list[tuple[int, int, int, float]], int, int]:
     """The request's distinct media items that need the encoder, as (end position, tokens,
     index in the encoder-cache match info, or -1 without one, the processor seconds a cache hit
-    on it saves): what the per-endpoint loop reads."""
+    on it saves): what the per-endpoint loop reads; with the smallest end (a prefix shorter than
+    it covers none of them) and their tokens."""
     if tp is None or not tp.media:
-        return []
-    index = {identity: i for i, identity in enumerate(encoder.identities)} if encoder is not None else {}
+        return [], _NO_END, 0
+    ids = encoder.identities if encoder is not None else ()
+    index = dict(zip(ids, range(len(ids)), strict=True))
     items: list[tuple[int, int, int, float]] = []
     seen: set[str] = set()
+    first_end, media = _NO_END, 0
+    embeds = Modality.EMBEDS
     for item in tp.media:
-        if item.identity in seen or item.modality == Modality.EMBEDS:
+        identity, length = item.identity, item.length
+        if identity in seen or item.modality == embeds:
             continue
-        seen.add(item.identity)
-        items.append(
-            (
-                item.offset + item.length,
-                item.length,
-                index.get(item.identity, -1),
-                skipped.get(item.identity, 0.0),
-            )
-        )
-    return items
+        seen.add(identity)
+        end = item.offset + length
+        items.append((end, length, index.get(identity, -1), skipped.get(identity, 0.0)))
+        if end < first_end:
+            first_end = end
+        media += length
+    return items, first_end, media

@@ -49,11 +49,9 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
         beta, gamma = self._work_weight, self._future_weight
         if not beta and not gamma:
             return lower_is_better([seconds.get(ep.name) for ep in endpoints])
-        work, future = info.work, info.future
+        work, future = info.work, info.future  # the producer fills these with seconds, together
         costs: list[float | None] = []
         for ep in endpoints:
-            s = seconds.get(ep.name)
-            if s is not None:
-                s += beta * work.get(ep.name, 0.0) + gamma * future.get(ep.name, 0.0)
-            costs.append(s)
+            n = ep.name
+            costs.append(seconds[n] + (beta * work[n] + gamma * future[n]) if n in seconds else None)
         return lower_is_better(costs)

@@ -35,7 +35,7 @@ relative error is taken against the rates last solved.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mmgate.scheduling.ttft.rates import N_TERMS, Explicit, Rates, Vector
 from mmgate.scheduling.types import EndpointState
@@ -223,8 +223,8 @@ class RateLearner:
         """What the config names for the endpoint, the rest from the pooled fit (or defaults)."""
         if not self.learn or self._pooled_rates is None or all(state.explicit):
             return state.configured
-        pooled = self._pooled_rates.vector()
-        own = state.configured.vector()
+        pooled = self._pooled_rates.vector
+        own = state.configured.vector
         return Rates.of([o if e else p for o, p, e in zip(own, pooled, state.explicit, strict=True)])
 
     def rates(self, endpoint: EndpointState) -> Rates:
@@ -237,8 +237,17 @@ class RateLearner:
             )
         return rates
 
+    @property
+    def current(self) -> Mapping[str, Rates]:
+        """The rates :meth:`rates` gives each endpoint it was asked about, as they stand: an entry
+        is replaced when the endpoint's fit solves and dropped when its prior moves (the pooled
+        fit solved) or it leaves the fleet, always in this one mapping, so a caller may keep it.
+        A decision reads its candidates' rates here with one lookup each, and asks :meth:`rates`
+        only for an endpoint missing from it."""
+        return self._current
+
     def _solve(self, state: _Endpoint) -> Rates:
-        theta = state.fit.solve(self._prior(state).vector()[:-1], self.prior_samples)
+        theta = state.fit.solve(self._prior(state).vector[:-1], self.prior_samples)
         rates = state.rates = Rates.of((*theta, self.queue_share * theta[1]))
         self._solves += 1
         return rates
@@ -284,7 +293,7 @@ class RateLearner:
         trusted = self._pooled_rates is not None
         pooled.add(x, ttft_s, (self._pooled_rates or self.defaults).seconds(x), trusted)
         if pooled.count >= self.min_samples and (not trusted or pooled.count % POOLED_EVERY == 0):
-            self._pooled_rates = Rates.of(pooled.solve(self.defaults.vector(), self.prior_samples))
+            self._pooled_rates = Rates.of(pooled.solve(self.defaults.vector, self.prior_samples))
             self._current.clear()  # endpoints that still use it as their prior see the change
         if fit.count >= self.min_samples:
             self._current[endpoint.name] = self._solve(state)

@@ -29,7 +29,7 @@ The terms are linear, so the rates can be learned from observed TTFTs by least s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -54,25 +54,25 @@ class Rates:
     encoder_hit_s_per_token: float = 0.0
     prefix_hit_s_per_token: float = 0.0
     queue_s_per_token: float | None = None  # None: the prefill rate
+    queue: float = field(init=False, repr=False, compare=False)
+    """``queue_s_per_token`` resolved."""
+    vector: Vector = field(init=False, repr=False, compare=False)
+    """The six rates in the terms' order, made once: a decision unpacks it for each candidate."""
 
     def __post_init__(self) -> None:
         if self.queue_s_per_token is None:
             object.__setattr__(self, "queue_s_per_token", self.prefill_s_per_token)
-
-    @property
-    def queue(self) -> float:
-        q = self.queue_s_per_token
-        return self.prefill_s_per_token if q is None else q
-
-    def vector(self) -> Vector:
-        return (
+        q = self.prefill_s_per_token if self.queue_s_per_token is None else self.queue_s_per_token
+        object.__setattr__(self, "queue", q)
+        vector = (
             self.fixed_s,
             self.prefill_s_per_token,
             self.encoder_s_per_token,
             self.encoder_hit_s_per_token,
             self.prefix_hit_s_per_token,
-            self.queue,
+            q,
         )
+        object.__setattr__(self, "vector", vector)
 
     @classmethod
     def of(cls, v: Sequence[float]) -> Rates:
@@ -108,7 +108,7 @@ class RateSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"{where}.fixedSeconds must be >= 0, got {self.fixedSeconds}")
 
     def values(self) -> tuple[float | None, ...]:
-        """In the order of :meth:`Rates.vector` (prefill as seconds per token)."""
+        """In the order of :attr:`Rates.vector` (prefill as seconds per token)."""
         p = None if self.prefillTokensPerSecond is None else 1.0 / self.prefillTokensPerSecond
         return (self.fixedSeconds, p, self.encoderSecondsPerToken, None, None, p)
 
@@ -150,7 +150,7 @@ class RateTable:
         role = endpoint.effective_role
         if role is not None and role in self.by_role:
             specs.append(self.by_role[role])
-        out = list(self.defaults.vector())
+        out = list(self.defaults.vector)
         explicit = [False] * N_TERMS
         for i in range(N_TERMS):
             for spec in specs:
