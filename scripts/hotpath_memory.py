@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hotpath_trees import calls_per_request  # scripts/ is on sys.path: run as a script
+
 DEFAULT_MODULE = "mmgate.bench.micro.hotpath"
 MARK = "time_thread_time_ns"
 EVENTS = ("Ir", "D1mr", "D1mw")
@@ -47,18 +49,7 @@ def worker(module: str, config: str, body_name: str, requests: int, valgrind: bo
         run(requests)
         time.thread_time_ns()
         return {}
-    calls = 0
-
-    def profiler(_frame: Any, event: str, _arg: Any) -> None:
-        nonlocal calls
-        if event in ("call", "c_call"):
-            calls += 1
-
-    sys.setprofile(profiler)
-    try:
-        run(requests)
-    finally:
-        sys.setprofile(None)
+    calls = calls_per_request(run, requests)
     tracemalloc.start()
     run(3)
     start, _ = tracemalloc.get_traced_memory()
@@ -67,7 +58,7 @@ def worker(module: str, config: str, body_name: str, requests: int, valgrind: bo
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     peak_kib = round((peak - start) / 1024, 1)
-    return {"calls_per_request": round(calls / requests, 1), "peak_kib_per_request": peak_kib}
+    return {"calls_per_request": calls, "peak_kib_per_request": peak_kib}
 
 
 def _costs(dump: Path, requests: int) -> dict[str, int]:

@@ -135,9 +135,9 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def count_calls(run: Any, refresh: Any, flush: Any) -> float:
-    """Function calls (Python and C) per request over 200 requests, this thread only."""
-    refresh()
+def calls_per_request(run: Any, requests: int) -> float:
+    """Function calls (Python and C) per request over ``requests`` requests, this thread only
+    (``sys.setprofile``: exact, whatever the machine's load)."""
     calls = 0
 
     def profiler(_frame: Any, event: str, _arg: Any) -> None:
@@ -147,12 +147,19 @@ def count_calls(run: Any, refresh: Any, flush: Any) -> float:
 
     sys.setprofile(profiler)
     try:
-        run(200)
+        run(requests)
     finally:
         sys.setprofile(None)
+    return round(calls / requests, 1)
+
+
+def count_calls(run: Any, refresh: Any, flush: Any) -> float:
+    """Function calls per request over 200 requests, on fresh scrapes."""
+    refresh()
+    calls = calls_per_request(run, 200)
     if flush is not None:
         flush()
-    return round(calls / 200, 1)
+    return calls
 
 
 # -- the rounds ---------------------------------------------------------------------------------
@@ -255,21 +262,32 @@ def main() -> int:
         cells = [f"{row[n]['median_us']:.1f} ({row[n]['min_us']:.1f})" for n in names if n in row]
         print(case.ljust(24) + "".join(c.rjust(22) for c in cells))
     if args.json is not None:
-        doc = {
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "clock": "process CPU time around the loop (time.process_time)",
-            "unit": "microseconds per request, whole bill (all stages)",
-            "trees": trees,
-            "wall_s": round(time.time() - started, 1),
-            "summary": summary,
-            "rounds": rounds,
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_json(
+            args.json,
+            {
+                "clock": "process CPU time around the loop (time.process_time)",
+                "unit": "microseconds per request, whole bill (all stages)",
+                "trees": trees,
+                "wall_s": round(time.time() - started, 1),
+                "summary": summary,
+                "rounds": rounds,
+            },
+        )
     return 0
+
+
+def write_json(path: Path, fields: dict[str, Any]) -> None:
+    """The raw record of a run: the command that made it, the interpreter and machine, then
+    ``fields``."""
+    doc = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        **fields,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
 
 
 def count_instructions(trees: list[dict[str, Any]], args: argparse.Namespace) -> int:
@@ -287,19 +305,16 @@ def count_instructions(trees: list[dict[str, Any]], args: argparse.Namespace) ->
         cells = [f"{row[n]:,} ({row[n] / row[first]:.3f})" for n in names]
         print(case.ljust(24) + "".join(c.rjust(22) for c in cells))
     if args.json is not None:
-        doc = {
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "unit": "instructions per request, whole bill (valgrind callgrind, user space only)",
-            "requests_per_case": args.instructions,
-            "trees": trees,
-            "wall_s": round(time.time() - started, 1),
-            "summary": summary,
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_json(
+            args.json,
+            {
+                "unit": "instructions per request, whole bill (valgrind callgrind, user space only)",
+                "requests_per_case": args.instructions,
+                "trees": trees,
+                "wall_s": round(time.time() - started, 1),
+                "summary": summary,
+            },
+        )
     return 0
 
 
