@@ -23,8 +23,9 @@ import yaml
 from mmgate.cli import port
 from mmgate.config import ConfigError, parse_config
 from mmgate.config.schema import TracingSpec
-from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
+from mmgate.gateway.app import Running, build_gateway, serve_until_signal
 from mmgate.gateway.telemetry import configure_logging
+from mmgate.process import run_forever
 from mmgate.sim.profiles import ProfileError, load_profile
 
 # examples/encoder-affinity.yaml with the exact Qwen3-VL pricing rule the simulated pods use:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
 from mmgate.cli import port
+from mmgate.process import stop_signal
 from mmgate.serving.flags import add_cache_arguments, add_kv_events_arguments
 from mmgate.vllm.blocks import HASH_ALGOS
 from mmgate.vllm.kv_events_config import parse_kv_events_config
@@ -197,11 +196,7 @@ async def _serve(args: argparse.Namespace, config: EngineConfig, settings: Serve
     model = tiny_model(args.tiny, seed=args.seed) if args.tiny else load_model(args.model)
     fetch = FeatureClient(args.ec_allowed_host)  # the prefill side of E/PD, for any request naming features
     server = EngineServer(Engine(model, config, fetch_features=fetch), settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_signal()  # before start-up, so a signal during it is caught too
     await server.start()
     try:
         kv = f", KV events on {server.kv_endpoint}" if server.kv_endpoint else ""

@@ -6,10 +6,7 @@ all three run exactly the same wiring: config → scheduler → picker → contr
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
@@ -34,6 +31,7 @@ from mmgate.errors import RequestError
 from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
+from mmgate.process import wait_for_signal
 from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
@@ -339,27 +337,3 @@ async def serve_until_signal(
     finally:
         log.info("shutting down", extra={"fields": {"port": running.port}})
         await running.stop()
-
-
-async def wait_for_signal() -> None:
-    """Return at SIGINT or SIGTERM (how a process manager or Kubernetes asks a server to stop)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-
-
-def run_forever(main: Callable[[], object], *, use_uvloop: bool = True) -> None:
-    """Run ``main()`` (a coroutine factory) on uvloop when available."""
-    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    if use_uvloop:
-        try:
-            import uvloop
-
-            factory = uvloop.new_event_loop
-        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-            factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(main())  # type: ignore[arg-type]

@@ -12,10 +12,11 @@ import msgspec
 from mmgate.cli import port
 from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
 from mmgate.config.schema import KubernetesSpec, TracingSpec
-from mmgate.gateway.app import Running, build_gateway, run_forever, serve_until_signal
+from mmgate.gateway.app import Running, build_gateway, serve_until_signal
 from mmgate.gateway.malloc_tuning import keep_large_buffers
 from mmgate.gateway.telemetry import configure_logging
 from mmgate.gateway.workers import serve_workers
+from mmgate.process import run_forever
 
 log = logging.getLogger("mmgate.gateway")
 

@@ -7,14 +7,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import sys
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from mmgate.process import run_forever, stop_signal
 from mmgate.serving.flags import add_cache_arguments, add_kv_events_arguments
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.profiles import ProfileError
@@ -293,11 +292,7 @@ async def _serve(
 ) -> None:
     from mmgate.sim.fleet import SimFleet
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_signal()  # before start-up, so a signal during it is caught too
     async with SimFleet(specs) as fleet:
         print_fleet(fleet, fmt)
         if endpoints_file:
@@ -312,16 +307,6 @@ async def _serve(
             await asyncio.wait_for(stop.wait(), duration)
 
 
-def run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """Run on uvloop where available (the pods' hot path is socket I/O)."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        asyncio.run(main)
-        return
-    uvloop.run(main)
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     console = Console(stderr=True)  # stdout carries the fleet table in the chosen --format
@@ -331,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate sim: {exc}", file=sys.stderr)
         return 2
     try:
-        run_loop(_serve(specs, args.duration, console, args.endpoints_file, args.format))
+        run_forever(lambda: _serve(specs, args.duration, console, args.endpoints_file, args.format))
     except ProfileError as exc:  # a misspelt --profile or a bad profile file: the user's to fix
         print(f"mmgate sim: {exc}", file=sys.stderr)
         return 2

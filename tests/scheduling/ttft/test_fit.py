@@ -137,7 +137,7 @@ def test_forgetting_an_endpoint_drops_its_fit() -> None:
 )
 def test_settings_that_cannot_work_are_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        learner(**kwargs)
+        learner(None, **kwargs)
 
 
 def test_rate_table_resolves_each_rate_from_the_most_specific_level() -> None:
