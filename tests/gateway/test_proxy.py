@@ -13,6 +13,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from mmgate.bench.overhead.bodies import BODIES
+from mmgate.bench.overhead.bodies import MODEL as BENCH_MODEL
 from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.gateway.app import Running, make_parser
 from mmgate.gateway.server import Gateway
@@ -393,6 +394,8 @@ async def test_media_uuids_reach_every_attempt_as_the_joined_splice_byte_for_byt
     sent = bench_body(BODIES[name])
     limits = Limits(own_media_uuids=True)
     reference = joined(with_media_uuids(parse_request(sent, {}, api=Api.CHAT, limits=limits)))
+    for u in upstreams:  # serve the benchmark body's model: once /v1/models is read, another is a 404
+        u.model = BENCH_MODEL
     upstreams[0].behaviour = status_behaviour(503)
     e, running = await make_env(
         [u.address for u in upstreams],
