@@ -9,6 +9,8 @@ def lower_is_better(values: Sequence[float | None]) -> list[float]:
     """(max − v) / (max − min) over the known values: the lowest scores 1, the highest 0; all 1
     when every known value is equal. An unknown value (``None``) scores 0."""
     known = [v for v in values if v is not None]
+    if len(known) == len(values):
+        return lower_is_better_known(known)
     if not known:
         return [0.0] * len(values)
     lo, hi = min(known), max(known)
@@ -16,3 +18,15 @@ def lower_is_better(values: Sequence[float | None]) -> list[float]:
         return [0.0 if v is None else 1.0 for v in values]
     span = hi - lo
     return [0.0 if v is None else (hi - v) / span for v in values]
+
+
+def lower_is_better_known(values: Sequence[float]) -> list[float]:
+    """:func:`lower_is_better` of values that are all known: the same scores, without a test per
+    value (a scorer on the decision path whose every candidate has a value calls this)."""
+    if not values:
+        return []
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return [1.0] * len(values)
+    span = hi - lo
+    return [(hi - v) / span for v in values]

@@ -81,10 +81,8 @@ from mmgate.scheduling.ttft.frontend import (
 )
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
-_NO_QUEUES: dict[str, FrontendQueue] = {}  # what a request without processor work waits behind
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
 REUSE_DECAY = 0.995  # hits per cold placement, over roughly the last two hundred placements
-_NO_REUSE = (0.0, 0.0)
 _NO_END = sys.maxsize  # the smallest media end of a request without media: past any prefix
 _NOTHING_HELD: dict[str, list[int]] = {}
 
@@ -114,6 +112,24 @@ class _Pending(msgspec.Struct):
     learnable: bool
     front_end: float = 0.0  # when its endpoint's processor queue expected it through (0: none)
     front_wait: float = 0.0  # the front-end part of its prediction there
+
+
+class _Pod:
+    """What the decision loop reads and updates of one endpoint, kept together so a candidate
+    costs one lookup (each dict read is a C call, and the loop runs for every candidate of every
+    decision). ``displaced`` is made when a placement changes ``kept`` / ``placed`` (``on_started``),
+    not per decision."""
+
+    __slots__ = ("avg", "displaced", "front", "kept", "placed")
+
+    def __init__(self) -> None:
+        self.avg: float | None = None  # the queue wait, time-averaged (None: never predicted)
+        self.front: FrontendQueue | None = None  # its API server's backlog, once work was placed there
+        # decayed: the seconds its believed hits saved, and the seconds of new work (content it did
+        # not hold) placed on it; their ratio once anything was placed (else None: the fleet's n)
+        self.kept = 0.0
+        self.placed = 0.0
+        self.displaced: float | None = None
 
 
 class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware):
@@ -156,17 +172,13 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if not params.queueAverageSeconds > 0:
             raise ValueError(f"queueAverageSeconds must be > 0, got {params.queueAverageSeconds}")
         self._queue_tau = params.queueAverageSeconds
-        self._queue_avg: dict[str, float] = {}  # each endpoint's queue wait, time-averaged
+        self._pods: dict[str, _Pod] = {}  # per endpoint: its queue average, front end and reuse
         self._queue_at = -math.inf  # when the averages were last updated
         self._hits = 0.0  # decayed placements that reused an endpoint's cached content ...
         self._colds = 0.0  # ... and that placed content where it was not cached
         self._work_sum = 0.0  # decayed sums behind the mean GPU work of a placed request
         self._work_weight = 0.0
         self.frontend = FrontendPricer(params.frontEnd)
-        self._fronts: dict[str, FrontendQueue] = {}  # each endpoint's API-server backlog
-        # Per endpoint, decayed: the seconds its believed hits saved, and the seconds of new work
-        # (content it did not hold) placed on it.
-        self._reuse: dict[str, tuple[float, float]] = {}
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -202,18 +214,19 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         mean_tokens = self._tokens_sum / self._tokens_weight if self._tokens_weight else 0.0
         service = self._work_sum / self._work_weight if self._work_weight else 0.0  # mean_placed_work
         now, staleness = request.now, request.staleness_s
-        queue_avg = self._queue_avg
-        avg_of = queue_avg.get
+        pods = self._pods
+        pod_of = pods.get
         elapsed = now - self._queue_at
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
-        fronts = self._fronts if processing > 0.0 else _NO_QUEUES  # no processor work: no processor queue
+        queued_front = processing > 0.0  # no processor work: no processor queue to wait behind
+        drawn = self._hits / max(self._colds, 1.0)  # later_requests_per_cold_placement
         seconds: dict[str, float] = {}
         terms: dict[str, Vector] = {}
         work: dict[str, float] = {}
         saved_at: dict[str, float] = {}  # processor seconds believed cache hits save, by endpoint
         stale: list[str] = []
-        later: list[tuple[str, float, float, float, float]] = []  # what each future cost needs
+        later: list[tuple[str, float, float, float]] = []  # the future cost but the holders' part
         worst_known = -1.0
         most_reused = 0
         holders_wait = math.inf  # the least marginal wait among those holding the most of it
@@ -271,17 +284,22 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             if saved:
                 predicted -= saved
                 saved_at[name] = saved
-            if name in fronts:
-                left = fronts[name].until - now
-                if left > load:
-                    predicted += left - load
+            pod = pod_of(name)
+            if pod is None:
+                pod = pods[name] = _Pod()
+            if queued_front:
+                fq = pod.front
+                if fq is not None:
+                    left = fq.until - now
+                    if left > load:
+                        predicted += left - load
             seconds[name] = predicted
             terms[name] = (1.0, uncached, encoder_work, hits, cached, ahead)
             wait = queue + s * media_ahead
-            avg = avg_of(name)
+            avg = pod.avg
             if avg is not None:
                 wait = avg + pull * (wait - avg)
-            queue_avg[name] = wait
+            pod.avg = wait
             if service > 0:
                 marginal = wait * (2.0 + wait / service)
                 load_share = wait / service
@@ -295,7 +313,17 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                     most_reused, holders_wait = reused, marginal
                 elif reused == most_reused and marginal < holders_wait:
                     holders_wait = marginal
-            later.append((name, marginal, fresh_work, own_work, load_share))
+            displaced = pod.displaced
+            # the future cost's displaced reuse and the delay to those queued behind, summed in
+            # the equation's order after the holders' part (known only after the loop)
+            later.append(
+                (
+                    name,
+                    marginal,
+                    (drawn if displaced is None else displaced) * fresh_work,
+                    own_work * load_share * (1.0 + load_share),
+                )
+            )
             if not fresh:
                 stale.append(name)
             elif predicted > worst_known:
@@ -303,17 +331,10 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if worst_known >= 0:
             for name in stale:
                 seconds[name] += worst_known
-        # The future cost needs the least marginal wait of the holders, known only now.
-        drawn = self._hits / max(self._colds, 1.0)  # later_requests_per_cold_placement
-        reuse_of = self._reuse.get
         future: dict[str, float] = {}
-        for name, marginal, fresh_work, own_work, load_share in later:
-            kept, placed = reuse_of(name, _NO_REUSE)
-            displaced = kept / placed if placed > 0 else drawn
+        for name, marginal, displacing, behind in later:
             future[name] = (
-                drawn * (marginal if marginal < holders_wait else holders_wait)
-                + displaced * fresh_work
-                + own_work * load_share * (1.0 + load_share)
+                drawn * (marginal if marginal < holders_wait else holders_wait) + displacing + behind
             )
         info = PredictedTTFT(seconds, terms, stale, work, future, (load, processing), saved_at, most_reused)
         for key in self._key_names:
@@ -332,14 +353,17 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
     def queue_average(self, name: str) -> float:
         """``Qbar_e``: the endpoint's predicted queue wait, averaged over recent decisions."""
-        return self._queue_avg.get(name, 0.0)
+        pod = self._pods.get(name)
+        return 0.0 if pod is None or pod.avg is None else pod.avg
 
     def displaced_reuse(self, name: str) -> float:
         """``r_e``: the seconds the endpoint's believed hits would have cost without its caches,
         per second of new work (content it did not hold) placed on it, decayed: what a second of
         its cache room has been worth to later requests. ``n`` until anything is placed there."""
-        saved, placed = self._reuse.get(name, _NO_REUSE)
-        return saved / placed if placed > 0 else self.later_requests_per_cold_placement
+        pod = self._pods.get(name)
+        if pod is None or pod.displaced is None:
+            return self.later_requests_per_cold_placement
+        return pod.displaced
 
     # -- learning from what happened -------------------------------------------------------------
 
@@ -356,12 +380,15 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if x is None:
             return
         pending = self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
+        pod = self._pods.get(endpoint.name)
+        if pod is None:
+            pod = self._pods[endpoint.name] = _Pod()
         load, processing = info.frontend
         processing -= info.frontend_saved.get(endpoint.name, 0.0)
         if processing > 0:
-            fq = self._fronts.get(endpoint.name)
+            fq = pod.front
             if fq is None:
-                fq = self._fronts[endpoint.name] = FrontendQueue()
+                fq = pod.front = FrontendQueue()
             backlog = fq.backlog(now)
             pending.front_wait = (backlog if backlog > load else load) + processing
             pending.front_end = fq.place(processing, now + load)
@@ -377,8 +404,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         r = self.learner.rates(endpoint)
         reused = r.encoder_s_per_token * x[3] + r.prefill_s_per_token * x[4]
         new = work - r.encoder_hit_s_per_token * x[3] - r.prefix_hit_s_per_token * x[4]
-        saved, placed = self._reuse.get(endpoint.name, _NO_REUSE)
-        self._reuse[endpoint.name] = (saved * REUSE_DECAY + reused, placed * REUSE_DECAY + new)
+        kept = pod.kept = pod.kept * REUSE_DECAY + reused
+        placed = pod.placed = pod.placed * REUSE_DECAY + new
+        pod.displaced = kept / placed if placed > 0 else None
         self._work_weight = self._work_weight * MEAN_TOKENS_DECAY + 1.0
         tp = request.get(TOKENIZED_PROMPT)
         if tp is not None:
@@ -398,7 +426,8 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if pending is None:
             return
         if pending.front_end:
-            fq = self._fronts.get(pending.endpoint.name)
+            pod = self._pods.get(pending.endpoint.name)
+            fq = None if pod is None else pod.front
             if fq is not None:
                 fq.through(pending.front_end, now)
         if pending.learnable:  # the rates are the engine's: the front end's part is priced apart
@@ -410,14 +439,12 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
     def frontend_backlog(self, name: str, now: float) -> float:
         """Seconds of processor work this gateway placed on ``name`` not yet through at ``now``."""
-        fq = self._fronts.get(name)
-        return 0.0 if fq is None else fq.backlog(now)
+        pod = self._pods.get(name)
+        return 0.0 if pod is None or pod.front is None else pod.front.backlog(now)
 
     def remove_endpoint(self, name: str) -> None:
         self.learner.forget(name)
-        self._queue_avg.pop(name, None)
-        self._reuse.pop(name, None)
-        self._fronts.pop(name, None)
+        self._pods.pop(name, None)
 
 
 def _encoder_items(

@@ -15,7 +15,7 @@ import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Scorer
 from mmgate.scheduling.keys import PREDICTED_TTFT, PredictedTTFT
-from mmgate.scheduling.plugins._min_max import lower_is_better
+from mmgate.scheduling.plugins._min_max import lower_is_better, lower_is_better_known
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 
@@ -47,11 +47,28 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
             return [0.0] * len(endpoints)
         seconds = info.seconds
         beta, gamma = self._work_weight, self._future_weight
-        if not beta and not gamma:
-            return lower_is_better([seconds.get(ep.name) for ep in endpoints])
-        work, future = info.work, info.future  # the producer fills these with seconds, together
-        costs: list[float | None] = []
-        for ep in endpoints:
-            n = ep.name
-            costs.append(seconds[n] + (beta * work[n] + gamma * future[n]) if n in seconds else None)
-        return lower_is_better(costs)
+        # The producer predicts every endpoint the scheduler was given, so a candidate without a
+        # prediction is rare: the costs are built for the case where all have one (one
+        # comprehension, no test per candidate) and rebuilt with gaps only when one has not.
+        try:
+            if not beta and not gamma:
+                costs = [seconds[ep.name] for ep in endpoints]
+            elif not beta:  # s + (0 * w + g * F) is s + g * F, bit for bit (w is finite)
+                future = info.future
+                costs = [seconds[ep.name] + gamma * future[ep.name] for ep in endpoints]
+            else:
+                work, future = info.work, info.future  # filled together with seconds
+                costs = [
+                    seconds[ep.name] + (beta * work[ep.name] + gamma * future[ep.name]) for ep in endpoints
+                ]
+        except KeyError:
+            return lower_is_better([self._cost(info, ep.name) for ep in endpoints])
+        return lower_is_better_known(costs)
+
+    def _cost(self, info: PredictedTTFT, name: str) -> float | None:
+        """One candidate's cost, ``None`` without a prediction (it then scores 0)."""
+        if name not in info.seconds:
+            return None
+        return info.seconds[name] + (
+            self._work_weight * info.work[name] + self._future_weight * info.future[name]
+        )
