@@ -200,7 +200,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         total = tp.total_tokens if tp is not None else 0
         front = NO_FRONTEND
         if tp is not None and tp.media and self.frontend.enabled:
-            front = self.frontend.seconds(request.view.assets, tp.media)
+            front = self.frontend.seconds(request.view.parts, tp.media)
         load, processing, skipped = front
         items, first_end, media = _encoder_items(tp, encoder, skipped)
         held_by = encoder.matched_indices if encoder is not None else _NOTHING_HELD
@@ -456,8 +456,7 @@ def _encoder_items(
     it covers none of them) and their tokens."""
     if tp is None or not tp.media:
         return [], _NO_END, 0
-    ids = encoder.identities if encoder is not None else ()
-    index = dict(zip(ids, range(len(ids)), strict=True))
+    ids = encoder.identities if encoder is not None else ()  # a handful: a list scan beats a dict
     items: list[tuple[int, int, int, float]] = []
     seen: set[str] = set()
     first_end, media = _NO_END, 0
@@ -468,7 +467,8 @@ def _encoder_items(
             continue
         seen.add(identity)
         end = item.offset + length
-        items.append((end, length, index.get(identity, -1), skipped.get(identity, 0.0)))
+        index = ids.index(identity) if identity in ids else -1
+        items.append((end, length, index, skipped.get(identity, 0.0)))
         if end < first_end:
             first_end = end
         media += length

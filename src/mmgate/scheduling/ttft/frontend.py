@@ -146,17 +146,20 @@ class FrontendPricer:
         """Whether any modality costs front-end time."""
         return bool(self._rates)
 
-    def seconds(self, assets: Iterable[MediaAsset], items: Iterable[MMItem]) -> FrontendSeconds:
-        """The front end of a request with media parts ``assets`` (what is loaded: payload bytes,
-        pixels) and priced items ``items`` (tokens). A part that names a cached item by uuid
-        alone carries nothing to load or hash. (Once per request with media, on the decision
-        path: one pass over each, locals only.)"""
+    def seconds(self, parts: Iterable[str | MediaAsset], items: Iterable[MMItem]) -> FrontendSeconds:
+        """The front end of a request with prompt parts ``parts`` (its media parts are what is
+        loaded: payload bytes, pixels; text parts are passed over) and priced items ``items``
+        (tokens). A part that names a cached item by uuid alone carries nothing to load or hash.
+        (Once per request with media, on the decision path: one pass over each, locals only; the
+        parts as the view keeps them, not a list of its media made for the call.)"""
         rates = self._rates
         if not rates:
             return NO_FRONTEND
         load = processor = 0.0
         skipped: dict[str, float] = {}
-        for asset in assets:
+        for asset in parts:
+            if isinstance(asset, str):
+                continue
             r = rates.get(asset.modality)
             if r is None:
                 continue
