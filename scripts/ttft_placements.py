@@ -4,10 +4,19 @@ The experiment behind docs/benchmarks/predicted-ttft.md's shared-prefix section.
 and rung it counts, in send order, a request's *first* placement of its content (no pod has had
 it), *warm* ones (the pod has had it) and *cold* ones (another pod has had it: a copy), and how
 evenly the content and the requests spread over the pods (coefficient of variation, busiest pod
-over the mean). Content is a shared-prefix group, or a request's first media item elsewhere.
+over the mean). Content is a shared-prefix group, a multi-turn conversation, or a request's
+group label elsewhere (an image-reuse photo).
+
+It also follows each content's *last* pod (where its previous request went): how many requests of
+content already placed went back there and how many were *moved* to another pod, with the requests
+in flight (sent, no first token yet) on the last pod and on the chosen one at each move — what a
+scorer weighed when it sent a conversation's turn away from its history — and each pod's own
+prefix-hit ratio (cached over prompt tokens of the requests it served).
 
     python scripts/ttft_placements.py --systems aggregated,predicted-ttft \\
         --workload shared-prefix --rates 10,20,30,40 --duration 100 [--kv-blocks 400000]
+    python scripts/ttft_placements.py --systems aggregated,predicted-ttft \\
+        --workload multi-turn-document --conversations 397 --kv-blocks 10000 --rates 5,10,15,20
 
 One JSON object per rung on stdout (also the TTFT p90 and the fleet's prefix-cache hit ratio).
 """
@@ -38,6 +47,18 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[int(q * (len(sorted_values) - 1))] if sorted_values else None
 
 
+def _in_flight(records: list[RequestRecord], at: float) -> float:
+    """Requests sent to a pod before ``at`` whose first token came after it."""
+    return float(
+        sum(1 for r in records if r.sent_s < at and r.ttft_s is not None and r.sent_s + r.ttft_s > at)
+    )
+
+
+def _hit_ratio(records: list[RequestRecord]) -> float:
+    prompt = sum(r.prompt_tokens for r in records)
+    return round(sum(r.cached_tokens for r in records) / prompt, 4) if prompt else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", required=True)
@@ -49,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kv-blocks", type=int, default=None, help="each pod's KV blocks (default: the profile's)"
     )
     ap.add_argument("--output-tokens", type=int, default=None)
+    ap.add_argument("--conversations", type=int, default=None, help="multi-turn-document's conversations")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     try:
@@ -57,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownSystem, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    overrides = {} if args.output_tokens is None else {"output_tokens": args.output_tokens}
+    overrides: dict[str, int] = {}
+    if args.output_tokens is not None:
+        overrides["output_tokens"] = args.output_tokens
+    if args.conversations is not None:
+        overrides["conversations"] = args.conversations
     workload = build(args.workload, seed=args.seed, **overrides)
     content = _content_of(workload)
     engine = {} if args.kv_blocks is None else {"num_gpu_blocks": args.kv_blocks}
@@ -71,16 +97,31 @@ def main(argv: list[str] | None = None) -> int:
         log=lambda _: None,
     )
     held: dict[str, dict[str, set[str]]] = {}
+    last: dict[str, dict[str, str]] = {}
     for rung in results:
         pods_of = held.setdefault(rung.system, {})
-        counts = {"first": 0, "warm": 0, "cold": 0}
+        last_pod = last.setdefault(rung.system, {})
+        counts = {"first": 0, "warm": 0, "cold": 0, "to_last_pod": 0, "moved": 0}
         per_pod: dict[str, int] = {}
+        served: dict[str, list[RequestRecord]] = {}
+        ahead_last: list[float] = []
+        ahead_chosen: list[float] = []
         placed: list[RequestRecord] = sorted((r for r in rung.records if r.endpoint), key=lambda r: r.sent_s)
         for rec in placed:
             assert rec.endpoint is not None
-            pods = pods_of.setdefault(content.get(rec.item_id, rec.item_id), set())
+            key = content.get(rec.item_id, rec.item_id)
+            pods = pods_of.setdefault(key, set())
             counts["first" if not pods else "warm" if rec.endpoint in pods else "cold"] += 1
             pods.add(rec.endpoint)
+            before = last_pod.get(key)
+            if before == rec.endpoint:
+                counts["to_last_pod"] += 1
+            elif before is not None:
+                counts["moved"] += 1
+                ahead_last.append(_in_flight(served.get(before, []), rec.sent_s))
+                ahead_chosen.append(_in_flight(served.get(rec.endpoint, []), rec.sent_s))
+            last_pod[key] = rec.endpoint
+            served.setdefault(rec.endpoint, []).append(rec)
             per_pod[rec.endpoint] = per_pod.get(rec.endpoint, 0) + 1
         content_per_pod: dict[str, int] = {}
         for pods in pods_of.values():
@@ -102,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             "content_per_pod_cv": _cv(list(content_per_pod.values())),
             "requests_per_pod_cv": _cv(requests),
             "busiest_pod_over_mean": max(requests) / statistics.mean(requests) if requests else 0.0,
+            "content_per_pod": [content_per_pod[p] for p in sorted(content_per_pod)],
+            "in_flight_on_last_pod_when_moved_p50": _quantile(sorted(ahead_last), 0.5),
+            "in_flight_on_chosen_pod_when_moved_p50": _quantile(sorted(ahead_chosen), 0.5),
+            "prefix_hit_ratio_per_pod": [_hit_ratio(served[p]) for p in sorted(served)],
         }
         print(json.dumps(row), flush=True)
     return 0
