@@ -194,3 +194,21 @@ def test_a_decision_reads_the_rates_without_solving() -> None:
     for _ in range(50):
         assert lr.rates(ep) is first
     assert lr.solves == 81
+
+
+def test_an_endpoint_on_its_prior_follows_the_pooled_fit_without_a_decision_asking() -> None:
+    """When the pooled fit solves, the endpoints still on their prior get the new prior in the
+    learner's current mapping there, in the first-token hook: the next decision reads it with
+    one lookup instead of re-pricing the endpoint itself."""
+    rng = random.Random(9)
+    lr = learner()
+    quiet = EndpointState("quiet:1")
+    before = lr.rates(quiet)  # nothing observed yet: the defaults
+    assert before == DEFAULTS and lr.current["quiet:1"] is before
+    truth = Rates(0.04, 1 / 4_000, 1e-4)
+    observe(lr, EndpointState("busy:1"), truth, 40, rng)  # the pooled fit solves at 20 and 32
+    now = lr.current["quiet:1"]
+    assert now != before
+    assert close(now.prefill_s_per_token, truth.prefill_s_per_token, 0.1)
+    assert lr.rates(quiet) is now
+    assert not lr.learned("quiet:1")
