@@ -181,3 +181,18 @@ def test_a_handler_that_never_stops_is_caught() -> None:
     )
     with pytest.raises(RuntimeError, match="never stopped"):
         s.schedule(request(), endpoints(2), 0.0)
+
+
+class ShortScorer(Scorer[NoParams]):
+    """One score too few (test only)."""
+
+    type_name = "test-short-scorer"
+
+    def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
+        return [1.0] * (len(endpoints) - 1)
+
+
+def test_a_scorer_that_skips_an_endpoint_is_an_error_not_a_silent_zero() -> None:
+    s = scheduler([{"type": "test-short-scorer"}], registry=builtin_registry().with_plugins(ShortScorer))
+    with pytest.raises(ValueError, match="'test-short-scorer' gave 2 scores for 3 endpoints"):
+        s.schedule(request(), endpoints(3), 0.0)

@@ -14,6 +14,7 @@ from mmgate.tokens import (
     get_family,
     parse_estimate,
     price,
+    price_stream,
 )
 from mmgate.tokens.sequence import media_token_id
 from support.views import audio, image, video, view
@@ -82,6 +83,10 @@ def test_absurd_totals_are_refused_before_building_a_sequence() -> None:
     with pytest.raises(RequestError, match="more than the 16,777,216") as err:
         price(v, PricingConfig(family=None, estimate=EstimateConfig()))
     assert err.value.param == "messages"
+    # The scheduler's one-pass form refuses it the same way, before laying out its billions of ids.
+    with pytest.raises(RequestError, match="more than the 16,777,216") as err:
+        price_stream(v, PricingConfig(family=None, estimate=EstimateConfig()))
+    assert err.value.param == "messages"
 
 
 def test_unknown_family_lists_valid_ones() -> None:
@@ -143,6 +148,8 @@ def test_exact_text_count_with_a_local_tokenizer_json(tmp_path: object) -> None:
     v = view("hello world look at", image("a", 640, 480), "this zebra")
     exact = price(v, PricingConfig(family="qwen3-vl", tokenizer=str(path)))
     assert exact.text_tokens == 4 + 2  # word-level: one token per word, unknown words included
+    # The scheduler's one-pass pricing hands the tokenizer the same runs.
+    assert price_stream(v, PricingConfig(family="qwen3-vl", tokenizer=str(path)))[0] == exact
     assert price(v, PricingConfig(family="qwen3-vl")).text_tokens == 5 + 3  # bytes/4 per run
     with pytest.raises(ValueError, match="tokenizer file not found"):
         PricingConfig(tokenizer=str(path) + ".missing")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mmgate.errors import RequestError
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
-from mmgate.tokens import FAMILIES, PricingConfig, build_sequence, build_stream, price
+from mmgate.tokens import FAMILIES, PricingConfig, build_sequence, price, price_stream
 
 CONFIGS = [PricingConfig(family=name) for name in FAMILIES] + [
     PricingConfig(family=None, provider="anthropic"),
@@ -56,14 +56,22 @@ def test_price_either_succeeds_consistently_or_refuses_with_a_request_error(
 @settings(max_examples=100, deadline=None)
 @given(parts=parts, cfg=st.sampled_from(CONFIGS))
 def test_the_byte_stream_is_the_sequence_packed(parts: list[str | MediaAsset], cfg: PricingConfig) -> None:
-    """build_stream (what the scheduler hashes) is exactly build_sequence as little-endian uint32s."""
+    """price_stream (what the scheduler hashes) prices as price() does and lays out exactly
+    build_sequence as little-endian uint32s; it refuses what price() refuses, with its message."""
     view = RequestView(Api.CHAT, "m", parts)
     try:
         pricing = price(view, cfg)
-    except RequestError:
+    except RequestError as exc:
+        try:
+            price_stream(view, cfg)
+        except RequestError as again:
+            assert (again.message, again.param) == (exc.message, exc.param)
+        else:
+            raise AssertionError("price_stream priced what price refused") from None
         return
     seq = build_sequence(view, pricing)
-    stream = build_stream(view, pricing)
+    streamed, stream = price_stream(view, cfg)
+    assert streamed == pricing
     # struct packs in C: a large video's millions of ids took minutes per example as Python ints.
     assert stream.data == struct.pack(f"<{len(seq.token_ids)}I", *seq.token_ids)
     assert list(stream.token_ids) == seq.token_ids and len(stream) == len(seq)

@@ -242,20 +242,25 @@ class Profile:
         if not candidates:
             return None
         n = len(candidates)
-        totals = [0.0] * n
+        totals: list[float] | None = None
         by_scorer: dict[str, list[float]] | None = {} if request.debug else None
         for ws in self.scorers:
             raw = ws.scorer.score(request, candidates)
+            if len(raw) != n:
+                raise ValueError(f"scorer {ws.scorer.name!r} gave {len(raw)} scores for {n} endpoints")
             w = ws.weight
-            for i in range(n):
-                s = raw[i]
-                if s > 1.0:
-                    s = 1.0
-                elif not s > 0.0:  # also maps NaN to 0, as llm-d's enforceScoreRange does
-                    s = 0.0
-                totals[i] += s * w
+            # Each score clamped to [0, 1] (``not s > 0.0`` also maps NaN to 0, as llm-d's
+            # enforceScoreRange does), then weighted and summed in scorer order. One comprehension
+            # per scorer: an indexed loop costs several times the bytecodes per endpoint.
+            if totals is None:
+                totals = [0.0 + (1.0 if s > 1.0 else s if s > 0.0 else 0.0) * w for s in raw]
+            else:
+                pairs = zip(totals, raw, strict=False)  # equal lengths: checked above
+                totals = [t + (1.0 if s > 1.0 else s if s > 0.0 else 0.0) * w for t, s in pairs]
             if by_scorer is not None:
                 by_scorer[ws.scorer.name] = list(raw)
+        if totals is None:
+            totals = [0.0] * n
         return ProfileResult(self.picker.pick(candidates, totals), candidates, totals, by_scorer)
 
 

@@ -9,7 +9,7 @@ from mmgate.tokens.families import FAMILIES, family_for_model, get_family
 from mmgate.tokens.pricing import AssetPrice, Pricing, PricingConfig, price
 from mmgate.tokens.providers import get_provider
 from mmgate.tokens.rules import Count, Family, UnknownNameError
-from mmgate.tokens.sequence import MMItem, TokenSequence, TokenStream, build_sequence, build_stream
+from mmgate.tokens.sequence import MMItem, TokenSequence, TokenStream, build_sequence, price_stream
 
 __all__ = [
     "FAMILIES",
@@ -25,10 +25,10 @@ __all__ = [
     "TokenStream",
     "UnknownNameError",
     "build_sequence",
-    "build_stream",
     "family_for_model",
     "get_family",
     "get_provider",
     "parse_estimate",
     "price",
+    "price_stream",
 ]

@@ -133,18 +133,24 @@ class PricingConfig:
     refuse_unserved: bool = False
     served_family: str | None = None
     max_total_tokens: int = 16_777_216  # beyond any model's context: refused before building a sequence
-    _resolved: _Resolved = field(init=False, repr=False, compare=False)
+    _resolved: Resolved = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_resolved", _Resolved(self))
+        object.__setattr__(self, "_resolved", Resolved(self))
 
     @property
     def rule_name(self) -> str:
         return self._resolved.name
 
+    @property
+    def resolved(self) -> Resolved:
+        """The rules resolved from this config, what :func:`price` and
+        :func:`mmgate.tokens.sequence.price_stream` price each asset with."""
+        return self._resolved
 
-class _Resolved:
-    """Everything ``price`` needs, looked up and validated once."""
+
+class Resolved:
+    """Everything ``price`` needs, looked up and validated once (``PricingConfig.resolved``)."""
 
     def __init__(self, cfg: PricingConfig) -> None:
         chosen = [n for n, v in (("estimate", cfg.estimate), ("provider", cfg.provider)) if v is not None]
@@ -339,6 +345,12 @@ def price(view: RequestView, config: PricingConfig) -> Pricing:
     assets = [resolved.price_asset(p, view.model) for p in media_parts] if media_parts else []
     ids = view.prompt_token_ids
     text = len(ids) if ids is not None else resolved.text(runs)
+    return priced(view, config, text, assets)
+
+
+def priced(view: RequestView, config: PricingConfig, text: int, assets: list[AssetPrice]) -> Pricing:
+    """The :class:`Pricing` of ``text`` tokens and the priced ``assets`` of ``view``: totals per
+    modality, and the request refused if it is larger than any model accepts."""
     by_modality: dict[Modality, int] = {}
     media = 0
     for a in assets:

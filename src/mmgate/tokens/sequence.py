@@ -21,8 +21,8 @@ import msgspec
 import xxhash
 
 from mmgate.request.view import MediaAsset, Modality, RequestView
-from mmgate.tokens.pricing import Pricing
-from mmgate.tokens.text import BYTES_PER_TOKEN
+from mmgate.tokens.pricing import AssetPrice, Pricing, PricingConfig, price, priced
+from mmgate.tokens.text import BYTES_PER_TOKEN, estimate_runs
 
 
 class MMItem(msgspec.Struct, frozen=True):
@@ -116,6 +116,7 @@ class TokenStream(msgspec.Struct):
 
 _NATIVE_LE = sys.byteorder == "little" and array("I").itemsize == BYTES_PER_TOKEN
 _pack_id = struct.Struct("<I").pack
+_PADS = (b"", b"\0", b"\0\0", b"\0\0\0")  # zero bytes up to the next token boundary
 MEDIA_UNITS = 4096  # media identities whose token bytes are remembered (popular images recur)
 
 
@@ -125,30 +126,60 @@ def _media_unit(identity: str) -> bytes:
     return _pack_id(media_token_id(identity))
 
 
-def build_stream(view: RequestView, pricing: Pricing) -> TokenStream:
-    """:func:`build_sequence` as bytes, for text prompts (token-id prompts use the list form)."""
+def price_stream(view: RequestView, config: PricingConfig) -> tuple[Pricing, TokenStream]:
+    """``price(view, config)`` and :func:`build_sequence` as bytes, in one pass over the parts:
+    what the scheduler's token producer needs for a text prompt (token-id prompts use
+    :func:`build_sequence`).
+
+    Each media part is priced where it is laid out, so the parts are walked once, not three
+    times (split, price, lay out). The text count is the stream's text positions, which is
+    exactly the bytes/4 estimate of :func:`~mmgate.tokens.text.estimate_runs` (each run padded
+    to a whole token before a media item); with a tokenizer the runs are collected for it. A
+    request whose media alone is over ``max_total_tokens`` is refused by :func:`price` before
+    any media bytes are made.
+    """
     if view.prompt_token_ids is not None:
-        raise ValueError("build_stream lays out text prompts; use build_sequence for token ids")
-    _check(view, pricing)
+        raise ValueError("price_stream lays out text prompts; use build_sequence for token ids")
+    resolved = config.resolved
+    price_asset = resolved.price_asset
+    model = view.model
+    limit = config.max_total_tokens
+    counted = resolved.text is not estimate_runs  # a tokenizer counts the runs themselves
+    runs: list[str] = []
+    run: list[str] = []
+    assets: list[AssetPrice] = []
     pieces: list[bytes] = []
     items: list[MMItem] = []
     size = 0  # bytes so far, always a whole number of tokens before a media item
-    i = 0
+    media = 0  # media positions so far
     for part in view.parts:
         if isinstance(part, str):
             text = part.encode()
             pieces.append(text)
             size += len(text)
+            if counted:
+                run.append(part)
             continue
+        a = price_asset(part, model)
+        length = a.tokens + a.extra_tokens
+        media += length
+        if media > limit:
+            price(view, config)  # refuses it with the whole count, before any media bytes are made
+            raise AssertionError("price() refuses a request over max_total_tokens")  # pragma: no cover
+        assets.append(a)
         if pad := -size % BYTES_PER_TOKEN:
-            pieces.append(bytes(pad))
+            pieces.append(_PADS[pad])
             size += pad
-        price = pricing.assets[i]
-        i += 1
-        length = price.tokens + price.extra_tokens
         items.append(MMItem(part.identity, part.modality, size // BYTES_PER_TOKEN, length))
         pieces.append(_media_unit(part.identity) * length)
         size += BYTES_PER_TOKEN * length
+        if run:
+            runs.append("".join(run))
+            run.clear()
     if pad := -size % BYTES_PER_TOKEN:
-        pieces.append(bytes(pad))
-    return TokenStream(b"".join(pieces), items)
+        pieces.append(_PADS[pad])
+        size += pad
+    if run:
+        runs.append("".join(run))
+    text_tokens = resolved.text(runs) if counted else size // BYTES_PER_TOKEN - media
+    return priced(view, config, text_tokens, assets), TokenStream(b"".join(pieces), items)

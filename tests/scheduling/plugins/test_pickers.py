@@ -65,3 +65,14 @@ def test_round_robin_cycles() -> None:
     p = RoundRobinPicker("p", PickerParams(), handle())
     names = [p.pick(EPS, [0.0, 9.0, 0.0, 0.0])[0].name for _ in range(8)]
     assert names == [e.name for e in EPS] * 2
+
+
+def test_max_score_draws_only_for_a_tie_with_the_best_so_far() -> None:
+    rng = random.Random(5)
+    p = MaxScorePicker("p", PickerParams(), PluginHandle(rng))
+    state = rng.getstate()
+    assert p.pick(EPS, [0.2, float("nan"), 0.7, 0.1]) == [EPS[2]]  # NaN is never the best...
+    assert p.pick(EPS, [float("nan"), 0.9, 0.3, 0.2]) == [EPS[0]]  # ...unless it comes first
+    assert rng.getstate() == state  # no tie: the tie-break drew nothing
+    p.pick(EPS, [0.5, 0.5, 0.9, 0.1])  # a tie later beaten still draws
+    assert rng.getstate() != state

@@ -25,16 +25,19 @@ real pods needs. Requests engine mode does not model keep the pseudo layout.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from mmgate.scheduling.framework import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
-from mmgate.tokens import EstimateConfig, PricingConfig, build_sequence, build_stream, price
+from mmgate.tokens import EstimateConfig, Pricing, PricingConfig, build_sequence, price, price_stream
 from mmgate.tokens.engine import TokenMode, TokenModes
-from mmgate.tokens.served import ExactConfig, ServedPricing, exact_pricing
+from mmgate.tokens.served import MAX_MODELS, ExactConfig, ServedPricing, exact_pricing
+
+if TYPE_CHECKING:  # the tokenizer needs the optional extra; modes imports it when used
+    from mmgate.tokens.engine.tokenizer import EngineTokenizer
 
 
 class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -98,25 +101,43 @@ class TokenProducer(Producer[TokenProducerParams]):
         )
         self.modes = TokenModes(params.tokens, lambda model: self.pricing.for_model(model).family)
         self._keys = self.own_keys(TOKENIZED_PROMPT)
+        # Per served model id, its pricing and engine tokenizer: one lookup per request. Both are
+        # fixed for the producer's life (built from its parameters), so nothing invalidates it.
+        self._per_model: dict[str, tuple[PricingConfig, EngineTokenizer | None]] = {}
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
 
+    def for_model(self, model: str) -> tuple[PricingConfig, EngineTokenizer | None]:
+        """The pricing and the engine tokenizer (``None``: the pseudo layout) of ``model``."""
+        found = self._per_model.get(model)
+        if found is None:
+            found = (self.pricing.for_model(model), self.modes.for_model(model))
+            if len(self._per_model) < MAX_MODELS:
+                self._per_model[model] = found
+        return found
+
     def tokenize(self, request: SchedulingRequest) -> TokenizedPrompt:
         view = request.view
-        config = self.pricing.for_model(view.model)
-        pricing = price(view, config)
-        total, media = pricing.total_tokens, pricing.total_tokens - pricing.text_tokens
-        engine = self.modes.for_model(view.model)
-        if engine is not None and (exact := engine.sequence(view, pricing, config.family)) is not None:
-            ids, items = exact.token_ids, exact.mm_items
-            return TokenizedPrompt(ids, items, len(ids), media, view.cache_salt, pricing)
+        config, engine = self.for_model(view.model)
+        pricing: Pricing | None = None
+        if engine is not None:
+            pricing = price(view, config)
+            if (exact := engine.sequence(view, pricing, config.family)) is not None:
+                ids, items = exact.token_ids, exact.mm_items
+                media = pricing.total_tokens - pricing.text_tokens
+                return TokenizedPrompt(ids, items, len(ids), media, view.cache_salt, pricing)
         if view.prompt_token_ids is None:  # the byte form: what block hashing reads
-            stream = build_stream(view, pricing)
+            pricing, stream = price_stream(view, config)
+            total = pricing.total_tokens
+            media = total - pricing.text_tokens
             return TokenizedPrompt(
                 stream.token_ids, stream.mm_items, total, media, view.cache_salt, pricing, stream.data
             )
+        if pricing is None:
+            pricing = price(view, config)
         seq = build_sequence(view, pricing)
+        total, media = pricing.total_tokens, pricing.total_tokens - pricing.text_tokens
         return TokenizedPrompt(seq.token_ids, seq.mm_items, total, media, view.cache_salt, pricing)
 
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
