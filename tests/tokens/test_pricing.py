@@ -71,6 +71,16 @@ def test_absurd_probed_size_is_a_client_error_naming_the_field() -> None:
     assert err.value.param == "messages[0].content[a]" and "65535" in err.value.message
 
 
+def test_a_size_priced_before_as_ints_is_still_refused_as_a_float_or_bool() -> None:
+    cfg = PricingConfig(family="qwen3-vl")
+    assert price(view(image("a", 1280, 720)), cfg).assets[0].tokens > 0  # now in the count cache
+    for w, h in [(1280.0, 720), (1280, True)]:
+        with pytest.raises(RequestError, match="must be an integer") as err:
+            price(view(image("b", w, h)), cfg)  # type: ignore[arg-type]
+        assert err.value.param == "messages[0].content[b]"
+    assert price(view(image("c", 1280, 720)), cfg).assets[0].tokens > 0  # the refusal was not cached
+
+
 def test_rule_refusal_names_the_part() -> None:
     with pytest.raises(RequestError) as err:
         price(view(image("thin", 5000, 10)), PricingConfig(family="qwen3-vl"))  # 500:1

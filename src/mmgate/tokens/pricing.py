@@ -181,10 +181,12 @@ class Resolved:
             self.family = get_family(cfg.family).with_params(cfg.params)
             self.name = self.family.name
         # Sizes repeat (phone cameras, screenshots, resized uploads, one document's pages):
-        # recent image counts, whichever rule made them, by (width, height, detail).
-        self.image: Callable[[int, int, str | None], tuple[Count, str]] = lru_cache(maxsize=IMAGE_CACHE_SIZE)(
-            self._count_image
-        )
+        # recent image counts, whichever rule made them, by (width, height, detail). The size is
+        # validated inside, so a size seen before is not checked again; ``typed`` keeps a float or
+        # bool size from sharing an int's entry (it is refused, not priced as that int).
+        self.image: Callable[[int, int, str | None], tuple[Count, str]] = lru_cache(
+            maxsize=IMAGE_CACHE_SIZE, typed=True
+        )(self._count_image)
         if cfg.audio_family is not None:
             self.audio_family = get_family(cfg.audio_family)
             if self.audio_family.audio is None:
@@ -230,6 +232,15 @@ class Resolved:
                 code="unsupported_modality",
             )
         try:
+            if mod is _IMAGE or mod is _EMBEDS:  # and precomputed embeddings (their length is not
+                w, h = a.width, a.height  # known without decoding them): the common case, inline
+                if w is None or h is None:
+                    w, h = self.default_image
+                    defaulted = True
+                else:
+                    defaulted = mod is _EMBEDS
+                count, rule = self.image(w, h, a.detail)  # validates the size (param: below)
+                return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
             return self._price_asset(a)
         except RequestError as exc:  # a rule refused the media (e.g. Qwen's 200:1 aspect limit)
             if exc.param is None:
@@ -237,15 +248,8 @@ class Resolved:
             raise
 
     def _price_asset(self, a: MediaAsset) -> AssetPrice:
+        """Audio, video and documents (images are priced inline by :meth:`price_asset`)."""
         mod = a.modality
-        if mod is _IMAGE or mod is _EMBEDS:  # and precomputed embeddings (their length is not
-            w, h = a.width, a.height  # known without decoding them): the common case first
-            defaulted = mod is _EMBEDS or w is None or h is None
-            if w is None or h is None:
-                w, h = self.default_image
-            self._check(w, h, a.field)
-            count, rule = self.image(w, h, a.detail)
-            return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
         if mod is _AUDIO:
             duration = a.duration_s
             defaulted = not duration or duration <= 0
@@ -276,11 +280,12 @@ class Resolved:
         return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, not a.pages, pages=pages)
 
     @staticmethod
-    def _check(w: int, h: int, param: str) -> None:
+    def _check(w: int, h: int, param: str | None) -> None:
         if not (0 < w <= MAX_SIDE and 0 < h <= MAX_SIDE) or type(w) is not int or type(h) is not int:
             check_size(w, h, param=param)  # raises with a message naming the field
 
     def _count_image(self, w: int, h: int, detail: str | None) -> tuple[Count, str]:
+        self._check(w, h, None)  # a bad size raises before it is cached
         if self.family is not None and self.family.image is not None:
             return self.family.image(self.family.params, w, h), self.name
         if self.provider is not None:

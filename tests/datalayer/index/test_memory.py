@@ -28,12 +28,13 @@ def test_longest_prefix_reads_keys_no_further_than_the_answer_needs() -> None:
             read.append(k)
             yield k
 
-    assert idx.longest_prefix(lazy([1, 2, 3, 4, 9, 10, 11])) == {"a": 3, "b": 4}
+    # ``more`` is the lazy part (the block chain after the hashes already known, ``keys``).
+    assert idx.longest_prefix((), lazy([1, 2, 3, 4, 9, 10, 11])) == {"a": 3, "b": 4}
     assert read == [1, 2, 3, 4, 9]  # 9 is held by nobody: 10 and 11 cannot change the answer
     read.clear()
-    assert idx.longest_prefix(lazy([7, 1, 2])) == {}
+    assert idx.longest_prefix((), lazy([7, 1, 2])) == {}
     assert read == [7]
-    assert idx.longest_prefix(iter([])) == {}
+    assert idx.longest_prefix((), iter([])) == {}
 
 
 def test_eviction_is_per_endpoint_and_keeps_the_reverse_index_exact() -> None:
@@ -69,10 +70,10 @@ def assert_lookups_walk_each_endpoint(
         if n:
             expected[ep] = n
     assert idx.longest_prefix(keys) == expected
-    assert idx.longest_prefix(iter(keys)) == expected
+    assert idx.longest_prefix((), iter(keys)) == expected
     cut = rng.randint(0, len(keys))  # known hashes in bulk, the rest lazily
     assert idx.longest_prefix(tuple(keys[:cut]), iter(keys[cut:])) == expected
-    assert idx.longest_prefix(iter(keys[:cut]), keys[cut:]) == expected
+    assert idx.longest_prefix(keys[:cut], keys[cut:]) == expected
 
 
 def test_longest_prefix_agrees_with_walking_each_endpoint_on_random_indexes() -> None:

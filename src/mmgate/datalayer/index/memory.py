@@ -18,8 +18,9 @@ Nothing here does I/O: the scheduler reads it on the request path. A shared back
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from itertools import chain, groupby
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -127,20 +128,27 @@ class AffinityIndex(Generic[K]):
         lru = self._lru.get(endpoint)
         return 0 if lru is None else lru.get(key, 0)
 
-    def longest_prefix(self, keys: Iterable[K], more: Iterable[K] = ()) -> dict[str, int]:
+    def longest_prefix(self, keys: Sequence[K], more: Iterable[K] = ()) -> dict[str, int]:
         """For each endpoint, how many of ``keys`` then ``more`` it holds consecutively from the
         first.
 
         The keys are read in runs of equal holder sets (``groupby``: consecutive blocks of a chain
         recorded together share one set object, so a run is told by identity, in C), and the
-        endpoints still matching are narrowed once per run, not once per key. ``keys`` and
-        ``more`` are read in order and no further than the first key nobody still matching holds,
-        so a lazy iterator (the approximate producer's block chain after the blocks it knew)
-        computes no key the answer does not need."""
+        endpoints still matching are narrowed once per run, not once per key. ``keys`` (hashes
+        already known) are looked up together, one C call when every one is held; ``more`` is
+        read in order and no further than the first key nobody still matching holds, so a lazy
+        iterator (the approximate producer's block chain after the blocks it knew) computes no
+        key the answer does not need."""
+        holders = self._holders
+        first: Iterable[frozenset[str] | None]
+        try:  # every one of ``keys`` held (the usual case): their holder sets in one C call
+            first = itemgetter(*keys)(holders) if len(keys) > 1 else map(holders.get, keys)
+        except KeyError:  # one is not: read them in order up to it
+            first = map(holders.get, keys)
         matched: dict[str, int] = {}
         alive: frozenset[str] | None = None  # endpoints holding every key so far
         depth = 0  # keys so far
-        for owners, run in groupby(map(self._holders.get, chain(keys, more))):
+        for owners, run in groupby(chain(first, map(holders.get, more))):
             if owners is None:
                 break
             if alive is None:

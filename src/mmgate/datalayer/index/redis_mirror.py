@@ -135,7 +135,7 @@ class MirroredIndex(AffinityStore[Any]):
     def mask_of(self, endpoint: str, key: Any) -> int:
         return self.local.mask_of(endpoint, key)
 
-    def longest_prefix(self, keys: Iterable[Any], more: Iterable[Any] = ()) -> dict[str, int]:
+    def longest_prefix(self, keys: Sequence[Any], more: Iterable[Any] = ()) -> dict[str, int]:
         return self.local.longest_prefix(keys, more)
 
     def keys_of(self, endpoint: str) -> list[Any]:

@@ -155,8 +155,13 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
             limit = self.max_blocks(size)
             total = block_count(len(data), size, limit)
             known: tuple[int, ...] = ()
-            # The whole blocks before the trailing text (what a sibling request shares).
-            head = min(max((m.offset + m.length for m in tp.media), default=0) // size, total)
+            # The whole blocks before the trailing text (what a sibling request shares): up to
+            # the end of the last media item (a plain loop: the items are few).
+            end = 0
+            for m in tp.media:
+                if m.offset + m.length > end:
+                    end = m.offset + m.length
+            head = min(end // size, total)
             if head >= 2:
                 prefix = self.chains.key(data, size, seed, head)
                 known = self.chains.get(prefix) or ()
