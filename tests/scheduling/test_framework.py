@@ -59,6 +59,27 @@ def test_scores_are_clamped_then_weighted_and_summed() -> None:
     assert result.primary.by_scorer["test-fixed-scorer"][0] == 7.0
 
 
+@pytest.mark.parametrize("n", [1, 3, 16, 17, 40])
+def test_small_and_large_fleets_sum_scores_alike(n: int) -> None:
+    # Profile.run sums with plain loops for small fleets and comprehensions for large ones: both
+    # must clamp, weight and add in scorer order to the same floats.
+    raw = [7.0, -3.0, float("nan"), 0.1, 0.7, 0.3, 1.0, 0.0]
+    eps = endpoints(n, waiting=0)
+    FixedScorer.table = {e.name: raw[i % len(raw)] for i, e in enumerate(eps)}
+    s = scheduler(
+        [{"type": "test-fixed-scorer"}, {"type": "queue-scorer"}],
+        [
+            {"pluginRef": "test-fixed-scorer", "weight": 0.3},
+            {"pluginRef": "queue-scorer", "weight": 0.7},
+            {"pluginRef": "test-fixed-scorer", "weight": 1.1},
+        ],
+        registry=builtin_registry().with_plugins(FixedScorer),
+    )
+    clamped = [min(max(raw[i % len(raw)], 0.0), 1.0) if raw[i % len(raw)] > 0 else 0.0 for i in range(n)]
+    want = [((0.0 + c * 0.3) + 1.0 * 0.7) + c * 1.1 for c in clamped]
+    assert s.schedule(request(), eps, 0.0).primary.scores == want
+
+
 def test_ties_are_broken_at_random_and_reproducibly() -> None:
     eps = endpoints(4, waiting=0)
 
