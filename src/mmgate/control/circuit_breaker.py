@@ -17,7 +17,7 @@ failing is better served by trying than by refusing everything at the gateway.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
@@ -94,12 +94,14 @@ class Breaker:
             return True
         return state is State.HALF_OPEN and not self._eps[name].probing
 
-    def filter(self, candidates: Sequence[N]) -> list[N]:
-        """The usable candidates; all of them when none is (panic mode)."""
-        if not self._tripped or not self.enabled:  # nothing tripped (the common case) first
-            return list(candidates)
+    def filter(self, candidates: list[N]) -> list[N]:
+        """The usable candidates; all of them when none is (panic mode). While nothing is
+        tripped (the common case, checked first) that is ``candidates`` itself, not a copy: the
+        caller passes a list it owns, made for this request."""
+        if not self._tripped or not self.enabled:
+            return candidates
         usable = [c for c in candidates if self.usable(c.name)]
-        return usable or list(candidates)
+        return usable or candidates
 
     def begin(self, name: str) -> None:
         """An attempt is being sent to ``name``: a half-open endpoint's one probe is taken."""

@@ -46,9 +46,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from mmgate.control.admission import Admission, AdmissionSettings
 from mmgate.control.apikeys import Identity, KeyStore
@@ -63,7 +65,6 @@ from mmgate.request.view import Api, RequestView
 log = logging.getLogger("mmgate.control")
 
 Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
-_NO_HEADERS: list[tuple[str, str]] = []  # shared, never written: an attempt without trace headers
 Deferral = Callable[[Callable[[], None]], None]
 
 
@@ -135,59 +136,39 @@ class Usage:
     cached_tokens: int = 0
 
 
-class Flight:
+class Flight(msgspec.Struct, eq=False):
     """One request as the controller follows it. Transports read it (request logs, metrics);
-    only the controller writes it."""
+    only the controller writes it. A msgspec struct: its fields are filled in C, one call per
+    request instead of a Python ``__init__`` storing each."""
 
-    __slots__ = (
-        "_admitted",
-        "attempts",
-        "candidates",
-        "client",
-        "debug",
-        "decision",
-        "decision_s",
-        "errors",
-        "first_byte_s",
-        "headers",
-        "identity",
-        "last_error",
-        "received",
-        "request_id",
-        "trace",
-        "tried",
-        "view",
-    )  # fmt: skip
+    view: RequestView
+    request_id: str
+    headers: Mapping[str, str]
+    candidates: list[EndpointRecord]
+    received: float
+    client: str
+    debug: bool
+    identity: Identity | None = None  # the verified API key (authentication on), else None
+    trace: RequestTrace | None = None  # tracing on: the request's trace, else None
+    attempts: int = 0
+    decision: Decision | None = None  # the latest attempt's
+    decision_s: float = 0.0  # time spent deciding, over every attempt
+    first_byte_s: float | None = None  # from received to the first upstream byte
+    last_error: str = "no endpoint could be reached"
+    tried: set[str] | None = None  # endpoints decided on so far (made at the first decision)
+    _errors: list[str] | None = None  # made at the first failed attempt: most have none
+    _admitted: bool = False
 
-    def __init__(
-        self,
-        view: RequestView,
-        request_id: str,
-        headers: Mapping[str, str],
-        candidates: list[EndpointRecord],
-        received: float,
-        client: str,
-        debug: bool,
-        identity: Identity | None = None,
-        trace: RequestTrace | None = None,
-    ) -> None:
-        self.view = view
-        self.request_id = request_id
-        self.headers = headers
-        self.candidates = candidates
-        self.received = received
-        self.client = client
-        self.debug = debug
-        self.identity = identity  # the verified API key (authentication on), else None
-        self.trace = trace  # tracing on: the request's trace, else None
-        self.attempts = 0
-        self.decision: Decision | None = None  # the latest attempt's
-        self.decision_s = 0.0  # time spent deciding, over every attempt
-        self.first_byte_s: float | None = None  # from received to the first upstream byte
-        self.errors: list[str] = []
-        self.last_error = "no endpoint could be reached"
-        self.tried: set[str] | None = None  # endpoints decided on so far (made on the first retry)
-        self._admitted = False
+    @property
+    def errors(self) -> Sequence[str]:
+        """What went wrong on each failed attempt, in order (empty when none failed)."""
+        return self._errors if self._errors is not None else ()
+
+    def _failed(self, error: str) -> None:
+        if self._errors is None:
+            self._errors = [error]
+        else:
+            self._errors.append(error)
 
     @property
     def tenant(self) -> str | None:
@@ -200,20 +181,17 @@ class Flight:
         return self.decision.endpoint if self.decision is not None else ""
 
 
-class Attempt:
+class Attempt(msgspec.Struct, eq=False):
     """One try of a flight on one endpoint: the decision and whether a retry may follow."""
 
-    __slots__ = ("decision", "flight", "is_last", "propagation", "record", "sent_at")
-
-    def __init__(self, flight: Flight, decision: Decision, record: EndpointRecord, is_last: bool) -> None:
-        self.flight = flight
-        self.decision = decision
-        self.record = record
-        self.is_last = is_last  # no retry after this one: its error answer goes to the client
-        # Tracing on: the trace headers this attempt carries upstream (set when it starts), in
-        # place of the client's; else empty and the client's pass through.
-        self.propagation: list[tuple[str, str]] = _NO_HEADERS
-        self.sent_at: float | None = None  # when started() was called (the clock's time)
+    flight: Flight
+    decision: Decision
+    record: EndpointRecord
+    is_last: bool  # no retry after this one: its error answer goes to the client
+    # Tracing on: the trace headers this attempt carries upstream (set when it starts), in place
+    # of the client's; else empty and the client's pass through.
+    propagation: Sequence[tuple[str, str]] = ()
+    sent_at: float | None = None  # when started() was called (the clock's time)
 
     @property
     def endpoint(self) -> str:
@@ -489,7 +467,7 @@ class RequestController:
 
     def broke(self, attempt: Attempt, detail: str) -> None:
         """The stream broke after the first byte: counts against the endpoint."""
-        attempt.flight.errors.append(f"{attempt.endpoint}: stream broke: {detail}")
+        attempt.flight._failed(f"{attempt.endpoint}: stream broke: {detail}")
         self._breaker.failure(attempt.endpoint)
         if attempt.flight.trace is not None:
             attempt.flight.trace.broke(detail)
@@ -512,7 +490,7 @@ class RequestController:
         ``unreachable``: the endpoint refused or reset the connection (its health says so)."""
         flight = attempt.flight
         endpoint = attempt.endpoint
-        flight.errors.append(f"{endpoint}: {detail}")
+        flight._failed(f"{endpoint}: {detail}")
         flight.last_error = detail
         if unreachable:
             attempt.record.health.record_failure(self.clock(), f"connect: {detail}")
@@ -536,7 +514,7 @@ class RequestController:
         flight = attempt.flight
         record = self.endpoints.get(endpoint)
         self.finished(attempt, ok=False)
-        flight.errors.append(f"{attempt.endpoint}: {detail}")
+        flight._failed(f"{attempt.endpoint}: {detail}")
         self._breaker.failure(attempt.endpoint)
         if self._observer is not None:
             self._observer.attempt_failed(attempt.endpoint, "proxy_retry")
@@ -569,15 +547,14 @@ class RequestController:
         Raises a 404 :class:`RequestError` when every endpoint lists its models and none lists
         this one: that is a client mistake, not a fleet problem.
         """
-        records = self.endpoints.records()
         out: list[EndpointRecord] = []
         serves = False
-        for r in records:  # one pass: this runs on every request
+        for r in self.endpoints.each():  # one pass, no copy of the set: this runs on every request
             if not r.models or model in r.models:
                 serves = True
                 if r.health.healthy and (subset is None or r.name in subset):
                     out.append(r)
-        if not serves and records:
+        if not serves and len(self.endpoints):
             served = ", ".join(self.endpoints.models()[:20])
             raise RequestError(
                 f"The model '{model}' is not served here; available: {served}",

@@ -10,15 +10,15 @@ implements it over :class:`mmgate.scheduling.Scheduler`, tests may implement it 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.request.view import RequestView
 
 
-@dataclass(slots=True)
-class Decision:
+class Decision(msgspec.Struct):
     """Where one attempt of a request goes, and what the gateway reports about it.
 
     ``handle`` is opaque to the controller and handed back in the lifecycle calls. ``headers``
@@ -34,15 +34,18 @@ class Decision:
     this is ("" when the picker has no profiles). ``predicted_ttft_s`` is the picker's predicted
     time to first token there (``predicted-ttft-producer``; ``None`` when nothing predicts it),
     which the controller reports beside the TTFT it observes.
+
+    A msgspec struct, as one is made on every attempt: its fields are filled in C (each empty
+    dict default a fresh one) rather than by a generated Python ``__init__``.
     """
 
     endpoint: str
     request_tokens: int = 0
-    tokens_by_modality: dict[str, int] = field(default_factory=dict)
+    tokens_by_modality: dict[str, int] = {}
     scores: dict[str, dict[str, float]] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    encoder_items: dict[str, int] = field(default_factory=dict)
-    encoder_hits: dict[str, int] = field(default_factory=dict)
+    headers: dict[str, str] = {}
+    encoder_items: dict[str, int] = {}
+    encoder_hits: dict[str, int] = {}
     prefix_match: float | None = None
     eligible: int | None = None
     profile: str = ""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from types import MappingProxyType
 
 from mmgate.control.decision import Decision, NoEndpoint
@@ -38,12 +37,27 @@ LOST_AFTER_S = 900.0
 
 
 class _Handle:
-    __slots__ = ("request", "result", "target")
+    """What the lifecycle calls need of a decision; its bound :meth:`pre_request` is the
+    decision's deferred hook work (one object per decision, not a partial and its argument
+    tuple and keyword dict)."""
 
-    def __init__(self, request: SchedulingRequest, result: SchedulingResult, target: EndpointState) -> None:
+    __slots__ = ("picker", "request", "result", "target")
+
+    def __init__(
+        self,
+        picker: SchedulerPicker,
+        request: SchedulingRequest,
+        result: SchedulingResult,
+        target: EndpointState,
+    ) -> None:
+        self.picker = picker
         self.request = request
         self.result = result
         self.target = target
+
+    def pre_request(self) -> None:
+        picker = self.picker
+        picker.scheduler.pre_request_deferred(self.request, self.result, picker.clock())
 
 
 class SchedulerPicker:
@@ -142,13 +156,10 @@ class SchedulerPicker:
             scheduler.pre_request_before_send(request, result, now)
             if request.upstream_headers:
                 decision.headers = request.upstream_headers
-        decision.handle = _Handle(request, result, target)
+        decision.handle = handle = _Handle(self, request, result, target)
         if self._deferred_hooks:  # else nothing to run, and nothing to schedule later
-            decision.pre_request = partial(self._pre_request, request, result)
+            decision.pre_request = handle.pre_request
         return decision
-
-    def _pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
-        self.scheduler.pre_request_deferred(request, result, self.clock())
 
     def _describe(self, name: str, request: SchedulingRequest, result: SchedulingResult) -> Decision:
         """The decision for ``name``, its reporting fields filled from what the producers left in

@@ -141,6 +141,11 @@ class EndpointRegistry:
     def records(self) -> list[EndpointRecord]:
         return list(self._records.values())
 
+    def each(self) -> Iterable[EndpointRecord]:
+        """The records without a copy (a read-only view, in the order they were added): for a
+        pass on every request that keeps none of them and adds or removes none meanwhile."""
+        return self._records.values()
+
     def models(self) -> list[str]:
         """The union of the models the endpoints serve, in first-seen order."""
         return [card["id"] for card in self.model_cards()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 # llm-d's routing headers (pkg/common/routing) and the GIE destination header.
 LLMD_ROUTING_HEADERS = frozenset(
@@ -123,7 +123,7 @@ def upstream_headers(client: Iterable[tuple[str, str]], request_id: str) -> list
 
 
 def with_trace_context(
-    headers: list[tuple[str, str]], trace_context: list[tuple[str, str]]
+    headers: list[tuple[str, str]], trace_context: Sequence[tuple[str, str]]
 ) -> list[tuple[str, str]]:
     """``headers`` with ``trace_context`` (the gateway's ``traceparent``/``tracestate``) in place
     of any the client sent."""
