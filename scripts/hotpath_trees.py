@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 DEFAULT_MODULE = "mmgate.bench.micro.hotpath"
@@ -66,6 +67,8 @@ def parse_tree(text: str) -> dict[str, Any]:
 
 # -- one tree in its own process ----------------------------------------------------------------
 
+_NO_GAUGE = SimpleNamespace(inc=int, dec=int)  # int() returns at once: nothing counted
+
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs inside the tree's process: every case, ``repeats`` timed loops each."""
@@ -87,6 +90,11 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
             gateway = hotpath.build(config, collector, spec["tracing"])
         else:
             gateway = hotpath.build(config)
+        # The gateway reads its in-flight gauge from the admission slots at scrape time (since
+        # before 221308c); older copies of the benchmark still moved it on every request. Every
+        # tree gets a gauge whose inc/dec are C no-ops, so none is timed for work its gateway
+        # does not do.
+        gateway.telemetry.inflight = _NO_GAUGE
         flush = gateway.tracing.flush if getattr(gateway, "tracing", None) is not None else None
         data = hotpath.body(hotpath.BODIES[body_name])
         n = spec["iterations"] if len(data) < 100_000 else max(20, spec["iterations"] // 10)

@@ -7,8 +7,10 @@ They hold no I/O and no reference to the HTTP layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
+
+import msgspec
 
 from mmgate.request.layout import ChatLayout
 from mmgate.request.pieces import Body
@@ -108,8 +110,7 @@ class MediaAsset:
     client_uuid: bool = False  # ``identity`` is the client's own uuid (or file id), not a content hash
 
 
-@dataclass(slots=True)
-class RequestView:
+class RequestView(msgspec.Struct):
     """A request as the gateway reads it.
 
     ``parts`` is the prompt in order: ``str`` for text (chat turns rendered with a role header so
@@ -118,6 +119,9 @@ class RequestView:
     or (once the gateway wrote media uuids) :class:`~mmgate.request.pieces.BodyPieces` of them;
     ``layout`` is where its chat parts sit, when the parse walked it (large chat bodies), so a
     later step that needs offsets into ``body`` does not walk it again.
+
+    A msgspec struct, as one is made for every request: its fields are filled in C (``extra`` a
+    fresh dict each time) rather than by a generated Python ``__init__``.
     """
 
     api: Api
@@ -129,7 +133,7 @@ class RequestView:
     cache_salt: str | None = None
     prompt_token_ids: list[int] | None = None  # completions with token-id prompts
     unprobed_assets: int = 0
-    extra: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, object] = {}
     layout: ChatLayout | None = None
 
     @property

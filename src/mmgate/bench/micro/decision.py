@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import dataclasses
 import gc
 import io
 import json
@@ -31,6 +30,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from mmgate.bench.results import write_json
 from mmgate.bench.stats import median, percentiles
@@ -85,7 +86,7 @@ def unique(view: RequestView, r: int) -> RequestView:
     last = parts[-1]
     assert isinstance(last, str)
     parts[-1] = f"[{r}] {last}"
-    return dataclasses.replace(view, parts=parts)
+    return msgspec.structs.replace(view, parts=parts)
 
 
 def fleet(n: int, roles: Sequence[str | None] = ()) -> list[EndpointState]:

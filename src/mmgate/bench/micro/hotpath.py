@@ -12,7 +12,8 @@ whole per-request bill:
                  picker, routing-header hooks), decision telemetry
   lifecycle    + upstream headers, started (load on every stage's pod, PreRequest index updates,
                  breaker probe) / first byte / finished, request metrics, the trace's end
-  bookkeeping  + admission and retry budget, in-flight gauge
+  bookkeeping  + admission and retry budget (the in-flight gauge is read from the admission
+                 slots at scrape time, so a request updates nothing for it)
 
 The request controller's tracing seam is called as the HTTP gateway calls it: with tracing off
 (the default) ``controller.trace`` returns ``None`` and nothing else happens; ``--tracing`` turns
@@ -66,7 +67,7 @@ STAGE_HELP = {
     "decide": "+ breaker narrowing, the scheduler's decision and its header hooks, decision telemetry",
     "lifecycle": "+ upstream headers, started (load, index hooks, breaker)/first byte/finished, metrics, "
     "trace end",
-    "bookkeeping": "+ admission and retry budget, in-flight gauge",
+    "bookkeeping": "+ admission and retry budget (the in-flight gauge is read at scrape time)",
 }
 STAGES = tuple(STAGE_HELP)
 DEFAULT_CONFIGS = ("round-robin", "aggregated")
@@ -168,10 +169,8 @@ def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], N
             flight = controller.open(view, request_id, headers, client=client, trace=trace)
             if stage < 2:
                 continue
-            if stage >= 4:
-                if not controller.admit_now(flight):
-                    _run_now(controller.admit(flight))
-                telemetry.inflight.inc()
+            if stage >= 4 and not controller.admit_now(flight):
+                _run_now(controller.admit(flight))
             attempt = controller.decide(flight)
             assert attempt is not None
             if stage >= 3:
@@ -186,7 +185,6 @@ def request_loop(gateway: Gateway, data: bytes, stage: int) -> Callable[[int], N
                     trace.end("200")
             if stage >= 4:
                 controller.leave(flight)
-                telemetry.inflight.dec()
 
     return run
 
