@@ -68,7 +68,8 @@ def parse_data_uri(value: memoryview, param: str) -> DataURI:
     if comma < 0:
         raise RequestError(f"Malformed data URI in '{param}': no ',' after the media type.", param=param)
     meta = head[5:comma]
-    header = (unescape(meta) if b"\\" in meta else meta).decode("utf-8", "replace").split(";")
+    escaped = meta.find(b"\\") >= 0  # (`in` on bytes tries an int first: an exception raised and cleared)
+    header = (unescape(meta) if escaped else meta).decode("utf-8", "replace").split(";")
     params = header[1:]
     if params != ["base64"] and "base64" not in (p.strip().lower() for p in params):
         raise RequestError(f"The data URI in '{param}' must be base64-encoded (';base64,').", param=param)
