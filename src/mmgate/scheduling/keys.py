@@ -106,6 +106,14 @@ class InflightEstimate(msgspec.Struct):
     output_tokens: int
 
 
+Candidate = tuple[str, float, float, float, float, float, int, int, int, int, int]
+"""One endpoint's row in :class:`PredictedTTFT`: its name; the future cost's parts (the marginal
+wait there, the displaced reuse, the delay to those queued behind); this request's own work
+there; the processor seconds its caches are believed to save it; and the model's terms but the
+constant one (prefill tokens, encoder tokens, believed encoder hits, believed prefix hits,
+tokens ahead)."""
+
+
 class PredictedTTFT(msgspec.Struct):
     """Each endpoint's predicted time to first token for this request, in seconds
     (``predicted-ttft-producer``), and the model terms behind it, kept so the observed TTFT can
@@ -116,18 +124,41 @@ class PredictedTTFT(msgspec.Struct):
     requests: the queue it commits the content's later requests to and the cached work its
     cache room displaces (docs/plugins/predicted-ttft.md). ``most_reused`` is the most tokens
     any endpoint was believed to hold for it (prefix plus encoder hits: each endpoint's are its
-    terms' ``[3] + [4]``)."""
+    terms' ``[3] + [4]``).
+
+    What is only read for the endpoint chosen (its terms, work and processor seconds saved) is
+    kept as the producer made it, one :data:`Candidate` per endpoint, and read through
+    :attr:`terms`, :attr:`work`, :attr:`frontend_saved` or, for one endpoint, :meth:`candidate`:
+    no dict of them is built on the decision's path."""
 
     seconds: dict[str, float]
-    terms: dict[str, tuple[float, ...]]
+    candidates: list[Candidate]
     stale: list[str]
-    work: dict[str, float]
     future: dict[str, float]
     frontend: tuple[float, float] = (0.0, 0.0)  # the request's own API-server seconds (load, processor)
-    frontend_saved: dict[str, float] = msgspec.field(
-        default_factory=dict
-    )  # processor seconds cache hits save, by endpoint
     most_reused: int = 0
+
+    def candidate(self, endpoint: str) -> Candidate | None:
+        """The row of one endpoint (``None`` if it was not predicted)."""
+        for c in self.candidates:
+            if c[0] == endpoint:
+                return c
+        return None
+
+    @property
+    def terms(self) -> dict[str, tuple[float, ...]]:
+        """Per endpoint, the model's terms (``mmgate.scheduling.ttft.rates``), in their order."""
+        return {c[0]: (1.0, c[6], c[7], c[8], c[9], c[10]) for c in self.candidates}
+
+    @property
+    def work(self) -> dict[str, float]:
+        """Per endpoint, this request's own encode and prefill seconds there."""
+        return {c[0]: c[4] for c in self.candidates}
+
+    @property
+    def frontend_saved(self) -> dict[str, float]:
+        """Per endpoint whose caches are believed to save it any, the processor seconds saved."""
+        return {c[0]: c[5] for c in self.candidates if c[5]}
 
 
 TOKENIZED_PROMPT: DataKey[TokenizedPrompt] = DataKey("TokenizedPrompt")

@@ -62,13 +62,12 @@ class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
                     seconds[ep.name] + (beta * work[ep.name] + gamma * future[ep.name]) for ep in endpoints
                 ]
         except KeyError:
-            return lower_is_better([self._cost(info, ep.name) for ep in endpoints])
+            work = info.work
+            return lower_is_better([self._cost(info, work, ep.name) for ep in endpoints])
         return lower_is_better_known(costs)
 
-    def _cost(self, info: PredictedTTFT, name: str) -> float | None:
+    def _cost(self, info: PredictedTTFT, work: dict[str, float], name: str) -> float | None:
         """One candidate's cost, ``None`` without a prediction (it then scores 0)."""
         if name not in info.seconds:
             return None
-        return info.seconds[name] + (
-            self._work_weight * info.work[name] + self._future_weight * info.future[name]
-        )
+        return info.seconds[name] + (self._work_weight * work[name] + self._future_weight * info.future[name])
