@@ -17,6 +17,8 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import repeat
 from typing import Any
 
 Body = dict[str, Any]
@@ -77,54 +79,60 @@ def media_items(body: Body, located: Iterable[tuple[str, str]]) -> list[MediaIte
 
 def assign_encoders(
     identities: Sequence[str],
-    encoders: Sequence[str],
+    encoders: Mapping[str, float],
     *,
-    holders: Mapping[str, Iterable[str]] | None = None,
-    load: Mapping[str, float] | None = None,
-) -> list[str]:
-    """The encoder for each item, in order.
+    holders: Sequence[Collection[str]] = (),
+) -> dict[str, str]:
+    """The encoder for each distinct item, by identity, in the items' order. ``encoders`` maps each
+    encoder of the pool to its load (queue depth, in-flight requests); ``holders``, aligned with
+    ``identities`` when given, names the encoders believed to hold each item in their encoder cache.
 
-    An item goes to an encoder believed to hold it in its encoder cache (the least loaded one if
-    several do); a cold item goes to the least loaded encoder, counting the items this request
-    already gave each one, so the items of one request spread over the pool and encode in
-    parallel. Ties are broken by rendezvous hashing of (item, encoder): stable, the same on every
-    replica and sidecar, so a cold item that two requests carry at once lands on one encoder.
+    An item goes to an encoder believed to hold it (the least loaded one if several do); a cold
+    item goes to the least loaded encoder, counting the items this request already gave each one,
+    so the items of one request spread over the pool and encode in parallel. Ties are broken by
+    rendezvous hashing of (item, encoder): stable, the same on every replica and sidecar, so a
+    cold item that two requests carry at once lands on one encoder.
     """
     if not encoders:
         raise ValueError("no encoder to assign items to")
-    holders = holders or {}
-    load = load or {}
     given: dict[str, int] = {}
-    pool = list(dict.fromkeys(encoders))
-    members = set(pool)
-    out: list[str] = []
-    # On the request path (the routing header of every E/PD decision): one pass per item.
-    for identity in identities:
-        held = holders.get(identity)
-        # (The order of the choices does not matter: the least loaded win, and the hash of each
-        # picks among them.)
-        choices: Collection[str] = members.intersection(held) if held else pool
-        if not choices:
-            choices = pool
+    out: dict[str, str] = {}
+    # On the request path (the routing header of every E/PD decision): one pass per item, and no
+    # set or list made for the usual item of a warm fleet, held by exactly one encoder of the pool
+    # (each item is recorded on the one encoder it was planned for).
+    for identity, held in zip(identities, holders or repeat((), len(identities)), strict=True):
+        if len(held) == 1:
+            (best,) = held
+            if best in encoders:
+                given[best] = given.get(best, 0) + 1
+                out[identity] = best
+                continue
+        choices: Collection[str] = encoders
+        if len(held) > 1:
+            choices = [e for e in held if e in encoders] or encoders
         if len(choices) == 1:
-            best = next(iter(choices))
+            (best,) = choices
         else:
             least = 0.0
             tied: list[str] = []
             for e in choices:
-                v = load.get(e, 0.0) + given.get(e, 0)
+                v = encoders[e] + given.get(e, 0)
                 if not tied or v < least:
                     least, tied = v, [e]
                 elif v == least:
                     tied.append(e)
-            # Only a tie needs the hash (the decision is on the request path: hash no more than that).
+            # Only a tie needs the hash (the order of the choices does not matter: the least loaded
+            # win, and the hash of each picks among them).
             best = tied[0] if len(tied) == 1 else max(tied, key=lambda e: _rendezvous(identity, e))
         given[best] = given.get(best, 0) + 1
-        out.append(best)
+        out[identity] = best
     return out
 
 
+@lru_cache(maxsize=4096)
 def _rendezvous(identity: str, encoder: str) -> int:
+    """The tie-break weight of ``encoder`` for ``identity`` (cached: a warm fleet sees the same
+    items and encoders again, and a blake2b digest costs more than the lookup)."""
     digest = hashlib.blake2b(f"{identity}\x00{encoder}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 

@@ -8,7 +8,7 @@ fleet's peak prefill throughput (llm-d's ``prefillThroughput`` TTFT source).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 
 from mmgate.scheduling.types import EndpointState
 
@@ -25,22 +25,35 @@ def check_gate_params(threshold: float, max_penalty_ms: float, peak_prefill_toke
 
 def gate(
     endpoints: list[EndpointState],
-    ratio: Callable[[str], float],
+    matched: Mapping[str, int],
+    total: float,
     threshold: float,
     max_penalty_ms: float,
     peak_prefill_tokens_per_s: float,
 ) -> tuple[list[EndpointState], str]:
-    """The endpoints to keep and why: ``sticky``, ``no-match`` or ``load-override``."""
+    """The endpoints to keep and why: ``sticky``, ``no-match`` or ``load-override``.
+
+    An endpoint holds ``matched[name] / total`` of the request's cached work (``total`` > 0: the
+    prompt's blocks, or its media's tokens). One pass (the filter is on the decision path) finds
+    the sticky endpoints and the fewest in-flight tokens on either side.
+    """
     sticky: list[EndpointState] = []
-    others: list[EndpointState] = []
+    others = 0
+    low_sticky = low_other = 0
     for ep in endpoints:
-        (sticky if ratio(ep.name) >= threshold else others).append(ep)
+        tokens = ep.inflight.tokens
+        if matched.get(ep.name, 0) / total >= threshold:
+            if not sticky or tokens < low_sticky:
+                low_sticky = tokens
+            sticky.append(ep)
+        else:
+            if not others or tokens < low_other:
+                low_other = tokens
+            others += 1
     if not sticky:
         return endpoints, "no-match"
     if max_penalty_ms > 0 and others:
         per_token_ms = 1000.0 / peak_prefill_tokens_per_s
-        best_sticky = min(ep.inflight.tokens for ep in sticky) * per_token_ms
-        best_other = min(ep.inflight.tokens for ep in others) * per_token_ms
-        if best_sticky - best_other > max_penalty_ms:
+        if low_sticky * per_token_ms - low_other * per_token_ms > max_penalty_ms:
             return endpoints, "load-override"
     return sticky, "sticky"

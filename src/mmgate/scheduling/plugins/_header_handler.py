@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from mmgate.scheduling.framework import ParamsT, Plugin, PreRequest
+from mmgate.scheduling.framework import ParamsT, Plugin, PluginHandle, PreRequest
 from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER, SchedulingRequest, SchedulingResult
 
 __all__ = ["ENCODERS_HEADER", "PREFILLER_HEADER", "HeaderHandler"]
@@ -22,18 +22,25 @@ class HeaderHandler(Plugin[ParamsT], PreRequest):
 
     ``first_only``: the prefill stage names one pod (llm-d's sidecar takes the first anyway);
     the encode stage names every chosen encoder, comma-joined, for the sidecar's fan-out.
+    ``profile`` is the profile's name, read from the parameters once (the hook runs per request).
     """
 
     before_send: ClassVar[bool] = True
     first_only: ClassVar[bool] = False
 
-    @property
-    def profile(self) -> str:
+    def __init__(self, name: str, params: ParamsT, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        self.profile = self.profile_of(params)
+
+    def profile_of(self, params: ParamsT) -> str:
         raise NotImplementedError
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
         ran = result.profiles.get(self.profile)
         if ran is None or not ran.targets:
             return
-        targets = ran.targets[:1] if self.first_only else ran.targets
-        request.set_upstream_header(self.routing_header, ",".join(t.name for t in targets))
+        targets = ran.targets
+        if self.first_only or len(targets) == 1:
+            request.set_upstream_header(self.routing_header, targets[0].name)
+        else:
+            request.set_upstream_header(self.routing_header, ",".join([t.name for t in targets]))

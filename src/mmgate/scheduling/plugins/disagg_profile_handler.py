@@ -44,8 +44,9 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
 
     def __init__(self, name: str, params: DisaggParams, handle: PluginHandle) -> None:
         super().__init__(name, params, handle)
-        self._encode: Decider[Any] | None = None
-        self._prefill: Decider[Any] | None = None
+        self._decode = params.profiles.decode
+        # The stages a decider is named for, in the order they are planned: (profile, decider).
+        self._stages: tuple[tuple[str, Decider[Any]], ...] = ()
         self._plan: DataKey[list[str]] = DataKey(f"disagg-plan@{name}")
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
@@ -53,8 +54,14 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
 
     def resolve(self, plugins: Mapping[str, Plugin[Any]]) -> None:
         names = self.params.deciders
-        self._encode = _decider(plugins, names.encode, "deciders.encode")
-        self._prefill = _decider(plugins, names.prefill, "deciders.prefill")
+        profiles = self.params.profiles
+        encode = _decider(plugins, names.encode, "deciders.encode")
+        prefill = _decider(plugins, names.prefill, "deciders.prefill")
+        self._stages = tuple(
+            (profile, decider)
+            for profile, decider in ((profiles.encode, encode), (profiles.prefill, prefill))
+            if decider is not None
+        )
 
     def stage_profiles(self) -> Mapping[str, str]:
         names: ProfileNames = self.params.profiles
@@ -66,17 +73,17 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
         profiles: Mapping[str, Profile],
         results: Mapping[str, ProfileResult | None],
     ) -> list[str]:
-        names = self.params.profiles
-        if names.decode not in results:
-            return [names.decode] if names.decode in profiles else []
+        decode = self._decode
+        if decode not in results:
+            return [decode] if decode in profiles else []
         if request.get(self._plan) is not None:
             return []
-        decode = results[names.decode]
+        ran = results[decode]
         plan: list[str] = []
-        if decode is not None and decode.targets:
-            target = decode.targets[0]
-            for profile, decider in ((names.encode, self._encode), (names.prefill, self._prefill)):
-                if profile in profiles and decider is not None and decider.disaggregate(request, target):
+        if ran is not None and ran.targets:
+            target = ran.targets[0]
+            for profile, decider in self._stages:
+                if profile in profiles and decider.disaggregate(request, target):
                     plan.append(profile)
         request.put(self._plan, plan)
         return plan
@@ -84,7 +91,7 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
     def process_results(
         self, request: SchedulingRequest, results: dict[str, ProfileResult | None]
     ) -> SchedulingResult:
-        decode = self.params.profiles.decode
+        decode = self._decode
         result = results.get(decode)
         if result is None or not result.targets:
             raise no_target(decode)

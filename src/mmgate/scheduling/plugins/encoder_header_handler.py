@@ -37,9 +37,8 @@ class EncoderHeaderHandler(HeaderHandler[EncoderHeaderParams]):
     type_name = "encoder-header-handler"
     routing_header: ClassVar[str] = ENCODERS_HEADER
 
-    @property
-    def profile(self) -> str:
-        return self.params.encodeProfile
+    def profile_of(self, params: EncoderHeaderParams) -> str:
+        return params.encodeProfile
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult, now: float) -> None:
         ran = result.profiles.get(self.profile)
@@ -55,9 +54,8 @@ class EncoderHeaderHandler(HeaderHandler[EncoderHeaderParams]):
             waiting = 0.0 if m is None or at - m.scraped_at > stale or m.waiting is None else m.waiting
             load[ep.name] = waiting + ep.inflight.requests
             by_name[ep.name] = ep
-        identities = match.identities
-        holders = dict(zip(identities, match.holders, strict=True))
-        chosen = assign_encoders(identities, list(load), holders=holders, load=load)
+        plan = assign_encoders(match.identities, load, holders=match.holders)
+        chosen = plan.values()
         request.set_upstream_header(ENCODERS_HEADER, ",".join(chosen))
-        request.put(ENCODER_PLAN, dict(zip(identities, chosen, strict=True)))
+        request.put(ENCODER_PLAN, plan)
         ran.targets = [by_name[name] for name in dict.fromkeys(chosen)]

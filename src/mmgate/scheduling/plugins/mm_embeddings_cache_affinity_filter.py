@@ -50,10 +50,10 @@ class MMEmbeddingsCacheAffinityFilter(Filter[EncoderAffinityFilterParams]):
         if len(endpoints) <= 1 or info is None or total <= 0:
             self.last_outcome = "not-applicable"
             return endpoints
-        matched = info.matched_tokens
         kept, self.last_outcome = gate(
             endpoints,
-            lambda name: matched.get(name, 0) / total,
+            info.matched_tokens,
+            total,
             p.affinityThreshold,
             p.maxTTFTPenaltyMs,
             p.peakPrefillThroughput,

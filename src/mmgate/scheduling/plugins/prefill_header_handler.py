@@ -23,6 +23,5 @@ class PrefillHeaderHandler(HeaderHandler[PrefillHeaderParams]):
     routing_header: ClassVar[str] = PREFILLER_HEADER
     first_only: ClassVar[bool] = True
 
-    @property
-    def profile(self) -> str:
-        return self.params.prefillProfile
+    def profile_of(self, params: PrefillHeaderParams) -> str:
+        return params.prefillProfile

@@ -57,7 +57,15 @@ class PrefixCacheAffinityFilter(Filter[AffinityFilterParams]):
         if p.explorationProbability > 0 and self._rng.random() < p.explorationProbability:
             self.last_outcome = "exploration"
             return endpoints
+        if info.total_blocks <= 0:  # nothing hashed: no endpoint holds any of it
+            self.last_outcome = "no-match"
+            return endpoints
         kept, self.last_outcome = gate(
-            endpoints, info.ratio, p.affinityThreshold, p.maxTTFTPenaltyMs, p.peakPrefillThroughput
+            endpoints,
+            info.matched,
+            info.total_blocks,
+            p.affinityThreshold,
+            p.maxTTFTPenaltyMs,
+            p.peakPrefillThroughput,
         )
         return kept
