@@ -95,18 +95,23 @@ def assign_encoders(
     """
     if not encoders:
         raise ValueError("no encoder to assign items to")
-    given: dict[str, int] = {}
     out: dict[str, str] = {}
-    # On the request path (the routing header of every E/PD decision): one pass per item, and no
-    # set or list made for the usual item of a warm fleet, held by exactly one encoder of the pool
+    given: dict[str, int] | None = None  # items given to each encoder, counted once a load matters
+    # On the request path (the routing header of every E/PD decision): one pass per item, and
+    # nothing made for the usual item of a warm fleet, held by exactly one encoder of the pool
     # (each item is recorded on the one encoder it was planned for).
     for identity, held in zip(identities, holders or repeat((), len(identities)), strict=True):
         if len(held) == 1:
             (best,) = held
             if best in encoders:
-                given[best] = given.get(best, 0) + 1
                 out[identity] = best
+                if given is not None:
+                    given[best] = given.get(best, 0) + 1
                 continue
+        if given is None:
+            given = {}
+            for e in out.values():
+                given[e] = given.get(e, 0) + 1
         choices: Collection[str] = encoders
         if len(held) > 1:
             choices = [e for e in held if e in encoders] or encoders

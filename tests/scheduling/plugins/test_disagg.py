@@ -96,6 +96,16 @@ def test_e_p_d_media_request_uses_three_stages_on_the_right_roles() -> None:
     assert got["encode"][0] in {eps[0].name, eps[1].name}
 
 
+def test_a_request_scheduled_again_gets_its_stages_planned_again() -> None:
+    """The handler plans from this call's results, not from a mark an earlier call left."""
+    s = load("e-p-d.yaml")
+    eps = fleet("encode", "prefill", "decode")
+    req = SchedulingRequest(view("what is this?", image("e" * 32)), "again")
+    first = s.schedule(req, eps, 0.0)
+    again = s.schedule(req, eps, 0.0)
+    assert set(first.profiles) == set(again.profiles) == {"decode", "encode", "prefill"}
+
+
 def test_text_only_request_skips_the_encode_stage() -> None:
     s = load("e-p-d.yaml")
     got = send(s, fleet("encode", "prefill", "decode"), "t", "hello there")

@@ -47,7 +47,6 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
         self._decode = params.profiles.decode
         # The stages a decider is named for, in the order they are planned: (profile, decider).
         self._stages: tuple[tuple[str, Decider[Any]], ...] = ()
-        self._plan: DataKey[list[str]] = DataKey(f"disagg-plan@{name}")
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (TOKENIZED_PROMPT, PREFIX_MATCH)
@@ -76,7 +75,7 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
         decode = self._decode
         if decode not in results:
             return [decode] if decode in profiles else []
-        if request.get(self._plan) is not None:
+        if len(results) > 1:  # the stages planned after decode have run: done
             return []
         ran = results[decode]
         plan: list[str] = []
@@ -85,7 +84,6 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
             for profile, decider in self._stages:
                 if profile in profiles and decider.disaggregate(request, target):
                     plan.append(profile)
-        request.put(self._plan, plan)
         return plan
 
     def process_results(
