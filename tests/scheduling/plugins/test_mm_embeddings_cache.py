@@ -70,6 +70,24 @@ def test_score_is_matched_over_distinct_items() -> None:
     assert info.hits_by_modality(eps[2].name) == {}
 
 
+def test_each_endpoint_counts_the_items_it_holds_with_their_tokens_and_positions() -> None:
+    p, _ = plugins()
+    eps = endpoints(3)
+    serve(p, req(("a", 900), ("b", 500)), single(eps[0]), eps)
+    serve(p, req(("b", 500), ("c", 64)), single(eps[1]), eps)
+    r = req(("x", 10), ("b", 500), ("a", 900), ("b", 500), ("c", 64))  # "b" twice: counted once
+    p.produce(r, eps)
+    info = r.get(ENCODER_CACHE_MATCH)
+    assert info is not None and info.identities == ["x", "b", "a", "c"]
+    assert info.tokens == [10, 500, 900, 64]
+    assert info.modalities == ["image"] * 4
+    a, b = eps[0].name, eps[1].name
+    assert info.matched_items == {a: 2, b: 2}
+    assert info.matched_tokens == {a: 1400, b: 564}
+    assert info.matched_indices == {a: [1, 2], b: [1, 3]}
+    assert [sorted(h) for h in info.holders] == [[], sorted([a, b]), [a], [b]]
+
+
 def test_size_weighted_variant_weighs_items_by_tokens() -> None:
     p, sc = plugins(scorer={"sizeWeighted": True})
     eps = endpoints(2)

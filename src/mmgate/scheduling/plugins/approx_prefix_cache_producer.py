@@ -151,7 +151,7 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
             info = PrefixMatch(size, 0, 0, [], {})
         else:
             seed = request.view.model + (tp.cache_salt or "")
-            data = stream_bytes(tp)
+            data = tp.stream if tp.stream is not None else stream_bytes(tp)
             limit = self.max_blocks(size)
             total = block_count(len(data), size, limit)
             known: tuple[int, ...] = ()
@@ -161,7 +161,9 @@ class ApproxPrefixCacheProducer(Producer[ApproxPrefixParams], PreRequest, Endpoi
             for m in tp.media:
                 if m.offset + m.length > end:
                     end = m.offset + m.length
-            head = min(end // size, total)
+            head = end // size
+            if head > total:
+                head = total
             if head >= 2:
                 prefix = self.chains.key(data, size, seed, head)
                 known = self.chains.get(prefix) or ()

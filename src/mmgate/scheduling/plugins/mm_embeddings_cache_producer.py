@@ -61,20 +61,32 @@ class MMEmbeddingsCacheProducer(Producer[MMEmbeddingsParams], PreRequest, Endpoi
         matched_tokens: dict[str, int] = {}
         matched_indices: dict[str, list[int]] = {}
         held_by = self.index.holders
+        i = 0  # the item's index among the distinct ones
         for item in tp.media if tp is not None else ():
             identity = item.identity
             if identity in identities:  # a handful of items: a list scan beats a dict
                 continue
-            i = len(identities)
             identities.append(identity)
             modalities.append(str(item.modality))
-            tokens.append(item.length)
-            owners = held_by(identity) or _NOBODY
-            holders.append(owners)
-            for ep in owners:
-                matched_items[ep] = matched_items.get(ep, 0) + 1
-                matched_tokens[ep] = matched_tokens.get(ep, 0) + item.length
-                matched_indices.setdefault(ep, []).append(i)
+            length = item.length
+            tokens.append(length)
+            owners = held_by(identity)
+            if owners is None:
+                holders.append(_NOBODY)
+            else:
+                holders.append(owners)
+                # An endpoint is in the three maps together (its first held item makes all
+                # three entries), so one membership test decides for all of them.
+                for ep in owners:
+                    if ep in matched_items:
+                        matched_items[ep] += 1
+                        matched_tokens[ep] += length
+                        matched_indices[ep].append(i)
+                    else:
+                        matched_items[ep] = 1
+                        matched_tokens[ep] = length
+                        matched_indices[ep] = [i]
+            i += 1
         info = EncoderCacheMatch(
             identities, modalities, tokens, matched_items, matched_tokens, matched_indices, holders
         )

@@ -16,7 +16,9 @@ class QueueScorer(Scorer[NoParams]):
 
     def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
         queues: list[float | None] = []
+        add = queues.append
+        now, staleness = request.now, request.staleness_s
         for ep in endpoints:
-            m = request.fresh_metrics(ep)
-            queues.append(None if m is None else m.waiting)
+            m = ep.metrics  # SchedulingRequest.fresh_metrics written out: no call per endpoint
+            add(None if m is None or now - m.scraped_at > staleness else m.waiting)
         return lower_is_better(queues)

@@ -45,9 +45,10 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
     def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
         limit = self._limit
         extra = self._extra
-        out = []
+        out: list[float] = []
+        add = out.append
         for ep in endpoints:
             f = ep.inflight
-            load = f.tokens + extra * f.media_tokens
-            out.append(1.0 - min(1.0, load / limit))
+            share = (f.tokens + extra * f.media_tokens) / limit
+            add(1.0 - (share if share < 1.0 else 1.0))  # min(1.0, share), NaN included, no call
         return out
