@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from mmgate import __version__
+from mmgate import __version__, compiled
 from mmgate.errors import did_you_mean
 
 # subcommand -> (module, one-line help). Keep sorted by how a user meets them.
@@ -82,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mmgate",
         description="mmgate: a multimodal-aware inference gateway for vLLM and SGLang fleets.",
     )
-    parser.add_argument("--version", action="version", version=f"mmgate {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"mmgate {__version__} (scheduler: {compiled.status()})",
+        help="show the version and whether the scheduler's hot modules run compiled (mypyc), then exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

@@ -63,3 +63,19 @@ def test_a_type_name_cannot_be_registered_twice() -> None:
 
     with pytest.raises(TypeError, match="no type_name"):
         builtin_registry().with_plugins(Nameless)
+
+
+@pytest.mark.parametrize(
+    ("type_name", "typo"),
+    [
+        ("approx-prefix-cache-producer", "blockSizeToken"),
+        ("mm-embeddings-cache-producer", "cacheSizeInMB"),
+        ("predicted-ttft-producer", "prefillTokensPerSec"),
+        ("predicted-ttft-scorer", "futureWeigth"),
+    ],
+)
+def test_a_misspelt_parameter_of_a_compiled_plugin_is_refused(type_name: str, typo: str) -> None:
+    """Their schemas live apart from the compiled modules (plugins/_schemas.py) so that msgspec,
+    not mypyc, builds them: an unknown field must still be an error naming it."""
+    with pytest.raises(ConfigError, match=typo):
+        builtin_registry().create(type_name, "p", {typo: 1}, PluginHandle(random.Random(0)))

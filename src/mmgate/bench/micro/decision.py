@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from mmgate import compiled
 from mmgate.bench.results import write_json
 from mmgate.bench.stats import median, percentiles
 from mmgate.config import load_config
@@ -304,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     table = Table(
         columns(*heads, numeric=heads[1:]),
         title=f"scheduling decision: 3 × 720p images, {tokens} tokens per request, "
-        f"{args.endpoints} endpoints (@N: N endpoints)",
+        f"{args.endpoints} endpoints (@N: N endpoints); scheduler {compiled.status()}",
     )
     for row in rows:
         tp = row["token_producer_median_us"]
@@ -346,6 +347,7 @@ def run(args: argparse.Namespace) -> int:
     meta["clock"] = "thread CPU time" if args.cpu_time else "wall (perf_counter)"
     meta["epd_fleet"] = list(args.epd_fleet) if args.epd else None
     meta["python"] = platform.python_version()
+    meta["scheduler_build"] = compiled.status()  # mypyc-compiled or pure Python (mmgate.compiled)
     meta["cpus"] = os.cpu_count()
     meta["loadavg_1m"] = os.getloadavg()[0]  # the machine is shared: say how busy it was
     out = write_json(args.out, {"params": meta, "results": rows, "epd": epd})

@@ -38,30 +38,21 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
 from mmgate.scheduling.plugins._block_chain import ChainKey, PrefixChains, block_count, chain
+from mmgate.scheduling.plugins._schemas import (
+    DEFAULT_BLOCK_SIZE_TOKENS,
+    DEFAULT_LRU_CAPACITY_PER_SERVER,
+    ApproxPrefixParams,
+)
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
-DEFAULT_BLOCK_SIZE_TOKENS = 16
-DEFAULT_LRU_CAPACITY_PER_SERVER = 31250  # llm-d: "500K tokens / 16"
 PREFIX_CHAINS = 1024  # stream prefixes whose block hashes are remembered (a few KB each)
 PREFILL_PROFILE = "prefill"
 
 _pack1 = struct.Struct("<I").pack
-
-
-class ApproxPrefixParams(msgspec.Struct, forbid_unknown_fields=True):
-    autoTune: bool = True
-    blockSizeTokens: int = DEFAULT_BLOCK_SIZE_TOKENS
-    maxPrefixTokensToMatch: int = 131072
-    maxPrefixBlocksToMatch: int = 2048
-    lruCapacityPerServer: int = DEFAULT_LRU_CAPACITY_PER_SERVER
-    blockSize: int = 0  # deprecated llm-d spelling of blockSizeTokens
-    minBlockSizeTokens: int = 64  # mmgate: llm-d's hard-coded floor, exposed
 
 
 def _le_bytes(token_ids: Sequence[int]) -> bytes:

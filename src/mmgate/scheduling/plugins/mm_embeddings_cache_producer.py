@@ -18,20 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, ENCODER_PLAN, TOKENIZED_PROMPT, EncoderCacheMatch
+from mmgate.scheduling.plugins._schemas import MMEmbeddingsParams
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 BYTES_PER_ITEM = 2 * 1024 * 1024  # llm-d's assumed size of one item's embeddings
 _NOBODY: frozenset[str] = frozenset()
-
-
-class MMEmbeddingsParams(msgspec.Struct, forbid_unknown_fields=True):
-    cacheSizeInMBPerServer: int = 4096
-    encodeProfile: str = "encode"  # mmgate (as llm-d PR #2627 proposes)
 
 
 class MMEmbeddingsCacheProducer(Producer[MMEmbeddingsParams], PreRequest, EndpointAware):

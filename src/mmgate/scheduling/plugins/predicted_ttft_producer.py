@@ -56,8 +56,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
-
 from mmgate.request.view import Modality
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, Producer, RequestLifecycle
 from mmgate.scheduling.keys import (
@@ -72,14 +70,9 @@ from mmgate.scheduling.keys import (
     PrefixMatch,
     TokenizedPrompt,
 )
+from mmgate.scheduling.plugins._schemas import PredictedTTFTParams
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
-from mmgate.scheduling.ttft.frontend import (
-    NO_FRONTEND,
-    FrontendPricer,
-    FrontendQueue,
-    FrontendRates,
-    default_frontend,
-)
+from mmgate.scheduling.ttft.frontend import NO_FRONTEND, FrontendPricer, FrontendQueue
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
@@ -89,31 +82,18 @@ _NOTHING_HELD: dict[str, list[int]] = {}
 _EMBEDS = Modality.EMBEDS  # an enum member read off its class costs ~0.3 us on CPython 3.11
 
 
-class PredictedTTFTParams(msgspec.Struct, forbid_unknown_fields=True):
-    prefillTokensPerSecond: float = 10_000.0
-    encoderSecondsPerToken: float = 3.0e-5
-    fixedSeconds: float = 0.02
-    byEndpoint: dict[str, RateSpec] = msgspec.field(default_factory=dict)
-    byLabel: dict[str, RateSpec] = msgspec.field(default_factory=dict)
-    byRole: dict[str, RateSpec] = msgspec.field(default_factory=dict)
-    learn: bool = True
-    minSamples: int = 20
-    halfLifeSamples: float = 256.0
-    priorSamples: float = 2.0
-    queueAverageSeconds: float = 30.0
-    frontEnd: dict[str, FrontendRates] = msgspec.field(default_factory=default_frontend)
-    prefixMatchInfoProducerName: str = ""
-    encoderCacheProducerName: str = ""
-    inFlightLoadProducerName: str = ""
+class _Pending:
+    """A placed request until its first token: where it went, when, and the terms predicted there."""
 
+    __slots__ = ("endpoint", "front_end", "front_wait", "learnable", "started", "terms")
 
-class _Pending(msgspec.Struct):
-    endpoint: EndpointState
-    started: float
-    terms: Vector
-    learnable: bool
-    front_end: float = 0.0  # when its endpoint's processor queue expected it through (0: none)
-    front_wait: float = 0.0  # the front-end part of its prediction there
+    def __init__(self, endpoint: EndpointState, started: float, terms: Vector, learnable: bool) -> None:
+        self.endpoint = endpoint
+        self.started = started
+        self.terms = terms
+        self.learnable = learnable
+        self.front_end = 0.0  # when its endpoint's processor queue expected it through (0: none)
+        self.front_wait = 0.0  # the front-end part of its prediction there
 
 
 class _Pod:

@@ -11,18 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from mmgate.scheduling.framework import PluginHandle, Scorer
 from mmgate.scheduling.keys import PREDICTED_TTFT, PredictedTTFT
 from mmgate.scheduling.plugins._min_max import lower_is_better, lower_is_better_known
+from mmgate.scheduling.plugins._schemas import PredictedTTFTScorerParams
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
-
-
-class PredictedTTFTScorerParams(msgspec.Struct, forbid_unknown_fields=True):
-    predictedTTFTProducerName: str = ""
-    workWeight: float = 0.0
-    futureWeight: float = 0.0
 
 
 class PredictedTTFTScorer(Scorer[PredictedTTFTScorerParams]):
