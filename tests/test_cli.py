@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mmgate import __version__
+from mmgate import __version__, compiled
 from support.processes import REPO, mmgate_command, subprocess_env
 
 EXAMPLES = REPO / "examples" / "requests"
@@ -42,8 +42,11 @@ def test_help_lists_every_command() -> None:
 
 
 def test_version() -> None:
+    """The version, and how the scheduler's hot modules run in that process (mmgate.compiled)."""
     out = run("--version")
-    assert (out.returncode, out.stdout.strip()) == (0, f"mmgate {__version__}")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"mmgate {__version__} (scheduler: {compiled.status()})"
+    assert compiled.status().startswith(("compiled with mypyc", "pure Python ("))
 
 
 def test_unknown_command_is_a_clear_error_with_a_hint() -> None:
