@@ -15,8 +15,9 @@ e.g. :mod:`mmgate.scheduling.plugins._schemas`), and nothing outside it patches 
 Why the import rule: an editable install builds the extensions in place, beside the sources,
 and Python looks for an extension before a source in each folder. Edit, pull or check out a
 listed module afterwards and the old extension would keep running. :func:`install` (run when
-:mod:`mmgate` is imported) therefore checks the build: if any listed source is newer than its
-extension, or some are built and others not, or ``MMGATE_PURE_PYTHON`` is set, a finder placed
+:mod:`mmgate` is imported) therefore checks the build: if any listed source is newer than the
+build's shared library (:func:`build_state`), or some are built and others not, or
+``MMGATE_PURE_PYTHON`` is set, a finder placed
 first on ``sys.meta_path`` loads every listed module from its source — all of them, since the
 modules of one build call into each other directly — and a stale build is reported once with
 the command that rebuilds it. This module imports nothing of mmgate: setup.py reads
