@@ -37,11 +37,14 @@ from pathlib import Path
 from types import ModuleType
 
 MODULES: tuple[str, ...] = (
+    "mmgate.datalayer.index.memory",
     "mmgate.scheduling.plugins._block_chain",
+    "mmgate.scheduling.plugins._min_max",
     "mmgate.scheduling.plugins.approx_prefix_cache_producer",
     "mmgate.scheduling.plugins.mm_embeddings_cache_producer",
     "mmgate.scheduling.plugins.predicted_ttft_producer",
     "mmgate.scheduling.plugins.predicted_ttft_scorer",
+    "mmgate.scheduling.ttft._frontend",
 )
 GROUP = "mmgate_compiled"  # mypyc's shared library of them all: GROUP + "__mypyc" beside the package
 PURE_ENV = "MMGATE_PURE_PYTHON"

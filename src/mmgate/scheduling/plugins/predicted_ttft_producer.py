@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 from mmgate.request.view import Modality
 from mmgate.scheduling.framework import EndpointAware, PluginHandle, Producer, RequestLifecycle
@@ -72,14 +72,16 @@ from mmgate.scheduling.keys import (
 )
 from mmgate.scheduling.plugins._schemas import PredictedTTFTParams
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
-from mmgate.scheduling.ttft.frontend import NO_FRONTEND, FrontendPricer, FrontendQueue
+from mmgate.scheduling.ttft._frontend import NO_FRONTEND, FrontendQueue, frontend_seconds
+from mmgate.scheduling.ttft.frontend import FrontendPricer
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 MEAN_TOKENS_DECAY = 0.99  # the mean prompt size placed, over roughly the last hundred requests
 REUSE_DECAY = 0.995  # hits per cold placement, over roughly the last two hundred placements
-_NO_END = sys.maxsize  # the smallest media end of a request without media: past any prefix
-_NOTHING_HELD: dict[str, list[int]] = {}
-_EMBEDS = Modality.EMBEDS  # an enum member read off its class costs ~0.3 us on CPython 3.11
+# ``Final``: compiled, these are C statics rather than reads of the module's globals dict
+_NO_END: Final = sys.maxsize  # the smallest media end of a request without media: past any prefix
+_NOTHING_HELD: Final[dict[str, list[int]]] = {}
+_EMBEDS: Final = Modality.EMBEDS  # an enum member read off its class costs ~0.3 us on CPython 3.11
 
 
 class _Pending:
@@ -96,13 +98,31 @@ class _Pending:
         self.front_wait = 0.0  # the front-end part of its prediction there
 
 
+class _Item:
+    """One distinct media item that needs the encoder, as the per-candidate loop reads it: its
+    end position, tokens, index in the encoder-cache match info (-1 without one) and the
+    processor seconds a cache hit on it saves. A class, not a tuple: compiled, its fields are
+    read unboxed, where a tuple's are type-checked and unboxed for every candidate."""
+
+    __slots__ = ("end", "index", "length", "skip")
+
+    def __init__(self, end: int, length: int, index: int, skip: float) -> None:
+        self.end = end
+        self.length = length
+        self.index = index
+        self.skip = skip
+
+
 class _Pod:
     """What the decision loop reads and updates of one endpoint, kept together so a candidate
     costs one lookup (each dict read is a C call, and the loop runs for every candidate of every
     decision). ``displaced`` is made when a placement changes ``kept`` / ``placed`` (``on_started``),
-    not per decision."""
+    not per decision. ``rates`` is the last :class:`Rates` the loop read for the endpoint and
+    ``f`` .. ``q`` its vector, unpacked once per change of rates rather than per decision (the
+    rates are frozen and replaced, never changed, when the fit moves them; compiled, the six
+    fields are plain C doubles)."""
 
-    __slots__ = ("avg", "displaced", "front", "kept", "placed")
+    __slots__ = ("avg", "c", "displaced", "f", "front", "h", "kept", "p", "placed", "q", "rates", "s")
 
     def __init__(self) -> None:
         self.avg: float | None = None  # the queue wait, time-averaged (None: never predicted)
@@ -112,6 +132,8 @@ class _Pod:
         self.kept = 0.0
         self.placed = 0.0
         self.displaced: float | None = None
+        self.rates: Rates | None = None
+        self.f = self.p = self.s = self.h = self.c = self.q = 0.0
 
 
 class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware):
@@ -161,6 +183,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._work_sum = 0.0  # decayed sums behind the mean GPU work of a placed request
         self._work_weight = 0.0
         self.frontend = FrontendPricer(params.frontEnd)
+        self._front_rates = self.frontend.table  # priced by the compiled function, not the method
 
     def produces(self) -> tuple[DataKey[Any], ...]:
         return self._keys
@@ -181,8 +204,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             encoder = None
         total = tp.total_tokens if tp is not None else 0
         front = NO_FRONTEND
-        if tp is not None and tp.media and self.frontend.enabled:
-            front = self.frontend.seconds(request.view.parts, tp.media)
+        front_rates = self._front_rates
+        if tp is not None and front_rates and tp.media:
+            front = frontend_seconds(front_rates, request.view.parts, tp.media)
         load, processing, skipped = front
         items, first_end, media = _encoder_items(tp, encoder, skipped)
         held_by = encoder.matched_indices if encoder is not None else _NOTHING_HELD
@@ -196,7 +220,6 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         service = self._work_sum / self._work_weight if self._work_weight else 0.0  # mean_placed_work
         now, staleness = request.now, request.staleness_s
         pods = self._pods
-        pod_of = pods.get
         elapsed = now - self._queue_at
         pull = 1.0 if elapsed == math.inf else -math.expm1(-elapsed / self._queue_tau)
         self._queue_at = now
@@ -225,15 +248,15 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             held = held_by.get(name)
             if held or cached >= first_end:  # else every item is past the cached prefix, none held
                 encode = 0
-                for end, length, index, skip in items:
-                    if end > cached:
-                        if held and index in held:
-                            hits += length
-                            saved += skip
+                for item in items:
+                    if item.end > cached:
+                        if held and item.index in held:
+                            hits += item.length
+                            saved += item.skip
                         else:
-                            encode += length
+                            encode += item.length
                     else:
-                        saved += skip
+                        saved += item.skip
             else:
                 encode = media
             flight = ep.inflight
@@ -249,10 +272,16 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
                     if queued >= ahead + 1:  # its whole tokens exceed those in flight
                         ahead = int(queued)
             uncached = total - cached if total > cached else 0
+            pod = pods.get(name)
+            if pod is None:
+                pod = pods[name] = _Pod()
             rates = rates_now(name)
             if rates is None:
                 rates = learner.rates(ep)
-            f, p, s, h, c, q = rates.vector
+            if rates is not pod.rates:
+                pod.rates = rates
+                pod.f, pod.p, pod.s, pod.h, pod.c, pod.q = rates.vector
+            f, p, s, h, c, q = pod.f, pod.p, pod.s, pod.h, pod.c, pod.q
             media_ahead = flight.media_tokens
             encoder_work = media_ahead + encode
             prefill = p * uncached
@@ -265,9 +294,6 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             predicted = f + prefill + s * encoder_work + held_hits + held_prefix + queue + load + processing
             if saved:  # processor seconds believed cache hits save
                 predicted -= saved
-            pod = pod_of(name)
-            if pod is None:
-                pod = pods[name] = _Pod()
             if queued_front:
                 fq = pod.front
                 if fq is not None:
@@ -320,10 +346,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             for name in stale:
                 seconds[name] += worst_known
         future: dict[str, float] = {}
-        for name, marginal, displacing, behind, _w, _s, _p, _e, _h, _c, _a in rows:  # (unpacked: cheapest)
-            future[name] = (
-                drawn * (marginal if marginal < holders_wait else holders_wait) + displacing + behind
-            )
+        for row in rows:  # indexed: compiled, an unpacking would unbox all eleven fields
+            marginal = row[1]
+            future[row[0]] = drawn * (marginal if marginal < holders_wait else holders_wait) + row[2] + row[3]
         info = PredictedTTFT(seconds, rows, stale, future, (load, processing), most_reused)
         for key in self._key_names:
             data[key] = info
@@ -437,16 +462,15 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
 
 
 def _encoder_items(
-    tp: TokenizedPrompt | None, encoder: EncoderCacheMatch | None, skipped: Mapping[str, float]
-) -> tuple[list[tuple[int, int, int, float]], int, int]:
-    """The request's distinct media items that need the encoder, as (end position, tokens,
-    index in the encoder-cache match info, or -1 without one, the processor seconds a cache hit
-    on it saves): what the per-endpoint loop reads; with the smallest end (a prefix shorter than
-    it covers none of them) and their tokens."""
+    tp: TokenizedPrompt | None, encoder: EncoderCacheMatch | None, skipped: dict[str, float]
+) -> tuple[list[_Item], int, int]:
+    """The request's distinct media items that need the encoder (:class:`_Item`): what the
+    per-endpoint loop reads; with the smallest end (a prefix shorter than it covers none of
+    them) and their tokens."""
     if tp is None or not tp.media:
         return [], _NO_END, 0
     ids = encoder.identities if encoder is not None else ()  # a handful: a list scan beats a dict
-    items: list[tuple[int, int, int, float]] = []
+    items: list[_Item] = []
     seen: set[str] = set()
     first_end, media = _NO_END, 0
     for item in tp.media:
@@ -459,7 +483,7 @@ def _encoder_items(
             index = ids.index(identity) if ids else -1
         except ValueError:
             index = -1
-        items.append((end, length, index, skipped.get(identity, 0.0)))
+        items.append(_Item(end, length, index, skipped.get(identity, 0.0)))
         if end < first_end:
             first_end = end
         media += length

@@ -23,7 +23,9 @@ per item of each modality, with each stage's rates (:class:`StageRates`)::
 processor as the gateway has loaded it: work placed there drains at one second per second from
 when its load is done, and a first token earlier than the clock expected moves the rest up. A
 request with processor work waits ``max(load, backlog) + processor``. Both classes are pure: the
-clock is passed in.
+clock is passed in. The per-request arithmetic (:func:`~mmgate.scheduling.ttft._frontend.frontend_seconds`)
+and :class:`FrontendQueue` live in :mod:`mmgate.scheduling.ttft._frontend`, which mypyc compiles
+(this module's ``msgspec`` structs keep it from being compiled); they are re-exported here.
 """
 
 from __future__ import annotations
@@ -32,12 +34,28 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from mmgate.request.view import MediaAsset, Modality, Source
+from mmgate.request.view import MediaAsset, Modality
+from mmgate.scheduling.ttft._frontend import (
+    NO_FRONTEND,
+    Flat,
+    FrontendQueue,
+    FrontendSeconds,
+    frontend_seconds,
+)
 from mmgate.tokens.sequence import MMItem
 
+__all__ = [
+    "DEFAULT_FRONTEND",
+    "NO_FRONTEND",
+    "FrontendPricer",
+    "FrontendQueue",
+    "FrontendRates",
+    "FrontendSeconds",
+    "StageRates",
+    "default_frontend",
+]
+
 _MIB = float(1 << 20)
-_UUID, _INLINE, _IMAGE = Source.UUID, Source.INLINE, Modality.IMAGE  # an enum member read off its
-# class costs ~0.3 us on CPython 3.11; these are read per media part on the decision path
 
 
 class StageRates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -95,23 +113,9 @@ def default_frontend() -> dict[str, FrontendRates]:
     return dict(DEFAULT_FRONTEND)
 
 
-FrontendSeconds = tuple[float, float, Mapping[str, float]]
-"""A request's front end: (load: its largest part's, the parts load at once; processor: all its
-items', one after another; skipped: per item identity, the processor seconds a processor-cache
-hit on it saves, all but its hash). A plain tuple: a NamedTuple's constructor is Python code, and
-this is built once per decision."""
-
-NO_FRONTEND: FrontendSeconds = (0.0, 0.0, {})
-
-
-_Flat = tuple[float, float, float, float, float, float, float, float]
-"""A modality's rates flattened for the per-request loop: load (item, MiB, megapixel, token),
-then processor (item, MiB, megapixel, token)."""
-
-
-def _flat(r: FrontendRates) -> _Flat:
+def _flat(r: FrontendRates) -> Flat:
     lo, pr = r.load, r.processor
-    return (
+    return Flat(
         lo.itemSeconds,
         lo.mibSeconds / _MIB,
         lo.megapixelSeconds / 1e6,
@@ -131,7 +135,7 @@ class FrontendPricer:
 
     def __init__(self, rates: Mapping[str, FrontendRates]) -> None:
         known = {m.value for m in Modality}
-        table: dict[Modality, _Flat] = {}
+        table: dict[Modality, Flat] = {}
         for modality, spec in rates.items():
             if modality not in known:
                 raise ValueError(f"frontEnd: unknown modality {modality!r} (one of {sorted(known)})")
@@ -146,86 +150,15 @@ class FrontendPricer:
         """Whether any modality costs front-end time."""
         return bool(self._rates)
 
+    @property
+    def table(self) -> dict[Modality, Flat]:
+        """The checked rates flattened per modality, for :func:`frontend_seconds` (the compiled
+        producer calls it with this table directly: a call into this class's Python method costs
+        more than the pricing). Not to be changed."""
+        return self._rates
+
     def seconds(self, parts: Iterable[str | MediaAsset], items: Iterable[MMItem]) -> FrontendSeconds:
         """The front end of a request with prompt parts ``parts`` (its media parts are what is
         loaded: payload bytes, pixels; text parts are passed over) and priced items ``items``
-        (tokens). A part that names a cached item by uuid alone carries nothing to load or hash.
-        (Once per request with media, on the decision path: one pass over each, locals only; the
-        parts as the view keeps them, not a list of its media made for the call.)"""
-        rates = self._rates
-        if not rates:
-            return NO_FRONTEND
-        load = processor = 0.0
-        skipped: dict[str, float] = {}
-        for asset in parts:
-            if isinstance(asset, str):
-                continue
-            r = rates.get(asset.modality)
-            if r is None:
-                continue
-            source = asset.source
-            if source is _UUID:
-                continue
-            part = r[0]
-            fixed = r[4]
-            if source is _INLINE:
-                size = asset.payload_size
-                part += r[1] * size
-                processor += r[5] * size  # the hash: paid on a processor-cache hit too
-            if (r[2] or r[6]) and asset.modality is _IMAGE:
-                width, height = asset.width, asset.height
-                if width and height:
-                    pixels = width * height
-                    part += r[2] * pixels
-                    fixed += r[6] * pixels
-            if part > load:
-                load = part
-            processor += fixed
-            identity = asset.identity
-            skipped[identity] = skipped.get(identity, 0.0) + fixed
-        longest = 0.0
-        for item in items:
-            r = rates.get(item.modality)
-            if r is not None:
-                length = item.length
-                own = r[7] * length
-                processor += own
-                identity = item.identity
-                skipped[identity] = skipped.get(identity, 0.0) + own
-                part = r[3] * length
-                if part > longest:
-                    longest = part
-        return load + longest, processor, skipped
-
-
-class FrontendQueue:
-    """One pod's processor as this gateway loaded it: ``until`` is when the work placed there
-    would be through, each request starting once its media are loaded and the work ahead of it is
-    done (``max(ready, until) + seconds``, one worker in order). A first token proves its
-    request went through, so when one comes before the end the clock gave that request, the
-    processor is faster than priced and everything behind it moves up by the difference: a front
-    end faster than priced is not believed busy for ever."""
-
-    __slots__ = ("until",)
-
-    def __init__(self) -> None:
-        self.until = 0.0
-
-    def backlog(self, now: float) -> float:
-        """Seconds until the work placed here is through, at ``now`` (never negative)."""
-        left = self.until - now
-        return left if left > 0.0 else 0.0
-
-    def place(self, seconds: float, ready: float) -> float:
-        """A request with ``seconds`` of processor work, its media loaded at ``ready``, was sent
-        here; returns when the clock expects it through."""
-        until = self.until
-        end = self.until = (until if until > ready else ready) + seconds
-        return end
-
-    def through(self, end: float, now: float) -> None:
-        """The request the clock expected through at ``end`` had its first token at ``now``."""
-        early = end - now
-        if early > 0.0:
-            until = self.until - early
-            self.until = until if until > now else now
+        (tokens): :func:`~mmgate.scheduling.ttft._frontend.frontend_seconds` at these rates."""
+        return frontend_seconds(self._rates, parts, items)
