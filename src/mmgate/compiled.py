@@ -4,7 +4,8 @@ Why compile: a scheduling decision is a few hundred thousand CPython instruction
 arithmetic, dict reads and loops over the candidates (docs/benchmarks/decision.md), and the
 gateway makes one per request. mypyc, the compiler that ships with mypy (mypy and black are
 distributed compiled by it), turns these typed modules into C extensions with no change to
-their source: the predicted-TTFT producer runs about 40% fewer instructions that way. The
+their source: the predicted-TTFT producer runs about 40% fewer instructions that way, the parse's
+walk of a large chat body (:mod:`mmgate.request.layout`) about 25% fewer. The
 source stays the truth: every module listed runs as plain Python too (``MMGATE_PURE_PYTHON=1``
 at install or at run time), and the test suite passes both ways.
 
@@ -38,6 +39,7 @@ from types import ModuleType
 
 MODULES: tuple[str, ...] = (
     "mmgate.datalayer.index.memory",
+    "mmgate.request.layout",
     "mmgate.scheduling.plugins._block_chain",
     "mmgate.scheduling.plugins._min_max",
     "mmgate.scheduling.plugins.approx_prefix_cache_producer",
