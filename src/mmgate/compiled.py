@@ -40,13 +40,16 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "mmgate.datalayer.index.memory",
     "mmgate.request.layout",
+    "mmgate.scheduling._weights",
     "mmgate.scheduling.plugins._block_chain",
     "mmgate.scheduling.plugins._min_max",
     "mmgate.scheduling.plugins.approx_prefix_cache_producer",
+    "mmgate.scheduling.plugins.max_score_picker",
     "mmgate.scheduling.plugins.mm_embeddings_cache_producer",
     "mmgate.scheduling.plugins.predicted_ttft_producer",
     "mmgate.scheduling.plugins.predicted_ttft_scorer",
     "mmgate.scheduling.ttft._frontend",
+    "mmgate.tokens.sequence",
 )
 GROUP = "mmgate_compiled"  # mypyc's shared library of them all: GROUP + "__mypyc" beside the package
 PURE_ENV = "MMGATE_PURE_PYTHON"

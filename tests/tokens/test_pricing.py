@@ -81,6 +81,28 @@ def test_a_size_priced_before_as_ints_is_still_refused_as_a_float_or_bool() -> N
     assert price(view(image("c", 1280, 720)), cfg).assets[0].tokens > 0  # the refusal was not cached
 
 
+def test_price_stream_keeps_a_recurring_images_price_and_never_a_refusal() -> None:
+    """Pricing finds an image priced before by (identity, modality, size, detail): the same
+    price as price() gives, for every request, while a float or bool size or another size of the
+    same identity is priced (or refused) afresh."""
+    cfg = PricingConfig(family="qwen3-vl")
+    first = price_stream(view("a ", image("a", 1280, 720), " b"), cfg)[0]
+    again = price_stream(view("c ", image("a", 1280, 720), " d"), cfg)[0]
+    assert first == again == price(view("c ", image("a", 1280, 720), " d"), cfg)
+    assert again.assets[0] is first.assets[0]  # kept: frozen, so no request can change it
+    with pytest.raises(AttributeError):
+        first.assets[0].tokens = 1  # type: ignore[misc]
+    for w, h in [(1280.0, 720), (1280, True)]:
+        with pytest.raises(RequestError, match="must be an integer"):
+            price_stream(view(image("a", w, h)), cfg)  # type: ignore[arg-type]
+    other = price_stream(view(image("a", 640, 480)), cfg)[0]
+    assert other.assets[0] == price(view(image("a", 640, 480)), cfg).assets[0] != first.assets[0]
+    with pytest.raises(RequestError, match="aspect ratio"):
+        price_stream(view(image("thin", 5000, 10)), cfg)
+    with pytest.raises(RequestError, match="aspect ratio"):  # the refusal was not kept as a price
+        price_stream(view(image("thin", 5000, 10)), cfg)
+
+
 def test_rule_refusal_names_the_part() -> None:
     with pytest.raises(RequestError) as err:
         price(view(image("thin", 5000, 10)), PricingConfig(family="qwen3-vl"))  # 500:1

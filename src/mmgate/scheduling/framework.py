@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import msgspec
 
 from mmgate.datalayer.index.store import AffinityStore, IndexProvider, MemoryIndexes
+from mmgate.scheduling._weights import add_weighted, weighted
 from mmgate.scheduling.types import (
     DataKey,
     EndpointState,
@@ -214,7 +215,6 @@ class EndpointAware:
 
 
 _MAX_PROFILE_ROUNDS = 16  # a handler runs a few profiles; more rounds means it loops
-_SMALL = 16  # up to this many candidates Profile.run sums scores with plain loops (see there)
 
 
 @dataclass(slots=True)
@@ -249,28 +249,8 @@ class Profile:
             raw = ws.scorer.score(request, candidates)
             if len(raw) != n:
                 raise ValueError(f"scorer {ws.scorer.name!r} gave {len(raw)} scores for {n} endpoints")
-            w = ws.weight
-            # Each score clamped to [0, 1] (``not s > 0.0`` also maps NaN to 0, as llm-d's
-            # enforceScoreRange does), then weighted and summed in scorer order: the same floats
-            # whichever loop below runs. On CPython 3.11 a comprehension is a function call (and a
-            # zip for the second scorer on), which a plain loop beats below ~16 endpoints; above
-            # that the comprehension's cheaper step wins.
-            if totals is None:
-                if n > _SMALL:
-                    totals = [0.0 + (1.0 if s > 1.0 else s if s > 0.0 else 0.0) * w for s in raw]
-                else:
-                    totals = []
-                    add = totals.append
-                    for s in raw:
-                        add(0.0 + (1.0 if s > 1.0 else s if s > 0.0 else 0.0) * w)
-            elif n > _SMALL:
-                pairs = zip(totals, raw, strict=False)  # equal lengths: checked above
-                totals = [t + (1.0 if s > 1.0 else s if s > 0.0 else 0.0) * w for t, s in pairs]
-            else:
-                i = 0  # a counter, not enumerate(): no iterator object or tuple per endpoint
-                for s in raw:
-                    totals[i] += (1.0 if s > 1.0 else s if s > 0.0 else 0.0) * w
-                    i += 1  # noqa: SIM113
+            # Clamped, weighted and summed in scorer order (mmgate.scheduling._weights, compiled).
+            totals = weighted(raw, ws.weight) if totals is None else add_weighted(totals, raw, ws.weight)
             if by_scorer is not None:
                 by_scorer[ws.scorer.name] = list(raw)
         if totals is None:

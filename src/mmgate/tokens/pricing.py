@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import msgspec
 
@@ -45,7 +45,9 @@ from mmgate.tokens.rules import (
 from mmgate.tokens.text import TextCounter, estimate_runs, load_tokenizer
 
 T = TypeVar("T")
+ImageKey: TypeAlias = tuple[str, Modality, int | None, int | None, str | None]  # Resolved._images
 IMAGE_CACHE_SIZE = 4096  # distinct (width, height, detail) counts kept per pricing config
+IMAGE_PRICES = 4096  # priced images kept per pricing config, by identity and size (popular ones recur)
 # The members as module constants: an enum member read through its class costs ~90 ns on CPython
 # 3.11, a global ~10 ns, and pricing compares every asset's modality several times.
 _IMAGE, _VIDEO, _AUDIO = Modality.IMAGE, Modality.VIDEO, Modality.AUDIO
@@ -53,9 +55,11 @@ _EMBEDS, _DOCUMENT = Modality.EMBEDS, Modality.DOCUMENT
 DEFAULT_DOCUMENT_PAGES = 1  # a document whose page count is unknown (URL, file id, compressed tree)
 
 
-class AssetPrice(msgspec.Struct):
+class AssetPrice(msgspec.Struct, frozen=True):
     """One media item's price. (This and :class:`Pricing` are msgspec structs rather than
-    dataclasses: every request makes one per item, and a struct's ``__init__`` runs in C.)"""
+    dataclasses: every request makes one per item, and a struct's ``__init__`` runs in C.)
+    Frozen: the token producer keeps an image's price and hands it to every later request that
+    carries the same image (``Resolved.price_asset``), so no request may change it for others."""
 
     identity: str
     modality: Modality
@@ -213,8 +217,32 @@ class Resolved:
         self.estimate_image_rule = (
             "llm-d:static" if self.estimator.image_static is not None else "llm-d:dynamic"
         )
+        # Recent image prices by what an image's price is a function of under this config:
+        # (identity, modality, width, height, detail). A recurring image (a conversation resending
+        # it, a shared screenshot) is then one dict lookup, not a rule call and a new AssetPrice
+        # (frozen, so sharing it is safe). Only prices go in (never a refusal), IMAGE_PRICES at most.
+        self._images: dict[ImageKey, AssetPrice] = {}
 
     def price_asset(self, a: MediaAsset, model: str) -> AssetPrice:
+        mod = a.modality
+        if mod is _IMAGE or mod is _EMBEDS:
+            w, h = a.width, a.height
+            key = (a.identity, mod, w, h, a.detail)
+            found = self._images.get(key)
+            # Only an int (or absent) size is kept or found: a float or bool size equals an int one
+            # but is refused, as the image count's cache keeps apart (``typed``).
+            plain = (w is None or type(w) is int) and (h is None or type(h) is int)
+            if found is not None and plain:
+                return found
+            found = self._price_asset(a, model)  # raises on a size or modality it refuses
+            if plain:
+                if len(self._images) >= IMAGE_PRICES:
+                    self._images.clear()  # bounded; the popular ones come straight back
+                self._images[key] = found
+            return found
+        return self._price_asset(a, model)
+
+    def _price_asset(self, a: MediaAsset, model: str) -> AssetPrice:
         mod = a.modality
         if mod is _DOCUMENT and self.refuse_documents:
             raise RequestError(
@@ -241,13 +269,13 @@ class Resolved:
                     defaulted = mod is _EMBEDS
                 count, rule = self.image(w, h, a.detail)  # validates the size (param: below)
                 return AssetPrice(a.identity, mod, count.tokens, count.extra, rule, defaulted, w, h)
-            return self._price_asset(a)
+            return self._price_other(a)
         except RequestError as exc:  # a rule refused the media (e.g. Qwen's 200:1 aspect limit)
             if exc.param is None:
                 exc.param = a.field
             raise
 
-    def _price_asset(self, a: MediaAsset) -> AssetPrice:
+    def _price_other(self, a: MediaAsset) -> AssetPrice:
         """Audio, video and documents (images are priced inline by :meth:`price_asset`)."""
         mod = a.modality
         if mod is _AUDIO:

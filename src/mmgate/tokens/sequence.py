@@ -6,43 +6,34 @@ occupies ``tokens + extra_tokens`` copies of one id derived from its identity (l
 xxh64(identity)). Equal prompts give equal sequences on every process, a changed image changes
 only its own span, and each span is recorded as an :class:`MMItem` so block hashing can add
 vLLM's ``("mm", identity, offset)`` extra keys.
+
+mypyc compiles this module (:mod:`mmgate.compiled`): the scheduler's token producer lays out
+every request with :func:`price_stream`, a loop of small integer and list operations over the
+parts. Its types (:class:`MMItem`, :class:`TokenSequence`, :class:`TokenStream`) live in
+:mod:`mmgate.tokens._streams`, uncompiled, and are re-exported here.
 """
 
 from __future__ import annotations
 
 import struct
-import sys
-from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
-import msgspec
 import xxhash
 
 from mmgate.request.view import MediaAsset, Modality, RequestView
+from mmgate.tokens._streams import MMItem, TokenSequence, TokenStream
 from mmgate.tokens.pricing import AssetPrice, Pricing, PricingConfig, price, priced
 from mmgate.tokens.text import BYTES_PER_TOKEN, estimate_runs
 
-
-class MMItem(msgspec.Struct, frozen=True):
-    """One media item's span in a token sequence. (A frozen msgspec struct, not a frozen
-    dataclass: every request with media makes one per item, and a frozen dataclass's
-    ``__init__`` costs ten times as much.)"""
-
-    identity: str
-    modality: Modality
-    offset: int  # index of the item's first token in ``token_ids``
-    length: int  # tokens + extra_tokens of its price
-
-
-@dataclass(slots=True)
-class TokenSequence:
-    token_ids: list[int]
-    mm_items: list[MMItem]
-
-    def __len__(self) -> int:
-        return len(self.token_ids)
+__all__ = [
+    "MEDIA_UNITS",
+    "MMItem",
+    "TokenSequence",
+    "TokenStream",
+    "build_sequence",
+    "media_token_id",
+    "price_stream",
+]
 
 
 def media_token_id(identity: str) -> int:
@@ -92,29 +83,6 @@ def build_sequence(view: RequestView, pricing: Pricing) -> TokenSequence:
     return TokenSequence(out, items)
 
 
-class TokenStream(msgspec.Struct):
-    """The same sequence as :func:`build_sequence`, kept as little-endian uint32 bytes.
-
-    Block hashing reads bytes, so the scheduler builds this form directly instead of packing the
-    text into thousands of ints and back. ``token_ids`` is a zero-copy integer view of it.
-    """
-
-    data: bytes
-    mm_items: list[MMItem]
-
-    def __len__(self) -> int:
-        return len(self.data) // BYTES_PER_TOKEN
-
-    @property
-    def token_ids(self) -> Sequence[int]:
-        if _NATIVE_LE:
-            return memoryview(self.data).cast("I")
-        ids = array("I", self.data)
-        ids.byteswap()
-        return ids
-
-
-_NATIVE_LE = sys.byteorder == "little" and array("I").itemsize == BYTES_PER_TOKEN
 _pack_id = struct.Struct("<I").pack
 _PADS = (b"", b"\0", b"\0\0", b"\0\0\0")  # zero bytes up to the next token boundary
 MEDIA_UNITS = 4096  # media identities whose token bytes are remembered (popular images recur)
@@ -152,6 +120,7 @@ def price_stream(view: RequestView, config: PricingConfig) -> tuple[Pricing, Tok
     items: list[MMItem] = []
     size = 0  # bytes so far, always a whole number of tokens before a media item
     media = 0  # media positions so far
+    by_modality: dict[Modality, int] = {}  # as priced() sums them: media positions per modality
     for part in view.parts:
         if isinstance(part, str):
             text = part.encode()
@@ -160,9 +129,11 @@ def price_stream(view: RequestView, config: PricingConfig) -> tuple[Pricing, Tok
             if counted:
                 run.append(part)
             continue
-        a = price_asset(part, model)
+        mod = part.modality
+        a = price_asset(part, model)  # a recurring image's kept price (Resolved.price_asset)
         length = a.tokens + a.extra_tokens
         media += length
+        by_modality[mod] = by_modality.get(mod, 0) + length
         if media > limit:
             price(view, config)  # refuses it with the whole count, before any media bytes are made
             raise AssertionError("price() refuses a request over max_total_tokens")  # pragma: no cover
@@ -170,7 +141,7 @@ def price_stream(view: RequestView, config: PricingConfig) -> tuple[Pricing, Tok
         if pad := -size % BYTES_PER_TOKEN:
             pieces.append(_PADS[pad])
             size += pad
-        items.append(MMItem(part.identity, part.modality, size // BYTES_PER_TOKEN, length))
+        items.append(MMItem(part.identity, mod, size // BYTES_PER_TOKEN, length))
         pieces.append(_media_unit(part.identity) * length)
         size += BYTES_PER_TOKEN * length
         if run:
@@ -182,4 +153,10 @@ def price_stream(view: RequestView, config: PricingConfig) -> tuple[Pricing, Tok
     if run:
         runs.append("".join(run))
     text_tokens = resolved.text(runs) if counted else size // BYTES_PER_TOKEN - media
-    return priced(view, config, text_tokens, assets), TokenStream(b"".join(pieces), items)
+    total = text_tokens + media
+    # The Pricing priced() makes, from the sums made above (priced() would loop the assets again);
+    # over the limit it is priced() that refuses, so the message is the one price() gives.
+    if total > limit:
+        priced(view, config, text_tokens, assets)
+        raise AssertionError("priced() refuses a request over max_total_tokens")  # pragma: no cover
+    return Pricing(text_tokens, assets, total, by_modality), TokenStream(b"".join(pieces), items)
