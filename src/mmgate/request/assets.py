@@ -149,14 +149,15 @@ class PromptBuilder:
         mime: str | None = None,
         uuid: str | int | None = None,
         detail: str | None = None,
-        base64_checked: bool = False,
+        known: str | None = None,
         raw: memoryview | None = None,
     ) -> None:
         """Add one media part. ``uri`` is a data: URI or URL; ``base64`` a bare base64 payload;
         ``raw`` the file's own bytes (a multipart upload), probed as they are.
 
-        ``base64_checked`` says the payload is already known to be standard base64 (the data-URI
-        cut of large chat bodies validates it), so it is not validated twice."""
+        ``known`` is the identity of a payload already known to be standard base64 (the data-URI
+        cut of large chat bodies validates and hashes it), so it is neither validated nor hashed
+        twice."""
         self._count += 1
         if self._count > self._limits.max_assets:
             raise RequestError(
@@ -169,9 +170,12 @@ class PromptBuilder:
         if probe_me:
             self._check_mime(modality, mime, param)
         source = Source.INLINE if payload is not None else Source.URL if url is not None else Source.UUID
-        identity = (
-            str(uuid) if uuid is not None else identity_of(payload if payload is not None else url or "")
-        )
+        if uuid is not None:
+            identity = str(uuid)
+        elif known is not None and payload is not None:
+            identity = known
+        else:
+            identity = identity_of(payload if payload is not None else url or "")
         self._flush()
         first = self._seen.get(identity)
         if (
@@ -179,7 +183,7 @@ class PromptBuilder:
             and probe_me
             and payload is not None
             and self._limits.validate_base64
-            and not base64_checked
+            and known is None
             and raw is None
         ):
             view = memoryview(payload)

@@ -174,7 +174,7 @@ def chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
             uri=uri,
             uuid=part.uuid,
             detail=detail,
-            base64_checked=isinstance(ref, CutMediaRef),  # decode_chat validated it while cutting
+            known=ref.identity if isinstance(ref, CutMediaRef) else None,  # decode_chat validated and hashed it
         )
     elif kind == "input_audio":
         audio = part.input_audio
