@@ -47,10 +47,13 @@ run: $(RUN_STAMP)
 # The scheduler's per-decision modules compiled with mypyc (src/mmgate/compiled.py lists them,
 # setup.py builds them): rebuilt in place when one changed since the last build (about a minute of
 # CPU). MMGATE_PURE_PYTHON=1 skips it; the sources then run as they are.
+# setuptools keeps a library whose generated C did not change (a checkout that only touched a
+# source), so the library is touched after a build: the import check compares it with the sources.
 build: $(STAMP)
 	@if PYTHONPATH=src $(PY) -W ignore -c 'import sys, mmgate.compiled as c; sys.exit(not c.needs_build())'; then \
 	  echo "make build: compiling $$(PYTHONPATH=src $(PY) -c 'import mmgate.compiled as c; print(len(c.MODULES))' 2>/dev/null) modules with mypyc"; \
-	  $(PY) setup.py -q build_ext --inplace; fi
+	  $(PY) setup.py -q build_ext --inplace; \
+	  touch src/mmgate_compiled__mypyc.*; fi
 
 # The suite runs against the compiled build (tests/test_compiled.py checks that it is the one loaded).
 test: build lint typecheck

@@ -12,6 +12,8 @@ from mmgate.bench.overhead.bodies import BODIES, body, jpeg
 from mmgate.errors import RequestError
 from mmgate.request import bodies, parse_request
 from mmgate.request.decode import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat
+from mmgate.request.layout import scan_chat
+from mmgate.request.payload import identity_of
 
 IMAGE = "data:image/jpeg;base64," + base64.b64encode(jpeg(seed=7)).decode()
 
@@ -76,3 +78,30 @@ def test_text_heavy_bodies_are_left_to_the_decoder() -> None:
     data = _chat(*chatter, {"type": "image_url", "image_url": {"url": IMAGE}})
     assert cut_data_urls(data) is None
     _same_as_full_decode(data)
+
+
+def test_the_walk_validates_and_hashes_each_long_payload_and_the_parser_uses_that_identity() -> None:
+    bad = IMAGE[:-8] + "!!!!" + IMAGE[-4:]  # not base64 near its end: validated and refused
+    data = _chat(
+        {"type": "image_url", "image_url": {"url": IMAGE}},
+        {"type": "image_url", "image_url": {"url": bad}},
+        {"type": "image_url", "image_url": {"url": "x", "data:a/b;base64," + "A" * 4000: 1}},  # a key
+    )
+    layout = scan_chat(data, check_payloads=True)
+    assert layout is not None and len(layout.data_urls) == 2
+    payload = IMAGE.partition(",")[2].encode()
+    start = data.index(payload)
+    # Checked on the way: the good payload by its identity; the bad one not at all; the long key's
+    # "payload" is recorded too (the walk cannot tell a key yet) but nothing looks it up.
+    assert layout.payloads[start] == identity_of(payload)
+    assert data.index(b"A" * 4000) in layout.payloads
+    bad_start = data.index(bad.partition(",")[2].encode())
+    assert bad_start not in layout.payloads
+    unchecked = scan_chat(data)
+    assert unchecked is not None and not unchecked.payloads  # only when asked
+    cut = cut_data_urls(data)
+    assert cut is not None and [c[2] for c in cut[1]] == [identity_of(payload)]  # the bad one is left in
+    with pytest.raises(RequestError, match="base64"):
+        parse_request(data, {})
+    good = _chat({"type": "image_url", "image_url": {"url": IMAGE}}, {"type": "text", "text": "again"})
+    assert parse_request(good, {}).assets[0].identity == identity_of(payload)

@@ -193,7 +193,7 @@ class PromptBuilder:
                 identity = str(uuid) if uuid is not None else identity_of(payload)
                 first = self._seen.get(identity)
         if uuid is not None and self._limits.own_media_uuids:
-            check_client_uuid(str(uuid), payload if payload is not None else url, param)
+            check_client_uuid(str(uuid), payload if payload is not None else url, param, known)
         if first is not None:  # a repeat: same asset, already validated and probed
             self.parts.append(
                 dataclasses.replace(first, field=param, detail=detail, client_uuid=uuid is not None)

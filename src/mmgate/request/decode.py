@@ -13,8 +13,10 @@ string with no escapes: it is the value of an object member ``url`` (the body's 
 :mod:`mmgate.request.layout`, says where), it starts with ``data:``, the text up to the
 first comma (the media type and parameters) is checked exactly (no backslash, no control
 character, valid UTF-8), and everything after the comma is in the base64 alphabet (pybase64's SIMD
-validator, the same check the payload gets later). Any other value is left to the decoder, which
-scans it as usual. Replacing a valid string by another valid string leaves the JSON structure, and
+validator, the check every inline payload gets; a cut one is not checked again). Any other value is
+left to the decoder, which scans it as usual. Each cut payload is also hashed for its identity right
+there, with its validation: a payload is read from memory once (by the walk's search for its end)
+and then twice more from the core's cache, not three times from memory. Replacing a valid string by another valid string leaves the JSON structure, and
 so every decode error, unchanged; on a decode error the whole body is decoded again so the message
 carries the client's own byte offsets. If the client's text already holds the placeholder, nothing
 is cut.
@@ -27,14 +29,14 @@ for the decoder is a client error, not a ``RecursionError``.
 from __future__ import annotations
 
 import re
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
 from mmgate.errors import RequestError
 from mmgate.request import bodies
 from mmgate.request.layout import ChatLayout, scan_chat
-from mmgate.request.payload import identity_of, is_base64
+from mmgate.request.payload import DATA_HEADER_MAX, identity_of, is_base64
 
 MIN_BODY = 64 * 1024
 """Smaller bodies are decoded directly: the scan would not pay for itself."""
@@ -43,7 +45,6 @@ MAX_TOKENS = 1024
 """Bodies whose walk takes more JSON tokens than this (long text, not media) are not cut: a step
 of the walk costs far more than the decoder's scan of the bytes it would save."""
 _PLACEHOLDER = b"\\u0000mmgate-cut:"
-_HEADER_MAX = 512  # "data:<mime>;<params>;base64," is never longer
 _HEADER_BAD = re.compile(rb"[\x00-\x1f\\]")  # what a JSON string cannot hold unescaped ('"' ends it)
 
 
@@ -57,24 +58,38 @@ class CutMediaRef(bodies.MediaRef, dict=True):
     the core's cache (2 MB), where the parser, which reaches the part after every payload of the
     body has been read, would read it from memory again (xxh3 ~7 µs hot against ~10 µs per photo)."""
 
-    identity: ClassVar[str] = ""  # set per instance by decode_chat
+    identity: ClassVar[str] = ""  # each instance's own, in its __dict__ (see restored)
+
+    @classmethod
+    def restored(cls, fields: dict[str, Any], identity: str) -> CutMediaRef:
+        """The reference with ``fields`` and its payload's identity."""
+        ref = cls(**fields)
+        vars(ref)["identity"] = identity  # an instance attribute: not a field, never encoded
+        return ref
 
 
-def _plain_json_string(body: bytes, start: int, end: int) -> int:
-    """Where the payload starts (after the comma) when ``body[start:end]`` (quote-free) is
-    certainly a valid JSON string's content, else -1.
+def _plain_json_string(body: bytes, start: int, end: int, checked: dict[int, str]) -> tuple[int, str]:
+    """Where the payload starts (after the comma) and its identity when ``body[start:end]``
+    (quote-free) is certainly a valid JSON string's content, else ``(-1, "")``.
 
     A sufficient test, not a necessary one: False sends the value to the decoder, which is always
     right. The header is tested exactly; the payload must be standard base64 (the check
     :func:`~mmgate.request.payload.check_base64` makes), whose alphabet is printable ASCII.
+    ``checked`` holds the payloads the walk validated and hashed already
+    (:attr:`~mmgate.request.layout.ChatLayout.payloads`); the others are validated and hashed here,
+    right after one another, while the payload is in cache.
     """
-    comma = body.find(b",", start, min(end, start + _HEADER_MAX))
+    comma = body.find(b",", start, min(end, start + DATA_HEADER_MAX))
     if comma < 0:
-        return -1
+        return -1, ""
     header = body[start:comma]
     if _HEADER_BAD.search(header) or not _utf8(header):
-        return -1
-    return comma + 1 if is_base64(memoryview(body)[comma + 1 : end]) else -1
+        return -1, ""
+    identity = checked.get(comma + 1)
+    if identity is not None:
+        return comma + 1, identity
+    payload = memoryview(body)[comma + 1 : end]
+    return (comma + 1, identity_of(payload)) if is_base64(payload) else (-1, "")
 
 
 def _utf8(data: bytes) -> bool:
@@ -102,7 +117,7 @@ def cut_data_urls(body: bytes, layout: ChatLayout | None = None) -> tuple[bytes,
     if len(body) < MIN_BODY:
         return None
     if layout is None:
-        layout = scan_chat(body, MAX_TOKENS)
+        layout = scan_chat(body, MAX_TOKENS, check_payloads=True)
     if layout is None:
         return None
     view = memoryview(body)
@@ -110,11 +125,11 @@ def cut_data_urls(body: bytes, layout: ChatLayout | None = None) -> tuple[bytes,
     cuts: list[Cut] = []
     kept = 0
     for at, end in layout.data_urls:
-        payload = _plain_json_string(body, at + 1, end)
+        payload, identity = _plain_json_string(body, at + 1, end, layout.payloads)
         if payload >= 0:
             pieces.append(view[kept:at])
             pieces.append(b'"' + _PLACEHOLDER + str(len(cuts)).encode() + b'"')
-            cuts.append((at, end, identity_of(view[payload:end])))  # while it is in cache
+            cuts.append((at, end, identity))
             kept = end + 1
     if not cuts:
         return None
@@ -133,7 +148,7 @@ def decode_chat(body: bytes) -> tuple[bodies.ChatBody, ChatLayout | None]:
     Raises msgspec's error for malformed JSON or a schema mismatch, exactly as the full decode
     would, and :class:`RequestError` for invalid UTF-8 or nesting too deep.
     """
-    layout = scan_chat(body, MAX_TOKENS) if len(body) >= MIN_BODY else None
+    layout = scan_chat(body, MAX_TOKENS, check_payloads=True) if len(body) >= MIN_BODY else None
     cut = cut_data_urls(body, layout) if layout is not None else None
     if cut is None:
         decoded = _decode(body)
@@ -159,8 +174,7 @@ def decode_chat(body: bytes) -> tuple[bodies.ChatBody, ChatLayout | None]:
                     start, end, identity = cuts[int(bytes(url[len(marker) : -1]))]
                     fields = msgspec.structs.asdict(ref)  # every field, should MediaRef grow
                     fields["url"] = msgspec.Raw(memoryview(body)[start : end + 1])
-                    restored = CutMediaRef(**fields)
-                    restored.identity = identity
+                    restored = CutMediaRef.restored(fields, identity)
                     if ref is part.image_url:
                         part.image_url = restored
                     elif ref is part.video_url:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from mmgate.request.payload import DATA_HEADER_MAX, identity_of, is_base64
+
 _WINDOW = 1024
 """Bytes split at a time: the structure of a chat body's head, and little of a payload's start."""
 _BLANKS = b" \t\r\n"  # JSON's whitespace
@@ -53,11 +55,23 @@ class ChatLayout:
     data_urls: tuple[tuple[int, int], ...]
     """The offsets of the opening and closing quote of every object member ``"url"`` whose string
     value starts with ``data:``, in order."""
+    payloads: dict[int, str]
+    """Long data URIs checked on the way (``check_payloads``): where the payload of each starts
+    (after its comma) -> its identity (:func:`~mmgate.request.payload.identity_of`), for those
+    whose payload is standard base64. Keyed by offset: a string the walk took for a ``url`` value
+    that is none (a key after such a member) is never looked up."""
 
 
-def scan_chat(body: bytes, max_tokens: int | None = None) -> ChatLayout | None:
+def scan_chat(body: bytes, max_tokens: int | None = None, check_payloads: bool = False) -> ChatLayout | None:
     """The layout of ``body``; ``None`` when it cannot be JSON or when the walk would take more
-    than ``max_tokens`` strings and brackets (a caller's bound on its cost)."""
+    than ``max_tokens`` strings and brackets (a caller's bound on its cost).
+
+    ``check_payloads`` (the data-URI cut, which validates and hashes every payload it cuts): a
+    ``url`` value that starts with ``data:`` and runs past the window is validated and hashed as
+    soon as the search for its closing quote has read it, while it is in the core's cache (2 MB),
+    not after the search has gone through the payloads after it (:attr:`ChatLayout.payloads`).
+    Each payload is then read from memory once, not three times (~37 k fewer cache-line reads per
+    three-photo body)."""
     # The innermost open container is held in locals: whether it is an object, its current key
     # (object) or the index of its current object or array element (array), and the keys it has
     # seen where a repeat is looked for. Opening a container pushes its parent's, closing pops it
@@ -73,6 +87,7 @@ def scan_chat(body: bytes, max_tokens: int | None = None) -> ChatLayout | None:
     outer: list[tuple[bool, bytes, int, dict[bytes, None] | None]] = []
     ends: dict[Part, int] = {}
     urls: list[tuple[int, int]] = []
+    payloads: dict[int, str] = {}
     repeated = False
     size = len(body)
     limit = size + 1 if max_tokens is None else max_tokens
@@ -135,7 +150,7 @@ def scan_chat(body: bytes, max_tokens: int | None = None) -> ChatLayout | None:
                 if whole:
                     if depth:
                         return None
-                    return ChatLayout(body, ends, repeated, tuple(urls))
+                    return ChatLayout(body, ends, repeated, tuple(urls), payloads)
                 pos += len(window)
                 break
             quote = at + width
@@ -161,6 +176,12 @@ def scan_chat(body: bytes, max_tokens: int | None = None) -> ChatLayout | None:
                     end = body.find(b'"', end + 1)
                 if end < 0:
                     return None
+                if check_payloads and is_object and key == b"url" and body.startswith(b"data:", quote + 1):
+                    comma = body.find(b",", quote + 1, min(end, quote + 1 + DATA_HEADER_MAX))
+                    if comma > 0:
+                        payload = memoryview(body)[comma + 1 : end]
+                        if is_base64(payload):
+                            payloads[comma + 1] = identity_of(payload)
                 pos = end + 1
                 break
             end = quote + 1 + len(text)

@@ -55,16 +55,17 @@ def uuids_to_write(view: RequestView) -> dict[Part, str]:
     return out
 
 
-def check_client_uuid(uuid: str, data: Buffer | str | None, param: str) -> None:
+def check_client_uuid(uuid: str, data: Buffer | str | None, param: str, identity: str | None = None) -> None:
     """Refuse a client ``uuid`` that has the form of the gateway's identities but does not name
-    the part's own data (its payload as sent, or its URL).
+    the part's own data (its payload as sent, or its URL; ``identity`` is the data's when the
+    caller has it already).
 
     vLLM trusts a uuid: an item processed under uuid U is served to every later request naming U.
     Since the gateway writes content hashes as uuids, a client could otherwise send its own image
     under the hash of someone else's well-known image and have vLLM answer them with its features.
     A uuid-only part (no data) only refers to what is cached, and is kept.
     """
-    if data is None or not _IDENTITY_FORM.fullmatch(uuid) or identity_of(data) == uuid:
+    if data is None or not _IDENTITY_FORM.fullmatch(uuid) or (identity or identity_of(data)) == uuid:
         return
     found = _PART.match(param)
     where = f"{found[0]}.uuid" if found is not None else param

@@ -174,7 +174,7 @@ def chat_part(part: bodies.ChatPart, param: str, b: PromptBuilder) -> None:
             uri=uri,
             uuid=part.uuid,
             detail=detail,
-            known=ref.identity if isinstance(ref, CutMediaRef) else None,  # decode_chat validated and hashed it
+            known=ref.identity if isinstance(ref, CutMediaRef) else None,  # validated and hashed while cut
         )
     elif kind == "input_audio":
         audio = part.input_audio

@@ -20,7 +20,7 @@ from mmgate.errors import RequestError
 Buffer = bytes | memoryview
 
 _WHITESPACE = b" \t\r\n"
-_DATA_HEADER_MAX = 512  # "data:<mime>;<params>;base64," never needs more
+DATA_HEADER_MAX = 512  # "data:<mime>;<params>;base64," never needs more
 _CHUNK = 1 << 18  # base64 characters validated per pybase64 call (a multiple of 4): bounded memory
 
 
@@ -63,7 +63,7 @@ class DataURI(NamedTuple):
 
 def parse_data_uri(value: memoryview, param: str) -> DataURI:
     """Split ``data:<mime>[;params];base64,<payload>``; only base64 data URIs are accepted."""
-    head = bytes(value[:_DATA_HEADER_MAX])
+    head = bytes(value[:DATA_HEADER_MAX])
     comma = head.find(b",")
     if comma < 0:
         raise RequestError(f"Malformed data URI in '{param}': no ',' after the media type.", param=param)
