@@ -16,10 +16,12 @@ character, valid UTF-8), and everything after the comma is in the base64 alphabe
 validator, the check every inline payload gets; a cut one is not checked again). Any other value is
 left to the decoder, which scans it as usual. Each cut payload is also hashed for its identity right
 there, with its validation: a payload is read from memory once (by the walk's search for its end)
-and then twice more from the core's cache, not three times from memory. Replacing a valid string by another valid string leaves the JSON structure, and
-so every decode error, unchanged; on a decode error the whole body is decoded again so the message
-carries the client's own byte offsets. If the client's text already holds the placeholder, nothing
-is cut.
+and then twice more from the core's cache, not three times from memory (the walk does both for a
+payload longer than its window: :attr:`~mmgate.request.layout.ChatLayout.payloads`).
+
+Replacing a valid string by another valid string leaves the JSON structure, and so every decode
+error, unchanged; on a decode error the whole body is decoded again so the message carries the
+client's own byte offsets. If the client's text already holds the placeholder, nothing is cut.
 
 Both paths then apply the JSON rules msgspec leaves out for values it skips or keeps raw: the body
 must be valid UTF-8 (RFC 8259, and what orjson and vLLM's own parser require), and nesting too deep
