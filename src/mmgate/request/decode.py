@@ -70,11 +70,11 @@ class CutMediaRef(bodies.MediaRef, dict=True):
         return ref
 
 
-def _plain_json_string(body: bytes, start: int, end: int, checked: dict[int, str]) -> tuple[int, str]:
-    """Where the payload starts (after the comma) and its identity when ``body[start:end]``
-    (quote-free) is certainly a valid JSON string's content, else ``(-1, "")``.
+def _plain_json_string(body: bytes, start: int, end: int, checked: dict[int, str]) -> str | None:
+    """The payload's identity when ``body[start:end]`` (quote-free) is certainly a valid JSON
+    string's content, else ``None``.
 
-    A sufficient test, not a necessary one: False sends the value to the decoder, which is always
+    A sufficient test, not a necessary one: None sends the value to the decoder, which is always
     right. The header is tested exactly; the payload must be standard base64 (the check
     :func:`~mmgate.request.payload.check_base64` makes), whose alphabet is printable ASCII.
     ``checked`` holds the payloads the walk validated and hashed already
@@ -83,15 +83,15 @@ def _plain_json_string(body: bytes, start: int, end: int, checked: dict[int, str
     """
     comma = body.find(b",", start, min(end, start + DATA_HEADER_MAX))
     if comma < 0:
-        return -1, ""
+        return None
     header = body[start:comma]
     if _HEADER_BAD.search(header) or not _utf8(header):
-        return -1, ""
+        return None
     identity = checked.get(comma + 1)
     if identity is not None:
-        return comma + 1, identity
+        return identity
     payload = memoryview(body)[comma + 1 : end]
-    return (comma + 1, identity_of(payload)) if is_base64(payload) else (-1, "")
+    return identity_of(payload) if is_base64(payload) else None
 
 
 def _utf8(data: bytes) -> bool:
@@ -127,8 +127,8 @@ def cut_data_urls(body: bytes, layout: ChatLayout | None = None) -> tuple[bytes,
     cuts: list[Cut] = []
     kept = 0
     for at, end in layout.data_urls:
-        payload, identity = _plain_json_string(body, at + 1, end, layout.payloads)
-        if payload >= 0:
+        identity = _plain_json_string(body, at + 1, end, layout.payloads)
+        if identity is not None:
             pieces.append(view[kept:at])
             pieces.append(b'"' + _PLACEHOLDER + str(len(cuts)).encode() + b'"')
             cuts.append((at, end, identity))
