@@ -5,7 +5,10 @@ arithmetic, dict reads and loops over the candidates (docs/benchmarks/decision.m
 gateway makes one per request. mypyc, the compiler that ships with mypy (mypy and black are
 distributed compiled by it), turns these typed modules into C extensions with no change to
 their source: the predicted-TTFT producer runs about 40% fewer instructions that way, the parse's
-walk of a large chat body (:mod:`mmgate.request.layout`) about 25% fewer. The
+walk of a large chat body (:mod:`mmgate.request.layout`) about 25% fewer, and compiling the
+per-part media steps beside it (:mod:`mmgate.request.assets`, :mod:`~mmgate.request.payload` and
+the container probes) took 7-13% off a request with three inline photos
+(docs/benchmarks/hotpath.md, session 10). The
 source stays the truth: every module listed runs as plain Python too (``MMGATE_PURE_PYTHON=1``
 at install or at run time), and the test suite passes both ways.
 
@@ -39,7 +42,14 @@ from types import ModuleType
 
 MODULES: tuple[str, ...] = (
     "mmgate.datalayer.index.memory",
+    "mmgate.request.assets",
     "mmgate.request.layout",
+    "mmgate.request.payload",
+    "mmgate.request.probe.ebml",
+    "mmgate.request.probe.image",
+    "mmgate.request.probe.isobmff",
+    "mmgate.request.probe.reader",
+    "mmgate.request.probe.sniff",
     "mmgate.scheduling._weights",
     "mmgate.scheduling.plugins._block_chain",
     "mmgate.scheduling.plugins._min_max",

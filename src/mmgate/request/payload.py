@@ -9,7 +9,6 @@ JSON escapes (``\\/``) or MIME line breaks take a slower, copying path.
 from __future__ import annotations
 
 import binascii
-from typing import NamedTuple
 
 import msgspec
 import pybase64
@@ -56,9 +55,18 @@ def unescape(text: Buffer) -> bytes:
         raise RequestError("Malformed JSON string escape in a media value.") from None
 
 
-class DataURI(NamedTuple):
-    mime: str
-    payload: memoryview  # the base64 text, still JSON-escaped if the client escaped it
+class DataURI:
+    """A data URI split: its media type and its payload.
+
+    A plain class with slots rather than a NamedTuple: this module is compiled by mypyc
+    (:mod:`mmgate.compiled`), which makes such a class a native one with typed attributes.
+    """
+
+    __slots__ = ("mime", "payload")
+
+    def __init__(self, mime: str, payload: memoryview) -> None:
+        self.mime = mime
+        self.payload = payload  # the base64 text, still JSON-escaped if the client escaped it
 
 
 def parse_data_uri(value: memoryview, param: str) -> DataURI:
