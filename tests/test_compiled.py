@@ -146,3 +146,35 @@ def test_shims_without_the_shared_library_are_stale(tmp_path: Path, monkeypatch:
     (root / f"{compiled.GROUP}__mypyc{compiled.extension_suffix()}").unlink()
     ok, state = compiled.build_state(["pkg.a"], root)
     assert not ok and state.startswith("pure Python (stale build: no mmgate_compiled__mypyc")
+
+
+def test_the_isolated_build_has_every_library_the_compiled_modules_import() -> None:
+    """pip builds in an environment holding only ``build-system.requires``: a library a compiled
+    module imports but that list lacks is typed ``Any`` there, and mypyc's strict check refuses
+    the build (a reused development environment has the library and hides the mistake)."""
+    import ast
+    import importlib.metadata
+    import re
+    import tomllib
+
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    declared = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower().replace("_", "-") for req in requires}
+    distributions = importlib.metadata.packages_distributions()
+    needed: dict[str, str] = {}
+    for name in compiled.MODULES:
+        source = ROOT / "src" / Path(*name.split(".")).with_suffix(".py")
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                if top in sys.stdlib_module_names or top in ("mmgate", "__future__"):
+                    continue
+                for dist in distributions.get(top, [top]):
+                    needed[dist.lower().replace("_", "-")] = name
+    missing = {dist: module for dist, module in needed.items() if dist not in declared}
+    assert needed, "the compiled modules import no third-party library: the scan found nothing"
+    assert not missing, f"add to [build-system] requires in pyproject.toml: {missing}"
