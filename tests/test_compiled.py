@@ -7,10 +7,14 @@ a build to mean anything check that it is the one loaded, and say so when it is 
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -152,11 +156,6 @@ def test_the_isolated_build_has_every_library_the_compiled_modules_import() -> N
     """pip builds in an environment holding only ``build-system.requires``: a library a compiled
     module imports but that list lacks is typed ``Any`` there, and mypyc's strict check refuses
     the build (a reused development environment has the library and hides the mistake)."""
-    import ast
-    import importlib.metadata
-    import re
-    import tomllib
-
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     declared = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower().replace("_", "-") for req in requires}
     distributions = importlib.metadata.packages_distributions()
