@@ -72,7 +72,7 @@ bench: $(BENCH_STAMP)
 # Re-run every command docs/quickstart.md shows against a fresh demo (port 8080) and paste the
 # new output into the page (a few minutes; needs the dev set for Envoy and the openai client).
 quickstart-docs: $(STAMP)
-	$(PY) scripts/capture_quickstart.py
+	$(PY) bench/scripts/capture_quickstart.py
 
 # The peer routers of `mmgate bench overhead`, in their own environment (pinned: the published
 # overhead figures name these versions). Not needed by `make test`.

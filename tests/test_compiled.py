@@ -126,7 +126,7 @@ def _picks(pure: bool) -> str:
     if pure:
         env[compiled.PURE_ENV] = "1"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "decision_picks.py"), "--decisions", "300"],
+        [sys.executable, str(ROOT / "bench" / "scripts" / "decision_picks.py"), "--decisions", "300"],
         capture_output=True,
         text=True,
         env=env,
@@ -137,7 +137,7 @@ def _picks(pure: bool) -> str:
 
 def test_compiled_and_pure_python_pick_the_same_endpoints() -> None:
     """Seeded decisions of every example config, compiled and as plain Python: the same digest
-    of every pick (scripts/decision_picks.py prints one per config and one for all)."""
+    of every pick (bench/scripts/decision_picks.py prints one per config and one for all)."""
     if not EXPECT:
         pytest.skip("not a `make test` run: without a build both runs would be pure Python")
     compiled_run, pure_run = _picks(pure=False), _picks(pure=True)

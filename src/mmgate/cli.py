@@ -47,7 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mmgate.tokens.cost_cli",
         "cost of questions on a cached prefix, with and without prompt caching",
     ),
-    "bench": ("mmgate.bench.cli", "run a benchmark: routing ladders, overhead, soak, micro-benchmarks"),
+    "bench": ("mmgate_bench.cli", "run a benchmark: routing ladders, overhead, soak, micro-benchmarks"),
 }
 
 # Modules of the optional extras (pyproject.toml), by import name: a missing one names the extra

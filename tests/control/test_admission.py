@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mmgate.bench.soak.idle_streams import measure
 from mmgate.control.admission import Admission, AdmissionSettings, Overloaded, client_key
+from mmgate_bench.soak.idle_streams import measure
 from support.probes import assert_openai_error, config
 from support.processes import mmgate_command, subprocess_env
 from support.stack import chat_body, stack

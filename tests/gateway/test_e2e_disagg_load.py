@@ -20,10 +20,6 @@ import aiohttp
 import msgspec
 import yaml
 
-from mmgate.bench.routing.des import DesOptions, Simulation
-from mmgate.bench.routing.records import Ladder
-from mmgate.bench.routing.systems import System
-from mmgate.bench.workloads.synthetic import RawItem
 from mmgate.config import parse_config
 from mmgate.config.schema import EndpointSpec
 from mmgate.control import SchedulerPicker
@@ -36,6 +32,10 @@ from mmgate.sim.faults import FaultSettings
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role
 from mmgate.sim.spec import PodSpec
+from mmgate_bench.routing.des import DesOptions, Simulation
+from mmgate_bench.routing.records import Ladder
+from mmgate_bench.routing.systems import System
+from mmgate_bench.workloads.synthetic import RawItem
 from support.processes import REPO
 from support.stack import chat_body, png, wait_until_scraped
 

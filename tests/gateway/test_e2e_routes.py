@@ -14,8 +14,8 @@ import openai
 import orjson
 import pytest
 
-from mmgate.bench.workloads.media import MediaSpec, render_audio
 from mmgate.request.view import Modality
+from mmgate_bench.workloads.media import MediaSpec, render_audio
 from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, Stack, chat_body, png, stack
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,6 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mmgate.bench.overhead.bodies import BODIES
-from mmgate.bench.overhead.bodies import MODEL as BENCH_MODEL
-from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.gateway.app import Running, make_parser
 from mmgate.gateway.server import Gateway
 from mmgate.request import parse_request
@@ -23,6 +20,9 @@ from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.payload import identity_of
 from mmgate.request.pieces import joined
 from mmgate.request.view import Api
+from mmgate_bench.overhead.bodies import BODIES
+from mmgate_bench.overhead.bodies import MODEL as BENCH_MODEL
+from mmgate_bench.overhead.bodies import body as bench_body
 from support.upstreams import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
 
 BODY = b'{"model": "m",   "messages": [{"role": "user", "content": "hi \\u00e9"}]}'

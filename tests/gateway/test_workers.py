@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mmgate.bench.processes import free_port
-from mmgate.bench.procstat import children, is_running
+from mmgate_bench.processes import free_port
+from mmgate_bench.procstat import children, is_running
 from support.processes import REPO, mmgate_command, subprocess_env
 
 BODY = json.dumps({"model": "null-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -48,7 +48,7 @@ def upstream_port() -> Iterator[int]:
     command = [
         sys.executable,
         "-m",
-        "mmgate.bench.overhead.nullserver",
+        "mmgate_bench.overhead.nullserver",
         "--port",
         str(port),
         "--latency-ms",

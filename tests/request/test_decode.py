@@ -8,12 +8,12 @@ import json
 import msgspec
 import pytest
 
-from mmgate.bench.overhead.bodies import BODIES, body, jpeg
 from mmgate.errors import RequestError
 from mmgate.request import bodies, parse_request
 from mmgate.request.decode import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat
 from mmgate.request.layout import scan_chat
 from mmgate.request.payload import identity_of
+from mmgate_bench.overhead.bodies import BODIES, body, jpeg
 
 IMAGE = "data:image/jpeg;base64," + base64.b64encode(jpeg(seed=7)).decode()
 

@@ -13,8 +13,6 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.bench.overhead.bodies import BODIES
-from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.errors import RequestError
 from mmgate.request import parse_request
 from mmgate.request.decode import MIN_BODY
@@ -24,6 +22,8 @@ from mmgate.request.media_uuids import uuids_to_write, with_media_uuids
 from mmgate.request.payload import identity_of
 from mmgate.request.pieces import BodyPieces, joined
 from mmgate.request.view import Api, RequestView
+from mmgate_bench.overhead.bodies import BODIES
+from mmgate_bench.overhead.bodies import body as bench_body
 from support.stack import data_url, png
 
 OWN = Limits(own_media_uuids=True)

@@ -13,12 +13,12 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.request.view import Api
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.ingest import ingest
 from mmgate.vllm.blocks import event_hash
 from mmgate.vllm.kv_events_config import parse_kv_events_config
+from mmgate_bench.simulator.loadtest import base_png, chat_body, unique_png
 
 KV = (
     '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*",'

@@ -10,7 +10,6 @@ import dataclasses
 import aiohttp
 import pytest
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.engine.media import load_ms
 from mmgate.sim.engine.types import MediaPayload
@@ -19,6 +18,7 @@ from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import load_profile
 from mmgate.sim.roles import Role
 from mmgate.sim.spec import PodSpec
+from mmgate_bench.simulator.loadtest import base_png, chat_body, unique_png
 from support.waiting import until
 
 

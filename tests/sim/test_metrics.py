@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mmgate.bench.simulator.loadtest import base_png
 from mmgate.serving.metrics import E2E_BUCKETS, ITL_BUCKETS
 from mmgate.sim.cli import add_arguments, specs_from_args
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import load_profile
+from mmgate_bench.simulator.loadtest import base_png
 
 # The five histograms vLLM observes when a request finishes, with its bucket sets.
 PHASES = {

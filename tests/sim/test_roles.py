@@ -10,11 +10,11 @@ import aiohttp
 import msgspec
 import pytest
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.cli import add_arguments, endpoints_doc, specs_from_args
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
 from mmgate.sim.spec import PodSpec
+from mmgate_bench.simulator.loadtest import base_png, chat_body, unique_png
 
 PREFILL_PARAMS = {
     "do_remote_decode": True,

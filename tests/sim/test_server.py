@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.server import POD_HEADER
+from mmgate_bench.simulator.loadtest import base_png, chat_body, unique_png
 
 PNG = base_png(448, 448)
 

@@ -12,11 +12,11 @@ import aiohttp
 import openai
 import pytest
 
-from mmgate.bench.simulator.loadtest import base_png
-from mmgate.bench.workloads.media import MediaSpec, render_audio
 from mmgate.request.view import Modality
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.server import POD_HEADER
+from mmgate_bench.simulator.loadtest import base_png
+from mmgate_bench.workloads.media import MediaSpec, render_audio
 
 PNG_URL = "data:image/png;base64," + base64.b64encode(base_png(448, 448)).decode()
 

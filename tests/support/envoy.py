@@ -19,13 +19,13 @@ import aiohttp
 import msgspec
 import yaml
 
-from mmgate.bench.overhead.envoy_system import envoy_binary
-from mmgate.bench.processes import free_port
 from mmgate.config import parse_config
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.extproc import server as extproc_server
 from mmgate.gateway.extproc.envoy_config import render
 from mmgate.sim.fleet import SimFleet
+from mmgate_bench.overhead.envoy_system import envoy_binary
+from mmgate_bench.processes import free_port
 from support.stack import wait_until_registry_scraped
 
 

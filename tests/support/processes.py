@@ -14,11 +14,14 @@ import aiohttp
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
+BENCH_SRC = REPO / "bench" / "src"  # the benchmarks' distribution (mmgate_bench), for bench/tests
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SRC), str(BENCH_SRC), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
     env.update(extra)
     return env
 

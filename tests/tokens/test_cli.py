@@ -90,7 +90,7 @@ def test_tokens_video_audio_and_files(capsys: pytest.CaptureFixture[str], tmp_pa
 def test_tokens_reads_an_mp4_header_and_openai_detail(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from mmgate.bench.workloads import media
+    from mmgate_bench.workloads import media
 
     clip = tmp_path / "clip.mp4"
     clip.write_bytes(media.render_video(media.video("k", 1280, 720, 10.0, 30.0)))

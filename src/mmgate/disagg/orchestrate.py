@@ -15,7 +15,7 @@ naming the stage. A request is never dropped.
 
 How a leg travels is a seam, :class:`LegTransport`: :class:`PoolTransport` posts it over the
 upstream pool (sidecar and gateway), the DES runs it on simulated pods in virtual time
-(:mod:`mmgate.bench.routing.des`). The orchestration above it is one piece of code for all three.
+(:mod:`mmgate_bench.routing.des`). The orchestration above it is one piece of code for all three.
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.bench.overhead.bodies import BODIES
-from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.gateway.extproc.messages import MAX_CHUNK, request_body
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.pieces import BodyPieces, joined
 from mmgate.request.view import Api
+from mmgate_bench.overhead.bodies import BODIES
+from mmgate_bench.overhead.bodies import body as bench_body
 
 
 @pytest.mark.parametrize("name", ["text", "image-1", "image-3"])

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
-from mmgate.bench.routing.des import DesOptions, Simulation
-from mmgate.bench.routing.records import Ladder
-from mmgate.bench.routing.systems import resolve
-from mmgate.bench.workloads.synthetic import build as build_workload
 from mmgate.config import ConfigError
 from mmgate.request.view import Api, MediaAsset, RequestView
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest
 from mmgate.scheduling.keys import PREDICTED_TTFT, TOKENIZED_PROMPT, PredictedTTFT
 from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProducer
+from mmgate_bench.routing.des import DesOptions, Simulation
+from mmgate_bench.routing.records import Ladder
+from mmgate_bench.routing.systems import resolve
+from mmgate_bench.workloads.synthetic import build as build_workload
 from support import views
 from support.scheduling import scheduler
 
