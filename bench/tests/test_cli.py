@@ -10,7 +10,7 @@ import pytest
 
 from mmgate_bench.cli import BENCHMARKS
 from mmgate_bench.cli import main as bench
-from support.processes import mmgate_command, subprocess_env
+from support.processes import mmgate_command, run_without, subprocess_env
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +57,9 @@ def test_the_listing_names_every_benchmark() -> None:
         assert f"    {name} " in done.stdout
     bare = _run()
     assert bare.returncode == 2 and "name a benchmark" in bare.stderr and "hotpath" in bare.stderr
+
+
+def test_a_benchmark_whose_plotting_library_is_missing_names_the_install() -> None:
+    out = run_without(["matplotlib", "numpy"], "bench", "export", "--workload", "image-reuse", "x")
+    assert out.returncode == 2
+    assert "pip install -e ./bench" in out.stderr and "Traceback" not in out.stderr
