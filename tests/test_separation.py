@@ -34,13 +34,21 @@ def test_the_product_package_holds_no_benchmark_code() -> None:
     assert (REPO / "bench" / "src" / "mmgate_bench" / "cli.py").is_file()
 
 
-def test_no_product_module_imports_the_benchmarks() -> None:
-    reaching = {
-        str(path.relative_to(REPO)): sorted(n for n in names if n.split(".")[0] == "mmgate_bench")
-        for path in PRODUCT.rglob("*.py")
-        if (names := _imports(path))
+def _reaching_the_benchmarks(folder: Path) -> dict[str, list[str]]:
+    found = {
+        str(path.relative_to(REPO)): sorted(n for n in _imports(path) if n.split(".")[0] == "mmgate_bench")
+        for path in folder.rglob("*.py")
     }
-    assert {path: names for path, names in reaching.items() if names} == {}
+    return {path: names for path, names in found.items() if names}
+
+
+def test_no_product_module_imports_the_benchmarks() -> None:
+    assert _reaching_the_benchmarks(PRODUCT) == {}
+
+
+def test_the_products_tests_run_without_the_benchmarks() -> None:
+    """Tests of the benchmarks live in bench/tests; those of the product need no mmgate-bench."""
+    assert _reaching_the_benchmarks(REPO / "tests") == {}
 
 
 def test_the_product_installs_no_benchmark_dependency() -> None:

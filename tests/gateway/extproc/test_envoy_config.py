@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mmgate.gateway.extproc.envoy_config import envoy_config, render
-from mmgate_bench.overhead.envoy_system import envoy_binary
+from support.envoy import envoy_binary
 from support.processes import REPO, mmgate_command, subprocess_env
 
 SHIPPED = REPO / "deploy" / "envoy" / "envoy.yaml"
