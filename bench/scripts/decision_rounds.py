@@ -98,16 +98,17 @@ def main(argv: list[str] | None = None) -> int:
             line = ", ".join(f"{c} {m:.1f}" for c, (m, _) in medians(output).items())
             print(f"{started} round {r + 1} {name} (load {load:.2f}): {line}", flush=True)
     names = [name for name, _ in trees]
+    summary = summarise(runs, names)
     record = {
         "command": f"bench/scripts/decision_rounds.py --rounds {args.rounds} {' '.join(args.trees)}"
         + (f" -- {' '.join(extra)}" if extra else ""),
         "clock": "thread CPU time",
-        "summary": summarise(runs, names),
+        "summary": summary,
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    for config, per_tree in record["summary"].items():
+    for config, per_tree in summary.items():
         cells = "  ".join(
             f"{t} {v['median_of_medians_us']:.1f} ({v['min']:.0f}-{v['max']:.0f})"
             for t, v in per_tree.items()

@@ -35,7 +35,7 @@ def test_the_scheduler_really_routes_in_the_loop() -> None:
     gateway = hotpath.build("round-robin")
     run = hotpath.request_loop(gateway, hotpath.body(hotpath.BODIES["text"]), len(hotpath.STAGES) - 1)
     run(4)
-    served = gateway.telemetry.requests.collect()[0].samples
+    served = next(iter(gateway.telemetry.requests.collect())).samples
     endpoints = {s.labels["endpoint"] for s in served if s.name.endswith("_total")}
     assert endpoints == set(hotpath.ENDPOINTS)  # round robin over both endpoints
     assert gateway.inflight == 0  # every slot taken was given back

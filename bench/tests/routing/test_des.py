@@ -17,7 +17,7 @@ SMALL = {"groups": 6, "prompts_per_group": 3, "width": 320, "height": 192, "ques
 
 
 def test_tiny_scenario_runs_in_virtual_time() -> None:
-    workload = shared_prefix(output_tokens=20, **SMALL)  # type: ignore[arg-type]
+    workload = shared_prefix(output_tokens=20, **SMALL)
     ladder = Ladder(rates=(2.0, 4.0), duration_s=5.0)
     results = run_des(workload, [resolve("round-robin")], ladder, DesOptions(pods=2), progress=False)
     assert [(r.rate, len(r.records), r.mode) for r in results] == [(2.0, 10, "des"), (4.0, 20, "des")]
@@ -35,7 +35,7 @@ def test_tiny_scenario_runs_in_virtual_time() -> None:
 def test_inference_perf_order_brings_each_prompt_back_on_the_same_fleet() -> None:
     """One shuffled list cycled across rungs: the second rung re-sends the first rung's prompts,
     so a fleet kept across rungs hits its prefix cache for whole prompts."""
-    workload = in_prompt_order(shared_prefix(output_tokens=4, **SMALL), "inference-perf")  # type: ignore[arg-type]
+    workload = in_prompt_order(shared_prefix(output_tokens=4, **SMALL), "inference-perf")
     ladder = Ladder(rates=(2.0, 2.0), duration_s=9.0)  # 18 prompts per rung = one pass each
     first, second = run_des(workload, [resolve("aggregated")], ladder, DesOptions(pods=2), progress=False)
     assert sorted(r.item_id for r in first.records) == sorted(r.item_id for r in second.records)
@@ -44,7 +44,7 @@ def test_inference_perf_order_brings_each_prompt_back_on_the_same_fleet() -> Non
 
 def test_scrapes_are_periodic_so_the_scheduler_sees_stale_metrics() -> None:
     sim = Simulation(resolve("round-robin"), DesOptions(pods=2, scrape_interval_s=0.5))
-    workload = shared_prefix(output_tokens=50, **SMALL)  # type: ignore[arg-type]
+    workload = shared_prefix(output_tokens=50, **SMALL)
     items = workload.stream()
     sim.run_rung(lambda: next(items), 4.0, 3.0, Ladder(rates=(4.0,), duration_s=3.0), 0)
     for ep in sim.endpoints:
@@ -54,7 +54,7 @@ def test_scrapes_are_periodic_so_the_scheduler_sees_stale_metrics() -> None:
 
 
 def test_prefix_affinity_beats_round_robin_on_cache_hits() -> None:
-    workload = shared_prefix(output_tokens=20, **SMALL)  # type: ignore[arg-type]
+    workload = shared_prefix(output_tokens=20, **SMALL)
     ladder = Ladder(rates=(6.0,), duration_s=8.0)
     systems = [resolve("round-robin"), resolve("aggregated")]
     rr, agg = run_des(workload, systems, ladder, DesOptions(pods=4), progress=False)
@@ -70,7 +70,7 @@ def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
     pods sleep at least the modelled time; parsing, proxying and sockets come on top), so its
     throughput can only be lower and its TTFT and end-to-end latencies only higher than the DES's;
     how close they are at scale is measured in docs/benchmarks/des-http.md."""
-    workload = shared_prefix(output_tokens=40, **SMALL)  # type: ignore[arg-type]
+    workload = shared_prefix(output_tokens=40, **SMALL)
     ladder = Ladder(rates=(3.0,), duration_s=8.0)
     system = [resolve("round-robin")]
     (http,) = run_http(workload, system, ladder, HttpOptions(pods=2, speedup=2.0), progress=False)
@@ -95,7 +95,7 @@ def test_http_and_des_agree_on_a_small_scenario(tmp_path: Path) -> None:
 def test_over_http_the_prediction_error_is_read_from_the_gateway() -> None:
     """HTTP mode has no per-request prediction: the rung's share of the gateway's error
     histogram gives the median, per pod and overall, in simulated seconds."""
-    workload = shared_prefix(output_tokens=10, **SMALL)  # type: ignore[arg-type]
+    workload = shared_prefix(output_tokens=10, **SMALL)
     ladder = Ladder(rates=(4.0, 4.0), duration_s=3.0)
     first, second = run_http(
         workload, [resolve("predicted-ttft")], ladder, HttpOptions(pods=2, speedup=2.0), progress=False
@@ -126,7 +126,7 @@ def test_headline_quick_writes_reports_and_summary(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("profile", ["qwen3-vl-4b-a100", "qwen3-vl-8b-h100"])
 def test_the_arithmetic_profiles_run_in_virtual_time(profile: str) -> None:
-    workload = shared_prefix(output_tokens=10, **SMALL)  # type: ignore[arg-type]
+    workload = shared_prefix(output_tokens=10, **SMALL)
     ladder = Ladder(rates=(2.0,), duration_s=3.0)
     opts = DesOptions(pods=2, profile=profile)
     (rung,) = run_des(workload, [resolve("aggregated")], ladder, opts, progress=False)

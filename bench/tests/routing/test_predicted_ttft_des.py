@@ -89,7 +89,7 @@ def test_through_the_des_the_term_predicts_what_the_simulated_front_end_charges(
         config.write_text(yaml.safe_dump(example))
         sim = Simulation(resolve(str(config)), DesOptions(pods=2, profile="qwen2.5-omni-7b-h100"))
         items = build_workload("mixed-av", requests=400).stream()
-        rung = sim.run_rung(lambda it=items: next(it), 3.0, 60.0, Ladder(rates=(3.0,), duration_s=60.0), 0)
+        rung = sim.run_rung(items.__next__, 3.0, 60.0, Ladder(rates=(3.0,), duration_s=60.0), 0)
         assert all(r.ok for r in rung.records)
         misses = [
             abs(r.predicted_ttft_s - r.ttft_s)

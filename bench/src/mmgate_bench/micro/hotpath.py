@@ -56,7 +56,8 @@ from mmgate.gateway.headers import request_id_from, upstream_headers, with_trace
 from mmgate.gateway.server import Gateway
 from mmgate.request.view import Api
 from mmgate_bench.cli import command_line
-from mmgate_bench.overhead.bodies import BODIES, body
+from mmgate_bench.overhead.bodies import BODIES as BODIES  # re-exported: hotpath_trees.py reads them here
+from mmgate_bench.overhead.bodies import body as body
 from mmgate_bench.results import write_json
 from mmgate_bench.routing.systems import UnknownSystem, resolve
 from mmgate_bench.stats import median
