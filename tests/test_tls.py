@@ -20,8 +20,8 @@ from mmgate.config import MmgateSection
 from mmgate.config.schema import UpstreamTLSSpec
 from mmgate.config.strict import ConfigError
 from mmgate.gateway.app import settings_of, start
-from mmgate.gateway.h1.client import UpstreamPool, UpstreamTLSError
 from mmgate.gateway.server import Gateway
+from mmgate.http.client import UpstreamPool, UpstreamTLSError
 from mmgate.tls import client_context
 from support.upstreams import OrderRouter, tiny_parse
 

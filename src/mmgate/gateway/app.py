@@ -28,9 +28,9 @@ from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings
 from mmgate.errors import RequestError
-from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
+from mmgate.http.server import HttpServer
 from mmgate.process import wait_for_signal
 from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits

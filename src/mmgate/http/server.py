@@ -1,7 +1,7 @@
 """The gateway's HTTP/1.1 server: one asyncio Protocol per client connection, parsed by httptools.
 
 Per connection: requests are parsed as bytes arrive (keep-alive, pipelining, chunked bodies),
-each complete request becomes a :class:`~mmgate.gateway.h1.request.Request` with its whole body,
+each complete request becomes a :class:`~mmgate.http.request.Request` with its whole body,
 and requests are answered strictly in order, one handler task at a time. What the handler does
 not see is refused here, in the OpenAI error shape, and the connection closed: a malformed
 request (400), a head larger than ``max_header_bytes`` (431), a head or body that does not
@@ -32,9 +32,9 @@ from typing import Final, cast
 
 import httptools
 
-from mmgate.gateway.h1.request import Headers, Request
-from mmgate.gateway.h1.writer import ResponseWriter, date_header, status_line
-from mmgate.gateway.responses import error_body
+from mmgate.http.request import Headers, Request
+from mmgate.http.responses import error_body
+from mmgate.http.writer import ResponseWriter, date_header, status_line
 
 log = logging.getLogger("mmgate.gateway")
 

@@ -27,7 +27,7 @@ import uvloop
 from mmgate.bench.procstat import own_cpu_seconds
 from mmgate.bench.results import write_json
 from mmgate.bench.stats import median
-from mmgate.gateway.h1.client import UpstreamPool
+from mmgate.http.client import UpstreamPool
 
 BODY = json.dumps(
     {

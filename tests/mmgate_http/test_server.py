@@ -13,10 +13,10 @@ import httptools
 import orjson
 import pytest
 
-from mmgate.gateway.h1.request import Request
-from mmgate.gateway.h1.server import HttpServer, ServerLimits
-from mmgate.gateway.h1.writer import ResponseWriter
-from mmgate.gateway.responses import json_response
+from mmgate.http.request import Request
+from mmgate.http.responses import json_response
+from mmgate.http.server import HttpServer, ServerLimits
+from mmgate.http.writer import ResponseWriter
 
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
 Serve = Callable[..., Awaitable[tuple[HttpServer, int]]]
