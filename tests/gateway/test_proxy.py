@@ -15,7 +15,8 @@ from multidict import CIMultiDict
 from mmgate.bench.overhead.bodies import BODIES
 from mmgate.bench.overhead.bodies import MODEL as BENCH_MODEL
 from mmgate.bench.overhead.bodies import body as bench_body
-from mmgate.gateway.app import Running, make_parser
+from mmgate.control.parser import make_parser
+from mmgate.gateway.app import Running
 from mmgate.gateway.server import Gateway
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits

@@ -258,7 +258,7 @@ async def test_a_bug_in_a_parser_callback_is_logged_without_request_bytes_and_an
 
     monkeypatch.setattr("mmgate.http.server.Headers", broken)
     _, port = await listen(h1, health)
-    with caplog.at_level(logging.ERROR, logger="mmgate.gateway"):
+    with caplog.at_level(logging.ERROR, logger="mmgate.http"):
         got, closed = await talk(port, b"GET / HTTP/1.1\r\nHost: gw\r\nX-Secret: s3cr3t\r\n\r\n")
     assert first_status(got) == 500 and closed
     assert error_of(got)["code"] == "internal_error"

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from mmgate.control.parser import make_parser
 from mmgate.disagg.orchestrate import (
     OrchestrationSettings,
     Orchestrator,
@@ -33,7 +34,6 @@ from mmgate.disagg.orchestrate import (
 )
 from mmgate.disagg.stages import AllowList, stages_from
 from mmgate.errors import RequestError
-from mmgate.gateway.app import make_parser
 from mmgate.http.client import UpstreamError, UpstreamPool
 from mmgate.http.headers import REQUEST_ID, relay_headers, request_id_from, upstream_headers
 from mmgate.http.request import Request

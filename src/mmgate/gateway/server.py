@@ -26,11 +26,11 @@ from mmgate.control.controller import (
     ControlSettings,
     Flight,
     NoCandidates,
-    Parser,
     RequestController,
     RequestTrace,
 )
 from mmgate.control.decision import EndpointPicker
+from mmgate.control.parser import Parser
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
 from mmgate.errors import RequestError

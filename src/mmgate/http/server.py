@@ -36,7 +36,7 @@ from mmgate.http.request import Headers, Request
 from mmgate.http.responses import error_body
 from mmgate.http.writer import ResponseWriter, date_header, status_line
 
-log = logging.getLogger("mmgate.gateway")
+log = logging.getLogger("mmgate.http")
 
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
 
