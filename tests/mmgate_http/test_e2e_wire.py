@@ -253,7 +253,7 @@ async def test_a_content_length_of_thousands_of_digits_is_a_400_naming_the_heade
 async def test_a_bug_in_a_parser_callback_is_logged_without_request_bytes_and_answered_500(
     h1: list[HttpServer], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(raw: list[tuple[str, str]]) -> None:
+    def broken(raw: list[tuple[str, str]], _single_valued: frozenset[str]) -> None:
         raise KeyError(raw[-1][1])  # a bug whose message quotes a header value
 
     monkeypatch.setattr("mmgate.http.server.Headers", broken)

@@ -332,3 +332,18 @@ async def test_a_handler_that_fails_gets_an_openai_shaped_500_and_the_connection
     error = orjson.loads(replies[0].body)["error"]
     assert replies[0].status == 500 and error["code"] == "internal_error" and "bug" not in error["message"]
     assert closed
+
+
+async def test_the_application_names_the_headers_it_reads_once(serve: Serve) -> None:
+    """The HTTP layer refuses repeats of the headers any relay reads (Host, Authorization, ...);
+    a header only the application reads repeats freely unless its limits name it."""
+    twice = post("/", b"", "X-Tag: a", "x-tag: b")
+    replies, _ = await exchange(port=(await serve())[1], data=twice)
+    assert replies[0].status == 200 and orjson.loads(replies[0].body)["tag"] == "a"
+    _, port = await serve(single_valued_headers=frozenset({"x-tag"}))
+    replies, closed = await exchange(port, twice)
+    error = orjson.loads(replies[0].body)["error"]
+    assert replies[0].status == 400 and closed
+    assert error["param"] == "x-tag" and error["code"] == "duplicate_header"
+    replies, _ = await exchange(port, post("/", b"", "Authorization: a", "authorization: b"))
+    assert replies[0].status == 400 and orjson.loads(replies[0].body)["error"]["param"] == "authorization"

@@ -10,15 +10,23 @@ a declared plugin seam of request control rather than part of a transport.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Final
 
 from mmgate.errors import RequestError
 from mmgate.request import Api, RequestView
+from mmgate.request.assets import HINT_HEADERS
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.parse import parse_request
 
 Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
 """``(body, headers, api) -> view``; raises :class:`RequestError` for a client's mistake (a 4xx)."""
+
+
+PARSED_HEADERS: Final = frozenset(HINT_HEADERS)
+"""The request headers the parse step reads, each as one value: a server in front of it refuses
+their repeats (``ServerLimits.single_valued_headers``), or it would read the first copy while the
+model server may read another."""
 
 
 def make_parser(limits: Limits) -> Parser:

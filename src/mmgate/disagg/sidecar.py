@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
-from mmgate.control.parser import make_parser
+from mmgate.control.parser import PARSED_HEADERS, make_parser
 from mmgate.disagg.orchestrate import (
     OrchestrationSettings,
     Orchestrator,
@@ -59,7 +59,7 @@ class SidecarSettings:
     orchestration: OrchestrationSettings = field(default_factory=OrchestrationSettings)
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 300.0
-    limits: ServerLimits = field(default_factory=ServerLimits)
+    limits: ServerLimits = field(default_factory=lambda: ServerLimits(single_valued_headers=PARSED_HEADERS))
 
 
 class Sidecar:

@@ -30,7 +30,7 @@ from mmgate.control.controller import (
     RequestTrace,
 )
 from mmgate.control.decision import EndpointPicker
-from mmgate.control.parser import Parser
+from mmgate.control.parser import PARSED_HEADERS, Parser
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
 from mmgate.errors import RequestError
@@ -83,6 +83,7 @@ class GatewaySettings:
             body_timeout_s=self.body_timeout_s,
             keepalive_timeout_s=self.keepalive_timeout_s,
             send_timeout_s=self.send_timeout_s,
+            single_valued_headers=PARSED_HEADERS,
         )
 
 

@@ -17,12 +17,11 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, cast
 
 import httptools
 
-from mmgate.request.pieces import BodyPieces
 from mmgate.tls import CA_OPTION
 
 __all__ = [
@@ -45,7 +44,18 @@ READ_HIGH_WATER = 1024 * 1024
 # off: llhttp does not bound them, and headers are kept until the head ends.
 MAX_RESPONSE_HEAD = 256 * 1024
 
-Body = bytes | bytearray | memoryview | BodyPieces
+
+class Pieces(Protocol):
+    """A body held as several buffers (a spliced request body, :class:`mmgate.request.pieces.BodyPieces`):
+    ``len()`` is its size in bytes, iteration yields its buffers in order, again on a retry."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[bytes | memoryview]: ...
+
+
+Body = bytes | bytearray | memoryview | Pieces
+_CONTIGUOUS = (bytes, bytearray, memoryview)
 
 
 class UpstreamError(OSError):
@@ -303,16 +313,16 @@ class _Conn(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         try:
-            if isinstance(body, BodyPieces):
+            if isinstance(body, _CONTIGUOUS):
                 if size <= SMALL_BODY:
-                    transport.write(b"".join((head, *body)))
-                else:  # one writev on uvloop, the pieces handed to the kernel as they are
-                    transport.writelines((head, *body))  # (asyncio's 3.11 transports join them)
+                    transport.write(head + body if size else head)
+                else:
+                    transport.write(head)
+                    transport.write(body if isinstance(body, memoryview) else memoryview(body))
             elif size <= SMALL_BODY:
-                transport.write(head + body if size else head)
-            else:
-                transport.write(head)
-                transport.write(body if isinstance(body, memoryview) else memoryview(body))
+                transport.write(b"".join((head, *body)))
+            else:  # one writev on uvloop, the pieces handed to the kernel as they are
+                transport.writelines((head, *body))  # (asyncio's 3.11 transports join them)
         except (OSError, RuntimeError):  # uvloop refuses writes once the transport is closed
             self._exc = UpstreamResetError(
                 f"upstream {self.origin.label} closed the connection before responding"

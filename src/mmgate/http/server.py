@@ -32,7 +32,7 @@ from typing import Final, cast
 
 import httptools
 
-from mmgate.http.request import Headers, Request
+from mmgate.http.request import SINGLE_VALUED, Headers, Request
 from mmgate.http.responses import error_body
 from mmgate.http.writer import ResponseWriter, date_header, status_line
 
@@ -74,6 +74,9 @@ class ServerLimits:
     max_pipelined: int = 16  # complete requests queued behind the one being answered
     send_timeout_s: float = 60.0  # a client that accepts no response bytes for this long is cut off
     linger_s: float = 2.0  # after a refusal: drain what the client still sends, then close
+    # Request headers refused when repeated beyond the HTTP layer's own (request.SINGLE_VALUED):
+    # those the application reads as one value.
+    single_valued_headers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +254,7 @@ class HttpConnection(asyncio.Protocol):
             return
         self._in_head = False
         self._raw = -1
-        headers = self._headers = Headers(self._raw_headers)
+        headers = self._headers = Headers(self._raw_headers, self._server.single_valued)
         self._raw_headers = []  # trailers, if any, land here and are dropped
         if self._head_size > self._limits.max_header_bytes:  # a long target and no header after it
             self._refuse_head_size()
@@ -608,6 +611,7 @@ class HttpServer:
     ) -> None:
         self.handler = handler
         self.limits = limits
+        self.single_valued = SINGLE_VALUED | limits.single_valued_headers
         self.on_refusal = on_refusal
         self.connections: set[HttpConnection] = set()
         self._servers: list[asyncio.AbstractServer] = []
