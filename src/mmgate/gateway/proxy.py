@@ -50,6 +50,7 @@ from mmgate.http.request import Request
 from mmgate.http.responses import error_response
 from mmgate.http.writer import ResponseWriter
 from mmgate.request.view import Api
+from mmgate.tls import CA_OPTION
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
@@ -112,6 +113,7 @@ class Proxy:
             read_timeout_s=s.read_timeout_s,
             max_idle_per_origin=s.pool_limit,
             ssl_context=s.ssl_context,
+            untrusted_hint=f"trust a private CA with {CA_OPTION}",
         )
         if self.orchestration is not None:
             transport = PoolTransport(self._pool)

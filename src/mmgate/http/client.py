@@ -22,8 +22,6 @@ from typing import Protocol, cast
 
 import httptools
 
-from mmgate.tls import CA_OPTION
-
 __all__ = [
     "UpstreamConnectError",
     "UpstreamError",
@@ -540,9 +538,13 @@ class UpstreamPool:
         max_idle_per_origin: int = 256,
         idle_timeout_s: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
+        untrusted_hint: str = "",
     ) -> None:
         # Used for https origins only; by default the system's trust store, hostnames checked.
         self._ssl_context = ssl_context
+        # Appended to the error when a server's certificate is not verified: how this
+        # application's operator trusts a private CA (the gateway names its config key).
+        self._untrusted_hint = f"; {untrusted_hint}" if untrusted_hint else ""
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._max_idle = max_idle_per_origin
@@ -641,7 +643,7 @@ class UpstreamPool:
         except ssl.SSLCertVerificationError as exc:
             raise UpstreamTLSError(
                 f"TLS certificate of upstream {origin.label} was not verified "
-                f"({exc.verify_message or exc.reason}); trust a private CA with {CA_OPTION}"
+                f"({exc.verify_message or exc.reason}){self._untrusted_hint}"
             ) from None
         except ssl.SSLError as exc:
             raise UpstreamTLSError(
