@@ -12,7 +12,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mmgate.gateway.app import Running, make_parser
+from mmgate.control.parser import make_parser
+from mmgate.gateway.app import Running
 from mmgate.gateway.server import Gateway
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits

@@ -56,6 +56,7 @@ from mmgate.control.admission import Admission, AdmissionSettings
 from mmgate.control.apikeys import Identity, KeyStore
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
 from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
+from mmgate.control.parser import Parser
 from mmgate.control.retry_budget import RetryBudget
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry
 from mmgate.errors import RequestError
@@ -64,7 +65,6 @@ from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.control")
 
-Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
 Deferral = Callable[[Callable[[], None]], None]
 
 

@@ -11,7 +11,7 @@ from mmgate.disagg.orchestrate import OrchestrationSettings
 from mmgate.disagg.plan import parse_hosts
 from mmgate.disagg.sidecar import Sidecar, SidecarSettings
 from mmgate.disagg.stages import AllowList
-from mmgate.gateway.telemetry import configure_logging
+from mmgate.logs import configure_logging
 from mmgate.process import run_forever, wait_for_signal
 
 log = logging.getLogger("mmgate.sidecar")

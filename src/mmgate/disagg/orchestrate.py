@@ -30,7 +30,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from mmgate.disagg import plan
-from mmgate.gateway.h1.client import UpstreamError, UpstreamPool
+from mmgate.http.client import UpstreamError, UpstreamPool
 from mmgate.request.pieces import Body as RequestBody
 from mmgate.request.pieces import joined
 from mmgate.request.view import RequestView

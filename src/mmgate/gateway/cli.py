@@ -14,8 +14,8 @@ from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
 from mmgate.config.schema import KubernetesSpec, TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
 from mmgate.gateway.malloc_tuning import keep_large_buffers
-from mmgate.gateway.telemetry import configure_logging
 from mmgate.gateway.workers import serve_workers
+from mmgate.logs import configure_logging
 from mmgate.process import run_forever
 
 log = logging.getLogger("mmgate.gateway")

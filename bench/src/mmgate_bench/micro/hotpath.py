@@ -52,8 +52,8 @@ from mmgate.control.admission import client_key
 from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.gateway.app import build_gateway
-from mmgate.gateway.headers import request_id_from, upstream_headers, with_trace_context
 from mmgate.gateway.server import Gateway
+from mmgate.http.headers import request_id_from, upstream_headers, with_trace_context
 from mmgate.request.view import Api
 from mmgate_bench.cli import command_line
 from mmgate_bench.overhead.bodies import BODIES as BODIES  # re-exported: hotpath_trees.py reads them here

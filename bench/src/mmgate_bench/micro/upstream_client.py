@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
-from mmgate.gateway.h1.client import UpstreamPool
+from mmgate.http.client import UpstreamPool
 from mmgate_bench.procstat import own_cpu_seconds
 from mmgate_bench.results import write_json
 from mmgate_bench.stats import median

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgate.gateway.headers import relay_headers, request_id_from, upstream_headers
+from mmgate.http.headers import relay_headers, request_id_from, upstream_headers
 
 
 def test_client_request_ids_are_kept_only_when_safe() -> None:

@@ -1,7 +1,7 @@
 """The gateway's HTTP/1.1 server: one asyncio Protocol per client connection, parsed by httptools.
 
 Per connection: requests are parsed as bytes arrive (keep-alive, pipelining, chunked bodies),
-each complete request becomes a :class:`~mmgate.gateway.h1.request.Request` with its whole body,
+each complete request becomes a :class:`~mmgate.http.request.Request` with its whole body,
 and requests are answered strictly in order, one handler task at a time. What the handler does
 not see is refused here, in the OpenAI error shape, and the connection closed: a malformed
 request (400), a head larger than ``max_header_bytes`` (431), a head or body that does not
@@ -32,11 +32,11 @@ from typing import Final, cast
 
 import httptools
 
-from mmgate.gateway.h1.request import Headers, Request
-from mmgate.gateway.h1.writer import ResponseWriter, date_header, status_line
-from mmgate.gateway.responses import error_body
+from mmgate.http.request import SINGLE_VALUED, Headers, Request
+from mmgate.http.responses import error_body
+from mmgate.http.writer import ResponseWriter, date_header, status_line
 
-log = logging.getLogger("mmgate.gateway")
+log = logging.getLogger("mmgate.http")
 
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
 
@@ -74,6 +74,9 @@ class ServerLimits:
     max_pipelined: int = 16  # complete requests queued behind the one being answered
     send_timeout_s: float = 60.0  # a client that accepts no response bytes for this long is cut off
     linger_s: float = 2.0  # after a refusal: drain what the client still sends, then close
+    # Request headers refused when repeated beyond the HTTP layer's own (request.SINGLE_VALUED):
+    # those the application reads as one value.
+    single_valued_headers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +254,7 @@ class HttpConnection(asyncio.Protocol):
             return
         self._in_head = False
         self._raw = -1
-        headers = self._headers = Headers(self._raw_headers)
+        headers = self._headers = Headers(self._raw_headers, self._server.single_valued)
         self._raw_headers = []  # trailers, if any, land here and are dropped
         if self._head_size > self._limits.max_header_bytes:  # a long target and no header after it
             self._refuse_head_size()
@@ -608,6 +611,7 @@ class HttpServer:
     ) -> None:
         self.handler = handler
         self.limits = limits
+        self.single_valued = SINGLE_VALUED | limits.single_valued_headers
         self.on_refusal = on_refusal
         self.connections: set[HttpConnection] = set()
         self._servers: list[asyncio.AbstractServer] = []

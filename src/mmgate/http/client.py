@@ -17,13 +17,10 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, cast
 
 import httptools
-
-from mmgate.request.pieces import BodyPieces
-from mmgate.tls import CA_OPTION
 
 __all__ = [
     "UpstreamConnectError",
@@ -45,7 +42,18 @@ READ_HIGH_WATER = 1024 * 1024
 # off: llhttp does not bound them, and headers are kept until the head ends.
 MAX_RESPONSE_HEAD = 256 * 1024
 
-Body = bytes | bytearray | memoryview | BodyPieces
+
+class Pieces(Protocol):
+    """A body held as several buffers (a spliced request body, :class:`mmgate.request.pieces.BodyPieces`):
+    ``len()`` is its size in bytes, iteration yields its buffers in order, again on a retry."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[bytes | memoryview]: ...
+
+
+Body = bytes | bytearray | memoryview | Pieces
+_CONTIGUOUS = (bytes, bytearray, memoryview)
 
 
 class UpstreamError(OSError):
@@ -98,12 +106,28 @@ class _Origin:
         self.host_header = name if port == (443 if tls else 80) else f"{name}:{port}"
         self.idle: list[_Conn] = []
 
+    def forget(self, conn: _Conn) -> None:
+        """Take ``conn`` off the idle stack if it is there (the server closed it while idle)."""
+        with contextlib.suppress(ValueError):
+            self.idle.remove(conn)
+
+
+Finish = Callable[["_Conn", bool], None]
+"""How a connection in use goes back to its pool: ``finish(conn, reuse)`` (the pool's); a
+response calls it at its end, the connection itself when an exchange fails."""
+
 
 class _Conn(asyncio.Protocol):
     """One upstream connection; carries one request/response exchange at a time.
 
     The protocol callbacks fill the current response's state; the caller's coroutine waits on a
-    single future (``_waiter``) resolved with True when something happened, False on read timeout.
+    single future (``_waiter``) resolved with True when something happened, False when the pool's
+    ticker finds the wait silent for ``read_timeout_s`` (:meth:`expire_wait`).
+
+    What the pool and :class:`UpstreamResponse` use is public: :meth:`exchange`, the head
+    (``status``, ``headers``), the body (:meth:`poll`, :meth:`wait_body`, ``ended``), whether it
+    may be reused (``reusable``), the idle state (:meth:`park`, :meth:`unpark`, ``idle_since``)
+    and the ways to end it (:meth:`abort`, :meth:`close`). Everything else is the protocol's own.
     """
 
     __slots__ = (
@@ -111,46 +135,50 @@ class _Conn(asyncio.Protocol):
         "_complete",
         "_exc",
         "_fields",
+        "_finish",
         "_head_bytes",
         "_head_done",
         "_head_only",
-        "_headers",
-        "_idle_since",
         "_in_idle",
         "_interim",
         "_keep_alive",
         "_loop",
         "_lost",
-        "_origin",
         "_parser",
         "_paused",
         "_pieces",
-        "_pool",
+        "_read_timeout_s",
         "_received",
-        "_status",
         "_transport",
         "_unsent",
         "_wait_since",
         "_waiter",
+        "headers",
+        "idle_since",
+        "origin",
+        "status",
     )
 
-    def __init__(self, pool: UpstreamPool, origin: _Origin, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, origin: _Origin, loop: asyncio.AbstractEventLoop, read_timeout_s: float, finish: Finish
+    ) -> None:
+        self.origin = origin
+        self.idle_since = 0.0
         self._loop = loop
-        self._pool = pool
-        self._origin = origin
+        self._read_timeout_s = read_timeout_s
+        self._finish = finish
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[bool] | None = None
         self._wait_since = 0.0
         self._lost = False
         self._in_idle = False
-        self._idle_since = 0.0
         self._begin(head_only=False)
 
     def _begin(self, *, head_only: bool) -> None:
-        self._status = 0
-        self._headers: list[tuple[str, str]] = []
-        self._fields: list[tuple[str, str]] | _Discard = self._headers  # the head's list, then a sink
+        self.status = 0
+        self.headers: list[tuple[str, str]] = []
+        self._fields: list[tuple[str, str]] | _Discard = self.headers  # the head's list, then a sink
         self._head_bytes = 0
         self._pieces: list[bytes] = []
         self._buffered = 0
@@ -177,8 +205,8 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._in_idle:
             # Nothing is owed on an idle connection: whatever this is, the stream is unusable.
-            self._pool._forget_idle(self)
-            self._abort()
+            self._leave_idle_stack()
+            self.abort()
             return
         self._received = True
         if not self._head_done:
@@ -187,9 +215,9 @@ class _Conn(asyncio.Protocol):
                 self._keep_alive = False
                 if self._exc is None:
                     self._exc = UpstreamProtocolError(
-                        f"upstream {self._label()} sent a response head over {MAX_RESPONSE_HEAD} bytes"
+                        f"upstream {self.origin.label} sent a response head over {MAX_RESPONSE_HEAD} bytes"
                     )
-                self._abort()
+                self.abort()
                 self._wake()
                 return
         try:
@@ -197,18 +225,19 @@ class _Conn(asyncio.Protocol):
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # 101 is no HTTP/1.1 answer
             self._keep_alive = False
             if not self._complete and self._exc is None:
-                self._exc = UpstreamProtocolError(f"malformed HTTP response from upstream {self._label()}")
-            self._abort()
+                label = self.origin.label
+                self._exc = UpstreamProtocolError(f"malformed HTTP response from upstream {label}")
+            self.abort()
             self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._keep_alive = False
         if self._in_idle:
-            self._pool._forget_idle(self)
+            self._leave_idle_stack()
             return
         if not self._complete and self._exc is None:
-            label = self._label()
+            label = self.origin.label
             if self._head_done:
                 if exc is None and not self._has_framing():
                     self._complete = True  # a close-delimited body ends at EOF
@@ -221,7 +250,7 @@ class _Conn(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         if self._in_idle:
-            self._pool._forget_idle(self)  # at once, not when connection_lost runs a tick later
+            self._leave_idle_stack()  # at once, not when connection_lost runs a tick later
         return None  # close our side too; connection_lost follows
 
     # -- httptools callbacks ---------------------------------------------------------------------
@@ -238,9 +267,9 @@ class _Conn(asyncio.Protocol):
         if 100 <= status < 200:
             # 100 Continue and other interim responses: wait for the final one.
             self._interim = True
-            self._headers = self._fields = []
+            self.headers = self._fields = []
             return
-        self._status = status
+        self.status = status
         self._head_done = True
         # Trailers (after a chunked body) are dropped: merged into the head they would reach the
         # client as headers whenever the whole response arrived before the head was relayed.
@@ -270,10 +299,127 @@ class _Conn(asyncio.Protocol):
         self._keep_alive = self._parser.should_keep_alive() and not self._head_only
         self._wake()
 
-    # -- used by the pool and the response -------------------------------------------------------
+    # -- one exchange, for the pool and the response ---------------------------------------------
 
-    def _label(self) -> str:
-        return self._origin.label
+    async def exchange(
+        self, head: bytes, body: Body, size: int, *, reused: bool, head_only: bool
+    ) -> UpstreamResponse:
+        """Send one request and return its response once the final head has arrived. On any
+        failure the connection goes back to the pool as not reusable (``finish(conn, False)``);
+        :class:`_Stale` means a ``reused`` connection was closed before any response byte."""
+        self._begin(head_only=head_only)
+        transport = self._transport
+        assert transport is not None
+        try:
+            if isinstance(body, _CONTIGUOUS):
+                if size <= SMALL_BODY:
+                    transport.write(head + body if size else head)
+                else:
+                    transport.write(head)
+                    transport.write(body if isinstance(body, memoryview) else memoryview(body))
+            elif size <= SMALL_BODY:
+                transport.write(b"".join((head, *body)))
+            else:  # one writev on uvloop, the pieces handed to the kernel as they are
+                transport.writelines((head, *body))  # (asyncio's 3.11 transports join them)
+        except (OSError, RuntimeError):  # uvloop refuses writes once the transport is closed
+            self._exc = UpstreamResetError(
+                f"upstream {self.origin.label} closed the connection before responding"
+            )
+        try:
+            while not self._head_done:
+                if self._exc is not None:
+                    if reused and not self._received and isinstance(self._exc, UpstreamResetError):
+                        raise _Stale
+                    raise self._exc
+                if not await self._wait():
+                    raise TimeoutError(
+                        f"upstream {self.origin.label} sent no response within {self._read_timeout_s:g}s"
+                    )
+        except BaseException:
+            self._finish(self, False)
+            raise
+        return UpstreamResponse(self, self._finish)
+
+    def poll(self) -> bytes | None:
+        """The body bytes received since the last call; b"" once the body ended; None when there
+        is nothing yet (then :meth:`wait_body`). Raises the exchange's error if it failed."""
+        if self._pieces:
+            return self._take()
+        if self._complete:
+            return b""
+        if self._exc is not None:
+            raise self._exc
+        return None
+
+    async def wait_body(self) -> None:
+        """Wait for the next body event; after ``read_timeout_s`` of silence the connection is
+        aborted and TimeoutError raised."""
+        if not await self._wait():
+            self.abort()
+            raise TimeoutError(
+                f"upstream {self.origin.label} sent no body bytes for {self._read_timeout_s:g}s"
+            )
+
+    @property
+    def ended(self) -> bool:
+        """The body's end arrived and every byte before it was taken."""
+        return self._complete and not self._pieces
+
+    @property
+    def reusable(self) -> bool:
+        """The exchange ended cleanly on a connection the server keeps open, the whole request
+        left our buffer (a server may answer before reading it all), and nothing is left unread."""
+        return (
+            self._complete
+            and self._keep_alive
+            and not self._pieces
+            and not self._lost
+            and self._transport is not None
+            and self._transport.get_write_buffer_size() == 0
+        )
+
+    def expire_wait(self, silent_since: float, now: float) -> None:
+        """The pool's ticker: a wait that began at or before ``silent_since`` ends as a timeout,
+        unless the request body is still draining into the socket (an upload is not silence)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self._wait_since <= silent_since:
+            if self._upload_moved():
+                self._wait_since = now
+            else:
+                waiter.set_result(False)
+
+    # -- the idle state and the end, for the pool ------------------------------------------------
+
+    def park(self) -> None:
+        """Mark the connection idle from now (the pool put it on its origin's idle stack)."""
+        self.idle_since = time.monotonic()
+        self._in_idle = True
+
+    def unpark(self) -> None:
+        """The connection is no longer idle (taken for a request, or being closed)."""
+        self._in_idle = False
+
+    def abort(self) -> None:
+        """Cut the connection now (a model server learns this way that the client went away)."""
+        self._keep_alive = False
+        if not self._complete and self._exc is None:
+            # Ours, not the upstream's: an EOF that follows must not end a close-delimited body.
+            label = self.origin.label
+            self._exc = UpstreamResetError(f"the gateway closed its connection to upstream {label}")
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        """Close an idle connection gracefully (a FIN after anything still buffered)."""
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _leave_idle_stack(self) -> None:
+        """The server closed (or wrote on) this idle connection: it must not be handed out."""
+        self._in_idle = False
+        self.origin.forget(self)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -281,7 +427,7 @@ class _Conn(asyncio.Protocol):
             waiter.set_result(True)
 
     def _has_framing(self) -> bool:
-        for name, _ in self._headers:
+        for name, _ in self.headers:
             lower = name.lower()
             if lower == "content-length" or lower == "transfer-encoding":
                 return True
@@ -291,22 +437,15 @@ class _Conn(asyncio.Protocol):
         """Wait for the next event; False when read_timeout_s passes without one.
 
         No timer per wait (call_later + cancel costs ~3 µs on uvloop, a fifth of a request): the
-        pool's ticker expires waits that started more than read_timeout_s ago.
+        pool's ticker, running while any connection is in use, expires waits that started more
+        than read_timeout_s ago (:meth:`expire_wait`).
         """
         waiter: asyncio.Future[bool] = self._loop.create_future()
         self._waiter = waiter
         self._wait_since = time.monotonic()
-        pool = self._pool
-        if pool._ticker is None:
-            pool._arm()
         happened = await waiter
         self._waiter = None
         return happened
-
-    def _sent(self) -> bool:
-        """True once the whole request left the transport's buffer (a server may answer early)."""
-        transport = self._transport
-        return transport is not None and transport.get_write_buffer_size() == 0
 
     def _upload_moved(self) -> bool:
         """True if the transport's write buffer changed size since the last look."""
@@ -315,14 +454,6 @@ class _Conn(asyncio.Protocol):
         moved = size != self._unsent
         self._unsent = size
         return moved
-
-    def _abort(self) -> None:
-        self._keep_alive = False
-        if not self._complete and self._exc is None:
-            # Ours, not the upstream's: an EOF that follows must not end a close-delimited body.
-            self._exc = UpstreamResetError(f"the gateway closed its connection to upstream {self._label()}")
-        if self._transport is not None:
-            self._transport.abort()
 
     def _take(self) -> bytes:
         pieces = self._pieces
@@ -335,43 +466,6 @@ class _Conn(asyncio.Protocol):
             self._transport.resume_reading()
         return data
 
-    async def _exchange(
-        self, head: bytes, body: Body, size: int, *, reused: bool, head_only: bool
-    ) -> UpstreamResponse:
-        """Send one request and wait for the final response head."""
-        self._begin(head_only=head_only)
-        transport = self._transport
-        assert transport is not None
-        try:
-            if isinstance(body, BodyPieces):
-                if size <= SMALL_BODY:
-                    transport.write(b"".join((head, *body)))
-                else:  # one writev on uvloop, the pieces handed to the kernel as they are
-                    transport.writelines((head, *body))  # (asyncio's 3.11 transports join them)
-            elif size <= SMALL_BODY:
-                transport.write(head + body if size else head)
-            else:
-                transport.write(head)
-                transport.write(body if isinstance(body, memoryview) else memoryview(body))
-        except (OSError, RuntimeError):  # uvloop refuses writes once the transport is closed
-            self._exc = UpstreamResetError(
-                f"upstream {self._label()} closed the connection before responding"
-            )
-        try:
-            while not self._head_done:
-                if self._exc is not None:
-                    if reused and not self._received and isinstance(self._exc, UpstreamResetError):
-                        raise _Stale
-                    raise self._exc
-                if not await self._wait():
-                    raise TimeoutError(
-                        f"upstream {self._label()} sent no response within {self._pool._read_timeout_s:g}s"
-                    )
-        except BaseException:
-            self._pool._drop(self)
-            raise
-        return UpstreamResponse(self)
-
 
 class UpstreamResponse:
     """A response whose head has arrived; the body is read piece by piece with ``read()``.
@@ -380,12 +474,13 @@ class UpstreamResponse:
     (the connection is dropped, which is how a model server learns that the client went away).
     """
 
-    __slots__ = ("_conn", "headers", "status")
+    __slots__ = ("_conn", "_finish", "headers", "status")
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(self, conn: _Conn, finish: Finish) -> None:
         self._conn: _Conn | None = conn
-        self.status: int = conn._status
-        self.headers: list[tuple[str, str]] = conn._headers
+        self._finish = finish
+        self.status: int = conn.status
+        self.headers: list[tuple[str, str]] = conn.headers
 
     async def read(self) -> bytes:
         """The body bytes received since the last call, as soon as there are any; b"" at the end."""
@@ -393,17 +488,10 @@ class UpstreamResponse:
         if conn is None:
             return b""
         while True:
-            if conn._pieces:
-                return conn._take()
-            if conn._complete:
-                return b""
-            if conn._exc is not None:
-                raise conn._exc
-            if not await conn._wait():
-                conn._abort()
-                raise TimeoutError(
-                    f"upstream {conn._label()} sent no body bytes for {conn._pool._read_timeout_s:g}s"
-                )
+            data = conn.poll()
+            if data is not None:
+                return data
+            await conn.wait_body()
 
     @property
     def ended(self) -> bool:
@@ -411,7 +499,7 @@ class UpstreamResponse:
         ``read()`` returns b"" without waiting. A relay uses it to send its last piece together
         with its own end of the body."""
         conn = self._conn
-        return conn is None or (conn._complete and not conn._pieces)
+        return conn is None or conn.ended
 
     def release(self) -> None:
         """Return the connection to the pool if the body was read to the end, else close it."""
@@ -419,10 +507,7 @@ class UpstreamResponse:
         if conn is None:
             return
         self._conn = None
-        if conn._complete and conn._keep_alive and not conn._pieces and not conn._lost and conn._sent():
-            conn._pool._checkin(conn)
-        else:
-            conn._pool._drop(conn)
+        self._finish(conn, conn.reusable)
 
     def close(self) -> None:
         """Drop the connection now, whatever its state."""
@@ -430,7 +515,7 @@ class UpstreamResponse:
         if conn is None:
             return
         self._conn = None
-        conn._pool._drop(conn)
+        self._finish(conn, False)
 
     def __del__(self) -> None:
         # A response dropped without release() or close() must not hold its upstream request
@@ -439,7 +524,7 @@ class UpstreamResponse:
         if conn is not None:
             self._conn = None
             with contextlib.suppress(Exception):  # the loop may already be closed
-                conn._pool._drop(conn)
+                self._finish(conn, False)
 
 
 class UpstreamPool:
@@ -453,9 +538,13 @@ class UpstreamPool:
         max_idle_per_origin: int = 256,
         idle_timeout_s: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
+        untrusted_hint: str = "",
     ) -> None:
         # Used for https origins only; by default the system's trust store, hostnames checked.
         self._ssl_context = ssl_context
+        # Appended to the error when a server's certificate is not verified: how this
+        # application's operator trusts a private CA (the gateway names its config key).
+        self._untrusted_hint = f"; {untrusted_hint}" if untrusted_hint else ""
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._max_idle = max_idle_per_origin
@@ -506,14 +595,16 @@ class UpstreamPool:
         size = body.nbytes if isinstance(body, memoryview) else len(body)
         head = _encode_head(method, target, origin.host_header, headers, size)
         head_only = method == "HEAD"
+        if self._ticker is None:  # the ticker expires silent waits while a connection is in use
+            self._arm()
         conn = self._checkout(origin)
         if conn is not None:
             try:
-                return await conn._exchange(head, body, size, reused=True, head_only=head_only)
-            except _Stale:
+                return await conn.exchange(head, body, size, reused=True, head_only=head_only)
+            except _Stale:  # (a try, not contextlib.suppress: three Python calls per request)
                 pass
         conn = await self._connect(origin)
-        return await conn._exchange(head, body, size, reused=False, head_only=head_only)
+        return await conn.exchange(head, body, size, reused=False, head_only=head_only)
 
     async def close(self) -> None:
         """Close every connection, idle or in use (in-flight reads fail with UpstreamResetError)."""
@@ -524,11 +615,11 @@ class UpstreamPool:
         for origin in self._origins.values():
             idle, origin.idle = origin.idle, []
             for conn in idle:
-                conn._in_idle = False
-                conn._abort()
+                conn.unpark()
+                conn.abort()
         in_use, self._in_use = self._in_use, set()
         for conn in in_use:
-            conn._abort()
+            conn.abort()
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -539,10 +630,11 @@ class UpstreamPool:
             context = self._ssl_context
             if context is None:
                 context = self._ssl_context = ssl.create_default_context()
+        read_timeout_s, finish = self._read_timeout_s, self._finish
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Conn(self, origin, loop),
+                    lambda: _Conn(origin, loop, read_timeout_s, finish),
                     origin.host,
                     origin.port,
                     ssl=context,
@@ -551,7 +643,7 @@ class UpstreamPool:
         except ssl.SSLCertVerificationError as exc:
             raise UpstreamTLSError(
                 f"TLS certificate of upstream {origin.label} was not verified "
-                f"({exc.verify_message or exc.reason}); trust a private CA with {CA_OPTION}"
+                f"({exc.verify_message or exc.reason}){self._untrusted_hint}"
             ) from None
         except ssl.SSLError as exc:
             raise UpstreamTLSError(
@@ -565,7 +657,7 @@ class UpstreamPool:
             reason = exc.strerror or type(exc).__name__
             raise UpstreamConnectError(f"cannot connect to upstream {origin.label}: {reason}") from exc
         if self._closed:
-            conn._abort()
+            conn.abort()
             raise RuntimeError("UpstreamPool is closed")
         self._in_use.add(conn)
         return conn
@@ -575,8 +667,8 @@ class UpstreamPool:
         if not idle:
             return None
         conn = idle.pop()
-        conn._in_idle = False
-        if time.monotonic() - conn._idle_since > self._idle_timeout_s:
+        conn.unpark()
+        if time.monotonic() - conn.idle_since > self._idle_timeout_s:
             # The newest idle connection is too old, so all of them are.
             idle.append(conn)
             self._evict(origin, len(idle))
@@ -584,42 +676,31 @@ class UpstreamPool:
         self._in_use.add(conn)
         return conn
 
-    def _checkin(self, conn: _Conn) -> None:
+    def _finish(self, conn: _Conn, reuse: bool) -> None:
+        """``conn`` is no longer in use: back on its origin's idle stack when ``reuse``, else cut."""
         self._in_use.discard(conn)
-        if self._closed:
-            conn._abort()
+        if not reuse or self._closed:
+            conn.abort()
             return
-        idle = conn._origin.idle
+        origin = conn.origin
+        idle = origin.idle
         if len(idle) >= self._max_idle:
             if self._max_idle <= 0:
-                conn._abort()
+                conn.abort()
                 return
-            self._evict(conn._origin, len(idle) - self._max_idle + 1)
-        conn._idle_since = time.monotonic()
-        conn._in_idle = True
+            self._evict(origin, len(idle) - self._max_idle + 1)
+        conn.park()
         idle.append(conn)
         if self._ticker is None:
             self._arm()
-
-    def _drop(self, conn: _Conn) -> None:
-        self._in_use.discard(conn)
-        conn._abort()
-
-    def _forget_idle(self, conn: _Conn) -> None:
-        """An idle connection was closed by the server: it must not be handed out."""
-        conn._in_idle = False
-        with contextlib.suppress(ValueError):
-            conn._origin.idle.remove(conn)
 
     def _evict(self, origin: _Origin, count: int) -> None:
         """Close the ``count`` oldest idle connections of an origin."""
         idle = origin.idle
         old, origin.idle = idle[:count], idle[count:]
         for conn in old:
-            conn._in_idle = False
-            transport = conn._transport
-            if transport is not None:
-                transport.close()
+            conn.unpark()
+            conn.close()
 
     # -- timeouts ----------------------------------------------------------------------------------
 
@@ -633,18 +714,13 @@ class UpstreamPool:
         now = time.monotonic()
         silent_since = now - self._read_timeout_s
         for conn in self._in_use:
-            waiter = conn._waiter
-            if waiter is not None and not waiter.done() and conn._wait_since <= silent_since:
-                if conn._upload_moved():
-                    conn._wait_since = now  # a large body is still going out: not silence
-                else:
-                    waiter.set_result(False)
+            conn.expire_wait(silent_since, now)
         idle_since = now - self._idle_timeout_s
         any_idle = False
         for origin in self._origins.values():
             idle = origin.idle
             expired = 0
-            while expired < len(idle) and idle[expired]._idle_since <= idle_since:
+            while expired < len(idle) and idle[expired].idle_since <= idle_since:
                 expired += 1
             if expired:
                 self._evict(origin, expired)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from gateway.h1 import test_client as basic
-from gateway.h1 import test_client_errors as errors
+from mmgate_http import test_client as basic
+from mmgate_http import test_client_errors as errors
 
 
 def _scenarios() -> list[Any]:

@@ -17,7 +17,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Protocol
 
-from mmgate.gateway.responses import Response, error_response
+from mmgate.http.responses import Response, error_response
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _JOIN_BELOW = 16 * 1024

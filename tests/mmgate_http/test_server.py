@@ -13,10 +13,10 @@ import httptools
 import orjson
 import pytest
 
-from mmgate.gateway.h1.request import Request
-from mmgate.gateway.h1.server import HttpServer, ServerLimits
-from mmgate.gateway.h1.writer import ResponseWriter
-from mmgate.gateway.responses import json_response
+from mmgate.http.request import Request
+from mmgate.http.responses import json_response
+from mmgate.http.server import HttpServer, ServerLimits
+from mmgate.http.writer import ResponseWriter
 
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
 Serve = Callable[..., Awaitable[tuple[HttpServer, int]]]
@@ -332,3 +332,18 @@ async def test_a_handler_that_fails_gets_an_openai_shaped_500_and_the_connection
     error = orjson.loads(replies[0].body)["error"]
     assert replies[0].status == 500 and error["code"] == "internal_error" and "bug" not in error["message"]
     assert closed
+
+
+async def test_the_application_names_the_headers_it_reads_once(serve: Serve) -> None:
+    """The HTTP layer refuses repeats of the headers any relay reads (Host, Authorization, ...);
+    a header only the application reads repeats freely unless its limits name it."""
+    twice = post("/", b"", "X-Tag: a", "x-tag: b")
+    replies, _ = await exchange(port=(await serve())[1], data=twice)
+    assert replies[0].status == 200 and orjson.loads(replies[0].body)["tag"] == "a"
+    _, port = await serve(single_valued_headers=frozenset({"x-tag"}))
+    replies, closed = await exchange(port, twice)
+    error = orjson.loads(replies[0].body)["error"]
+    assert replies[0].status == 400 and closed
+    assert error["param"] == "x-tag" and error["code"] == "duplicate_header"
+    replies, _ = await exchange(port, post("/", b"", "Authorization: a", "authorization: b"))
+    assert replies[0].status == 400 and orjson.loads(replies[0].body)["error"]["param"] == "authorization"

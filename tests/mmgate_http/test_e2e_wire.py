@@ -23,11 +23,11 @@ import uvloop
 
 from mmgate.config import load_config_text
 from mmgate.gateway.app import Running, settings_of
-from mmgate.gateway.h1.client import UpstreamPool, UpstreamProtocolError
-from mmgate.gateway.h1.request import Request
-from mmgate.gateway.h1.server import HttpServer, ServerLimits
-from mmgate.gateway.h1.writer import ResponseWriter
-from mmgate.gateway.responses import json_response
+from mmgate.http.client import UpstreamPool, UpstreamProtocolError
+from mmgate.http.request import Request
+from mmgate.http.responses import json_response
+from mmgate.http.server import HttpServer, ServerLimits
+from mmgate.http.writer import ResponseWriter
 from support.upstreams import OrderRouter, start_gateway
 
 BODY = b'{"model":"m","messages":[]}'
@@ -253,12 +253,12 @@ async def test_a_content_length_of_thousands_of_digits_is_a_400_naming_the_heade
 async def test_a_bug_in_a_parser_callback_is_logged_without_request_bytes_and_answered_500(
     h1: list[HttpServer], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(raw: list[tuple[str, str]]) -> None:
+    def broken(raw: list[tuple[str, str]], _single_valued: frozenset[str]) -> None:
         raise KeyError(raw[-1][1])  # a bug whose message quotes a header value
 
-    monkeypatch.setattr("mmgate.gateway.h1.server.Headers", broken)
+    monkeypatch.setattr("mmgate.http.server.Headers", broken)
     _, port = await listen(h1, health)
-    with caplog.at_level(logging.ERROR, logger="mmgate.gateway"):
+    with caplog.at_level(logging.ERROR, logger="mmgate.http"):
         got, closed = await talk(port, b"GET / HTTP/1.1\r\nHost: gw\r\nX-Secret: s3cr3t\r\n\r\n")
     assert first_status(got) == 500 and closed
     assert error_of(got)["code"] == "internal_error"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mmgate.gateway.h1.client import (
+from mmgate.http.client import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamProtocolError,

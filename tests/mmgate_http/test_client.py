@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mmgate.gateway.h1.client import SMALL_BODY, Body
+from mmgate.http.client import SMALL_BODY, Body
 from mmgate.request.pieces import BodyPieces
 from support.h1 import Peer, fetch, make_pool, ok, raw_server, read_all
 

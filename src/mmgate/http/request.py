@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Final, TypeVar, overload
 
-from mmgate.request.assets import AUDIO_DURATION, VIDEO_DURATION, VIDEO_FPS, VIDEO_RESOLUTION
-
 _T = TypeVar("_T")
 
 SINGLE_VALUED: Final = frozenset(
@@ -17,29 +15,26 @@ SINGLE_VALUED: Final = frozenset(
         "content-type",
         "expect",
         "x-request-id",
-        VIDEO_FPS,
-        VIDEO_DURATION,
-        VIDEO_RESOLUTION,
-        AUDIO_DURATION,
     )
 )
-"""Headers the gateway itself reads (and forwards): a second copy is refused, since the gateway
-would act on the first while the model server may read another (RFC 9110 §5.3: a field that is
-not a list must not repeat). ``Content-Length`` and ``Transfer-Encoding`` llhttp refuses itself."""
+"""Headers a relay reads (and forwards): a second copy is refused, since the relay would act on
+the first while the model server may read another (RFC 9110 §5.3: a field that is not a list
+must not repeat). ``Content-Length`` and ``Transfer-Encoding`` llhttp refuses itself. An
+application adds the ones it reads itself (``ServerLimits.single_valued_headers``)."""
 
 
 class Headers(Mapping[str, str]):
     """Request headers as received, looked up case-insensitively.
 
     As a mapping the keys are lower-case names and a repeated header yields its first value;
-    :attr:`repeated` names the first of :data:`SINGLE_VALUED` that came twice (the server refuses
+    :attr:`repeated` names the first of ``single_valued`` that came twice (the server refuses
     such a request), so what the gateway reads is what it forwards. :attr:`raw` keeps every pair
     with its original spelling, in order, for forwarding.
     """
 
     __slots__ = ("_lower", "raw", "repeated")
 
-    def __init__(self, raw: list[tuple[str, str]]) -> None:
+    def __init__(self, raw: list[tuple[str, str]], single_valued: frozenset[str] = SINGLE_VALUED) -> None:
         self.raw = raw
         self.repeated: str | None = None
         lower: dict[str, str] = {}
@@ -47,7 +42,7 @@ class Headers(Mapping[str, str]):
             key = name.lower()
             if key not in lower:
                 lower[key] = value
-            elif self.repeated is None and key in SINGLE_VALUED:  # only a repeat pays for the check
+            elif self.repeated is None and key in single_valued:  # only a repeat pays for the check
                 self.repeated = key
         self._lower = lower
 

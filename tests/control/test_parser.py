@@ -1,11 +1,11 @@
-"""The gateway's parse step (``make_parser``): media parts get their uuids written into the
+"""The parse step (``make_parser``): media parts get their uuids written into the
 forwarded body, and a prompt without media is forwarded as it came, whatever its shape."""
 
 from __future__ import annotations
 
 import orjson
 
-from mmgate.gateway.app import make_parser
+from mmgate.control.parser import make_parser
 from mmgate.request.limits import Limits
 from mmgate.request.pieces import joined
 from mmgate.request.view import Api
