@@ -2,7 +2,7 @@
 
 Nothing is modelled twice. Each system's :class:`~mmgate.scheduling.Scheduler` is built from its
 YAML exactly as ``mmgate serve`` builds it and driven by the gateway's own
-:class:`~mmgate.control.RequestController`; each pod is a :class:`mmgate.sim.engine.Engine` built
+:class:`~mmgate.control.RequestController`; each pod is a :class:`mmgate.sim.core.Engine` built
 as ``mmgate sim`` builds it, and requests are priced and laid out by the same token code the
 simulated server runs. Only the clock and the transport differ:
 
@@ -62,9 +62,9 @@ from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import Scheduler, build_scheduler
 from mmgate.scheduling.plugins.precise_prefix_cache_producer import TokenProcessorConfig
 from mmgate.scheduling.registry import PluginRegistry
+from mmgate.sim.core import Engine, MediaPayload, SimRequest, StepOutput
+from mmgate.sim.core.media import payloads_of
 from mmgate.sim.encode_only import EncodeOnly
-from mmgate.sim.engine import Engine, MediaPayload, SimRequest, StepOutput
-from mmgate.sim.engine.media import payloads_of
 from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import (
     Transfer,

@@ -1,0 +1,37 @@
+"""The simulated vLLM engine: a pure, step-driven model of one pod (no clock, no I/O).
+
+:class:`Engine` (``core``) is the entry point; ``scheduler`` decides each step's batch, ``prefix``
+and ``kv`` hold the prefix cache and its block pool, ``encoder`` and ``caches`` the encoder and
+processor caches, ``frontend`` the API server's preprocessing, ``timing`` a step's duration,
+``decode`` the decoding set, ``types`` the values it takes and gives.
+"""
+
+from mmgate.sim.core.core import Engine
+from mmgate.sim.core.types import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EngineConfig,
+    EngineStats,
+    FinishedRequest,
+    KVEvent,
+    MediaPayload,
+    MediaSpan,
+    SimRequest,
+    StepOutput,
+)
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "FinishedRequest",
+    "KVEvent",
+    "MediaPayload",
+    "MediaSpan",
+    "SimRequest",
+    "StepOutput",
+]
