@@ -13,8 +13,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from mmgate.modelserver.events import AllBlocksCleared, BlockRemoved, BlockStored
 from mmgate.modelserver.kv_publisher import KVEventPublisher
-from mmgate.sim.core.types import AllBlocksCleared, BlockRemoved, BlockStored
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from mmgate.vllm.kvevents import END_SEQ, WireFormat
 

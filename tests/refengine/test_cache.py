@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 import torch
 
+from mmgate.modelserver.events import BlockRemoved, BlockStored
 from mmgate.refengine.caches import LruCache
 from mmgate.refengine.model import tiny_model
 from mmgate.refengine.prompt import prompt_from_messages
 from mmgate.refengine.runtime import Engine, EngineConfig, GenerateRequest, StepOutput
 from mmgate.refengine.vlm import Layout, VisionLanguageModel
-from mmgate.sim.core.types import BlockRemoved, BlockStored
 from mmgate.vllm.blocks import BlockHasher
 from support.vlm import one_pixel_off, picture, user_turn
 

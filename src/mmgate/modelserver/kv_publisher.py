@@ -18,8 +18,8 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from mmgate.sim.core import types as engine_types
-from mmgate.sim.core.types import KVEvent
+from mmgate.modelserver import events as engine_events
+from mmgate.modelserver.events import KVEvent
 from mmgate.vllm.kv_events_config import KVEventsConfig, binds, bound_endpoint
 from mmgate.vllm.kvevents import (
     AllBlocksCleared,
@@ -40,7 +40,7 @@ from mmgate.vllm.kvevents import (
 
 def to_wire(event: KVEvent, fmt: WireFormat, *, int_hashes: bool = True) -> msgspec.Struct:
     """Encode one engine KV event as the chosen vLLM generation does."""
-    if isinstance(event, engine_types.BlockStored):
+    if isinstance(event, engine_events.BlockStored):
         hashes = [wire_hash(h, as_int=int_hashes) for h in event.block_hashes]
         parent = event.parent_block_hash
         parent_out = None if parent is None else wire_hash(parent, as_int=int_hashes)
@@ -61,7 +61,7 @@ def to_wire(event: KVEvent, fmt: WireFormat, *, int_hashes: bool = True) -> msgs
             event.lora_name,
             extra,
         )
-    if isinstance(event, engine_types.BlockRemoved):
+    if isinstance(event, engine_events.BlockRemoved):
         hashes = [wire_hash(h, as_int=int_hashes) for h in event.block_hashes]
         if fmt is WireFormat.LEGACY:
             return LegacyBlockRemoved(hashes)

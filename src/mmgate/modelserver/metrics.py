@@ -75,9 +75,9 @@ class Histogram:
 
 
 class ServerStats(Protocol):
-    """The counters ``/metrics`` shows, as one snapshot (``mmgate.sim.core.types.EngineStats``
-    or the reference engine's). Cache counters are cumulative: prefix cache in tokens, encoder and
-    processor caches in media items."""
+    """The counters ``/metrics`` shows, as one snapshot (:class:`mmgate.modelserver.stats.EngineStats`,
+    which both engines fill, or anything shaped like it). Cache counters are cumulative: prefix
+    cache in tokens, encoder and processor caches in media items."""
 
     @property
     def num_running(self) -> int: ...

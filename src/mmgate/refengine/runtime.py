@@ -38,10 +38,11 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from mmgate.errors import RequestError
+from mmgate.modelserver.events import BlockRemoved, BlockStored, KVEvent
+from mmgate.modelserver.stats import EngineStats
 from mmgate.refengine.caches import LruCache
 from mmgate.refengine.prompt import ChatPrompt, ImageInput
 from mmgate.refengine.vlm import KV, Layout, ProcessedImage, VisionLanguageModel
-from mmgate.sim.core.types import BlockRemoved, BlockStored, EngineStats, KVEvent
 from mmgate.vllm.blocks import BlockHash, BlockHasher, event_extra_keys, extra_keys_by_block
 
 __all__ = ["Engine", "EngineConfig", "FeatureFetcher", "GenerateRequest", "StageSeconds", "StepOutput"]

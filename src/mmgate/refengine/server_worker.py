@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mmgate.errors import RequestError
+from mmgate.modelserver.events import KVEvent
+from mmgate.modelserver.stats import EngineStats
 from mmgate.refengine.runtime import Engine, GenerateRequest, StageSeconds, StepOutput
-from mmgate.sim.core.types import EngineStats, KVEvent
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ is its ``fetch_features``:
 
 * request: the identity as one UTF-8 line; answer: an 8-byte big-endian length, then the features
   as a safetensors blob (no pickle crosses the wire), length 0 when the item is not held;
-* ``ec_transfer_params`` are the simulator's (:func:`mmgate.sim.roles.encoder_response_params`):
+* ``ec_transfer_params`` are the model servers' common shape
+  (:func:`mmgate.modelserver.transfer.encoder_response_params`):
   ``{identity: {"do_remote_encode", "remote_host", "remote_port", "modality", "num_tokens"}}``;
 * the client connects only to hosts on its allow-list (loopback unless configured), since the
   address comes from a request body; anything that goes wrong returns None, and the engine then
@@ -32,8 +33,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from mmgate.modelserver.transfer import encoder_response_params
 from mmgate.refengine.caches import LruCache
-from mmgate.sim.roles import encoder_response_params
 
 __all__ = ["FeatureClient", "FeatureServer"]
 

@@ -25,8 +25,9 @@ import dataclasses
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 
+from mmgate.modelserver.stats import EngineStats
 from mmgate.sim.core.media import load_ms
-from mmgate.sim.core.types import EngineStats, MediaPayload
+from mmgate.sim.core.types import MediaPayload
 from mmgate.sim.faults import Faults
 from mmgate.sim.profiles import Profile
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 from mmgate.errors import RequestError
 from mmgate.modelserver.knobs import Knobs, read_knobs
+from mmgate.modelserver.transfer import Transfer, read_transfer
 from mmgate.request import parse_request
 from mmgate.request.view import Api, Modality, RequestView
-from mmgate.sim.roles import Transfer, read_transfer
 from mmgate.tokens import Pricing, PricingConfig, TokenSequence, build_sequence, price
 
 if TYPE_CHECKING:

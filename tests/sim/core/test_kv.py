@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.sim.core import (
-    BlockRemoved,
-    Engine,
-    EngineConfig,
-    SimRequest,
-)
+from mmgate.modelserver.events import BlockRemoved
+from mmgate.sim.core import Engine, EngineConfig, SimRequest
 from support.sim_core import drain, serve
 
 

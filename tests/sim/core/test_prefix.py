@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.sim.core import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    Engine,
-    EngineConfig,
-    SimRequest,
-)
+from mmgate.modelserver.events import AllBlocksCleared, BlockRemoved, BlockStored
+from mmgate.sim.core import Engine, EngineConfig, SimRequest
 from mmgate.vllm.blocks import BlockHasher
 from support.sim_core import mm_request, serve
 

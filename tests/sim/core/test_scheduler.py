@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mmgate.sim.core import (
-    BlockRemoved,
-    BlockStored,
-    Engine,
-    EngineConfig,
-    MediaSpan,
-    SimRequest,
-)
+from mmgate.modelserver.events import BlockRemoved, BlockStored
+from mmgate.sim.core import Engine, EngineConfig, MediaSpan, SimRequest
 from support.sim_core import IMG, Run, drain, mm_request, serve
 
 

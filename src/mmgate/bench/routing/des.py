@@ -58,6 +58,12 @@ from mmgate.disagg import plan
 from mmgate.disagg.orchestrate import Leg, OrchestrationSettings, Orchestrator, Prepared, StageFailed
 from mmgate.disagg.stages import stages_with_spares
 from mmgate.errors import RequestError
+from mmgate.modelserver.transfer import (
+    Transfer,
+    encoder_response_params,
+    prefill_response_params,
+    read_transfer,
+)
 from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import Scheduler, build_scheduler
 from mmgate.scheduling.plugins.precise_prefix_cache_producer import TokenProcessorConfig
@@ -66,13 +72,7 @@ from mmgate.sim.core import Engine, MediaPayload, SimRequest, StepOutput
 from mmgate.sim.core.media import payloads_of
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.profiles import family_of, load_profile
-from mmgate.sim.roles import (
-    Transfer,
-    encoder_response_params,
-    prefill_response_params,
-    read_transfer,
-    transfer_seconds,
-)
+from mmgate.sim.roles import transfer_seconds
 from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
 from mmgate.tokens.sequence import MMItem

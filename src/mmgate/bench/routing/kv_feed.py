@@ -19,9 +19,9 @@ import msgspec
 from mmgate.config.schema import EndpointPickerConfig
 from mmgate.datalayer.index.memory import AffinityIndex
 from mmgate.datalayer.kvevents.apply import apply_batch
+from mmgate.modelserver.events import KVEvent
 from mmgate.modelserver.kv_publisher import to_wire
 from mmgate.scheduling.plugins.precise_prefix_cache_producer import PreciseParams, TokenProcessorConfig
-from mmgate.sim.core.types import KVEvent
 from mmgate.vllm.kvevents import WireFormat, decode_batch, encode_batch
 
 PRECISE = "precise-prefix-cache-producer"

@@ -3,18 +3,14 @@
 :class:`Engine` (``core``) is the entry point; ``scheduler`` decides each step's batch, ``prefix``
 and ``kv`` hold the prefix cache and its block pool, ``encoder`` and ``caches`` the encoder and
 processor caches, ``frontend`` the API server's preprocessing, ``timing`` a step's duration,
-``decode`` the decoding set, ``types`` the values it takes and gives.
+``decode`` the decoding set, ``types`` the values it takes and gives. The KV events and the stats
+snapshot it reports are the model-server contract (:mod:`mmgate.modelserver.events`, ``.stats``).
 """
 
 from mmgate.sim.core.core import Engine
 from mmgate.sim.core.types import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
     EngineConfig,
-    EngineStats,
     FinishedRequest,
-    KVEvent,
     MediaPayload,
     MediaSpan,
     SimRequest,
@@ -22,14 +18,9 @@ from mmgate.sim.core.types import (
 )
 
 __all__ = [
-    "AllBlocksCleared",
-    "BlockRemoved",
-    "BlockStored",
     "Engine",
     "EngineConfig",
-    "EngineStats",
     "FinishedRequest",
-    "KVEvent",
     "MediaPayload",
     "MediaSpan",
     "SimRequest",

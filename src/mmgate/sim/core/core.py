@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mmgate.modelserver.stats import EngineStats
 from mmgate.sim.core.encoder import EncoderStage
 from mmgate.sim.core.frontend import Frontend
 from mmgate.sim.core.kv import BlockPool
@@ -27,7 +28,7 @@ from mmgate.sim.core.prefix import PrefixCache
 from mmgate.sim.core.request import RequestState
 from mmgate.sim.core.scheduler import Scheduler
 from mmgate.sim.core.timing import Noise, lm_ms, prefill_chunk_ms
-from mmgate.sim.core.types import EngineConfig, EngineStats, SimRequest, StepOutput
+from mmgate.sim.core.types import EngineConfig, SimRequest, StepOutput
 from mmgate.sim.profiles import Profile, load_profile
 from mmgate.vllm.blocks import BlockHash, BlockHasher
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from mmgate.sim.core.types import AllBlocksCleared, BlockRemoved, KVEvent
+from mmgate.modelserver.events import AllBlocksCleared, BlockRemoved, KVEvent
 from mmgate.vllm.blocks import BlockHash
 
 

@@ -7,9 +7,9 @@ one ``BlockStored`` event carrying the blocks' tokens and their extra keys in th
 
 from __future__ import annotations
 
+from mmgate.modelserver.events import BlockStored
 from mmgate.sim.core.kv import BlockPool
 from mmgate.sim.core.request import RequestState
-from mmgate.sim.core.types import BlockStored
 from mmgate.vllm.blocks import BlockHasher, ExtraKeys, block_extra_keys, event_extra_keys
 
 

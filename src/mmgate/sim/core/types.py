@@ -1,23 +1,20 @@
-"""The data the simulated engine takes and gives: requests, configuration, step outputs, KV
-events and the stats snapshot. Plain values, so a server, a discrete-event loop and tests can
-all use them without knowing the engine's internals."""
+"""The data the simulated engine takes and gives: requests, configuration and step outputs.
+Plain values, so a server, a discrete-event loop and tests can all use them without knowing the
+engine's internals. What any model server reports the same way (KV events, the stats snapshot)
+is the model-server contract: :mod:`mmgate.modelserver.events`, :mod:`mmgate.modelserver.stats`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from mmgate.vllm.blocks import BlockHash, MediaSpanLike
+from mmgate.modelserver.events import KVEvent
+from mmgate.vllm.blocks import MediaSpanLike
 
 __all__ = [
-    "AllBlocksCleared",
-    "BlockRemoved",
-    "BlockStored",
     "EngineConfig",
-    "EngineStats",
     "FinishedRequest",
-    "KVEvent",
     "MediaPayload",
     "MediaSpan",
     "SimRequest",
@@ -158,38 +155,6 @@ class FinishedRequest:
     finish_reason: str = "length"
 
 
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    """Blocks newly cached in one allocation (vLLM's ``BlockStored``). Hashes are raw digests;
-    convert with :func:`mmgate.vllm.blocks.event_hash` for the default int wire form. ``extra_keys``
-    has one entry per block in vLLM's untagged event form (or None for a block without)."""
-
-    block_hashes: list[BlockHash]
-    parent_block_hash: BlockHash | None
-    token_ids: list[int]
-    block_size: int
-    extra_keys: list[list[Any] | None]
-    medium: str = "GPU"
-    lora_id: int | None = None
-    lora_name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    """A cached block evicted (one event per evicted hash, as vLLM emits them)."""
-
-    block_hashes: list[BlockHash]
-    medium: str = "GPU"
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    """The prefix cache was reset."""
-
-
-KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
 @dataclass(slots=True)
 class StepOutput:
     """What one step did. Tokens are emitted at ``now + duration`` (the step's end).
@@ -214,27 +179,3 @@ class StepOutput:
     finished: list[FinishedRequest] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
     events: list[KVEvent] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """A snapshot for ``/metrics``. Cache counters are cumulative; prefix cache in tokens,
-    encoder and processor caches in items. ``kv_cache_usage`` is vLLM's
-    ``1 - free_blocks / (num_gpu_blocks - 1)`` (cached-but-unused blocks count as free)."""
-
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    prefix_cache_queries: int
-    prefix_cache_hits: int
-    encoder_cache_queries: int
-    encoder_cache_hits: int
-    processor_cache_queries: int
-    processor_cache_hits: int
-    num_gpu_blocks: int
-    block_size: int
-    num_preemptions: int
-    encoder_cache_used_tokens: int
-    encoder_cache_capacity_tokens: int
-    prompt_tokens: int
-    generation_tokens: int
