@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "engine": (
-        "mmgate.engine.server_cli",
+        "mmgate.refengine.server_cli",
         "serve a real vision-language model on CPU with the simulator's API and three caches",
     ),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),

@@ -10,9 +10,9 @@ import dataclasses
 import aiohttp
 import pytest
 
+from mmgate.sim.core.media import load_ms
+from mmgate.sim.core.types import MediaPayload
 from mmgate.sim.encode_only import EncodeOnly
-from mmgate.sim.engine.media import load_ms
-from mmgate.sim.engine.types import MediaPayload
 from mmgate.sim.faults import Faults, FaultSettings
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import load_profile

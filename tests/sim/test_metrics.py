@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mmgate.serving.metrics import E2E_BUCKETS, ITL_BUCKETS
+from mmgate.modelserver.metrics import E2E_BUCKETS, ITL_BUCKETS
 from mmgate.sim.cli import add_arguments, specs_from_args
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.fleet import SimFleet

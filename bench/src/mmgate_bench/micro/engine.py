@@ -1,7 +1,7 @@
 """How many simulated requests per wall-clock minute the engine sustains in virtual time.
 
 A minimal discrete-event loop (Poisson arrivals, least-outstanding routing, N engines) around
-:class:`mmgate.sim.engine.Engine`, so the engine's own cost can be measured apart from any
+:class:`mmgate.sim.core.Engine`, so the engine's own cost can be measured apart from any
 scheduler or benchmark harness::
 
     mmgate bench engine --pods 8 --requests 20000 --rate 40
@@ -19,7 +19,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 
-from mmgate.sim.engine import Engine, EngineConfig, MediaSpan, SimRequest
+from mmgate.sim.core import Engine, EngineConfig, MediaSpan, SimRequest
 from mmgate_bench.results import write_json
 
 SYSTEM = list(range(10, 74))  # 64 shared system-prompt tokens

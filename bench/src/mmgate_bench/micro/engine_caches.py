@@ -12,7 +12,7 @@ under four cache settings, each with a fresh engine:
 Per turn it records the time to the first token (which holds the processor, encoder and prefill
 work), in wall time and in the CPU time of the thread running the model (torch runs on that one
 thread, so CPU time is the work itself and hardly moves with the machine's load), and the engine's
-own stage timers (:class:`~mmgate.engine.runtime.StageSeconds`, wall time): processor, encoder,
+own stage timers (:class:`~mmgate.refengine.runtime.StageSeconds`, wall time): processor, encoder,
 prefill, and decode per token. Every turn decodes the same number of tokens
 (``ignore_eos``), and the greedy replies of every setting are compared token for token. The settings
 alternate within each round (their order rotates) so machine load hits them alike; figures are
@@ -76,8 +76,8 @@ def conversation(turns: int, output_tokens: int, width: int, height: int) -> lis
 
 def run_conversation(engine: Any, turns: list[list[dict[str, Any]]], output_tokens: int) -> list[Turn]:
     """Every turn on ``engine`` in order, timed."""
-    from mmgate.engine.prompt import prompt_from_messages
-    from mmgate.engine.runtime import GenerateRequest
+    from mmgate.refengine.prompt import prompt_from_messages
+    from mmgate.refengine.runtime import GenerateRequest
 
     out: list[Turn] = []
     for t, messages in enumerate(turns):
@@ -121,8 +121,8 @@ def run_conversation(engine: Any, turns: list[list[dict[str, Any]]], output_toke
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from mmgate.engine.model import load_model, tiny_model
-    from mmgate.engine.runtime import Engine, EngineConfig
+    from mmgate.refengine.model import load_model, tiny_model
+    from mmgate.refengine.runtime import Engine, EngineConfig
 
     torch.set_num_threads(args.threads)
     model = load_model(args.model) if args.model else tiny_model(args.tiny)

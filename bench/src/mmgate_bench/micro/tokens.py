@@ -9,7 +9,7 @@ reported. Every request is a different one, so nothing is timed twice:
   new chat    a multi-turn conversation of about ``--text-tokens`` engine tokens never seen before
               (every piece of it encoded: the cold cost)
   next turn   the same history with a new last question (what a conversation sends next; the
-              earlier turns' pieces are remembered, :mod:`mmgate.tokens.engine.segments`)
+              earlier turns' pieces are remembered, :mod:`mmgate.tokens.exact.segments`)
   + image     the next turn with a 448x448 image in it (placeholder expansion)
 
 For the new chat the two parts of engine mode are timed alone too: rendering the chat template
@@ -41,8 +41,8 @@ from mmgate.config import parse_config
 from mmgate.request import parse_request
 from mmgate.scheduling import SchedulingRequest, build_scheduler
 from mmgate.scheduling.plugins.token_producer import TokenProducer
-from mmgate.tokens.engine.conversation import conversation
-from mmgate.tokens.engine.placeholders import placeholders_for
+from mmgate.tokens.exact.conversation import conversation
+from mmgate.tokens.exact.placeholders import placeholders_for
 from mmgate_bench.micro.pricing import calibration_us
 from mmgate_bench.results import write_json
 from mmgate_bench.stats import median

@@ -2,7 +2,7 @@
 
 Nothing is modelled twice. Each system's :class:`~mmgate.scheduling.Scheduler` is built from its
 YAML exactly as ``mmgate serve`` builds it and driven by the gateway's own
-:class:`~mmgate.control.RequestController`; each pod is a :class:`mmgate.sim.engine.Engine` built
+:class:`~mmgate.control.RequestController`; each pod is a :class:`mmgate.sim.core.Engine` built
 as ``mmgate sim`` builds it, and requests are priced and laid out by the same token code the
 simulated server runs. Only the clock and the transport differ:
 
@@ -51,21 +51,21 @@ from mmgate.disagg import plan
 from mmgate.disagg.orchestrate import Leg, OrchestrationSettings, Orchestrator, Prepared, StageFailed
 from mmgate.disagg.stages import stages_with_spares
 from mmgate.errors import RequestError
-from mmgate.request.view import Api, RequestView
-from mmgate.scheduling import Scheduler, build_scheduler
-from mmgate.scheduling.plugins.precise_prefix_cache_producer import TokenProcessorConfig
-from mmgate.scheduling.registry import PluginRegistry
-from mmgate.sim.encode_only import EncodeOnly
-from mmgate.sim.engine import Engine, MediaPayload, SimRequest, StepOutput
-from mmgate.sim.engine.media import payloads_of
-from mmgate.sim.profiles import family_of, load_profile
-from mmgate.sim.roles import (
+from mmgate.modelserver.transfer import (
     Transfer,
     encoder_response_params,
     prefill_response_params,
     read_transfer,
-    transfer_seconds,
 )
+from mmgate.request.view import Api, RequestView
+from mmgate.scheduling import Scheduler, build_scheduler
+from mmgate.scheduling.plugins.precise_prefix_cache_producer import TokenProcessorConfig
+from mmgate.scheduling.registry import PluginRegistry
+from mmgate.sim.core import Engine, MediaPayload, SimRequest, StepOutput
+from mmgate.sim.core.media import payloads_of
+from mmgate.sim.encode_only import EncodeOnly
+from mmgate.sim.profiles import family_of, load_profile
+from mmgate.sim.roles import transfer_seconds
 from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig, TokenSequence, build_sequence, price
 from mmgate.tokens.sequence import MMItem

@@ -3,7 +3,7 @@
 A system with ``precise-prefix-cache-producer`` routes on what the pods report. In the
 discrete-event mode nothing travels over ZMQ, but the path is otherwise the production one: the
 engine's step output carries its KV events, they are encoded as a vLLM pod publishes them
-(:func:`mmgate.serving.kv_publisher.to_wire`, :func:`mmgate.vllm.kvevents.encode_batch`), decoded as
+(:func:`mmgate.modelserver.kv_publisher.to_wire`, :func:`mmgate.vllm.kvevents.encode_batch`), decoded as
 the subscriber decodes them and applied by :func:`mmgate.datalayer.kvevents.apply.apply_batch`,
 one network delay after the step that produced them. Evictions reach the index the same way, so
 under KV pressure the index forgets what the pods forgot.
@@ -19,9 +19,9 @@ import msgspec
 from mmgate.config.schema import EndpointPickerConfig
 from mmgate.datalayer.index.memory import AffinityIndex
 from mmgate.datalayer.kvevents.apply import apply_batch
+from mmgate.modelserver.events import KVEvent
+from mmgate.modelserver.kv_publisher import to_wire
 from mmgate.scheduling.plugins.precise_prefix_cache_producer import PreciseParams, TokenProcessorConfig
-from mmgate.serving.kv_publisher import to_wire
-from mmgate.sim.engine.types import KVEvent
 from mmgate.vllm.kvevents import WireFormat, decode_batch, encode_batch
 
 PRECISE = "precise-prefix-cache-producer"

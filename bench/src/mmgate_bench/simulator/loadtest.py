@@ -193,9 +193,9 @@ async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
 def virtual_ttft_ms(profile: str, body: bytes) -> float:
     """The same request in a fresh engine in virtual time: what HTTP adds is the difference."""
     from mmgate.request.view import Api
-    from mmgate.sim.engine import Engine
-    from mmgate.sim.engine.media import payloads_of
-    from mmgate.sim.engine.types import SimRequest
+    from mmgate.sim.core import Engine
+    from mmgate.sim.core.media import payloads_of
+    from mmgate.sim.core.types import SimRequest
     from mmgate.sim.ingest import ingest
     from mmgate.sim.profiles import family_of
     from mmgate.tokens import PricingConfig
@@ -471,8 +471,8 @@ def metrics_cost(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
     from prometheus_client import Histogram as PromHistogram
 
-    from mmgate.serving.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
-    from mmgate.sim.engine import Engine
+    from mmgate.modelserver.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
+    from mmgate.sim.core import Engine
     from mmgate.sim.metrics import PodMetrics
 
     engine = Engine("fast")
