@@ -30,7 +30,7 @@ from mmgate.control import SchedulerPicker
 from mmgate.gateway.app import Running, build_gateway, start
 from mmgate.gateway.server import Gateway
 from mmgate.scheduling import EndpointState, RequestLifecycle, SchedulingRequest
-from mmgate.scheduling.framework import NoParams, Plugin, PluginHandle
+from mmgate.scheduling.contracts import NoParams, Plugin, PluginHandle
 from mmgate.scheduling.registry import builtin_registry
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.fleet import SimFleet

@@ -29,6 +29,7 @@ from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings
 from mmgate.errors import RequestError
 from mmgate.gateway.h1.server import HttpServer
+from mmgate.gateway.plugin_times import PluginTimes
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
 from mmgate.process import wait_for_signal
@@ -252,8 +253,9 @@ def build_gateway(
     section = config.mmgate
     shared = shared_index_of(section)
     blocks: AffinityIndex[Hashable] | None = AffinityIndex() if kv_events_settings_of(section) else None
+    times = PluginTimes()
     scheduler = build_scheduler(
-        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks
+        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks, plugin_timer=times
     )
     refuse = section.validation.modalities
     family = section.pricing.family
@@ -263,9 +265,11 @@ def build_gateway(
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(
+    gateway = Gateway(
         settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
     )
+    times.register(gateway.telemetry.registry)
+    return gateway
 
 
 @dataclass(slots=True)

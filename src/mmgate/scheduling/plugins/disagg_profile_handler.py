@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from mmgate.scheduling.framework import Plugin, PluginHandle, Profile, ProfileHandler, no_target
+from mmgate.scheduling.contracts import Plugin, PluginHandle, ProfileHandler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
+from mmgate.scheduling.profile import Profile, no_target
 from mmgate.scheduling.types import DataKey, ProfileResult, SchedulingRequest, SchedulingResult
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mmgate.scheduling.framework import NoParams, Profile, ProfileHandler, no_target
+from mmgate.scheduling.contracts import NoParams, ProfileHandler
+from mmgate.scheduling.profile import Profile, no_target
 from mmgate.scheduling.types import ProfileResult, SchedulingRequest, SchedulingResult
 
 
