@@ -35,7 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the routing sidecar beside a decode server (encode and prefill legs, llm-d's contract)",
     ),
     "keys": ("mmgate.control.keys_cli", "make entries for the gateway's API-keys file (mmgate.auth)"),
-    "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
+    "check": (
+        "mmgate.gateway.check_cli",
+        "check config files: every mistake with file and line, or the scheduler",
+    ),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "engine": (
         "mmgate.engine.server_cli",

@@ -40,10 +40,8 @@ def test_each_plugin_call_is_counted_under_its_extension_point_and_name() -> Non
         f'{metric}{{extension_point="scorer",plugin_name="kv",plugin_type="kv-cache-utilization-scorer"}} 3.0'
         in page
     )
-    assert (
-        f'{metric}{{extension_point="picker",plugin_name="max-score-picker",plugin_type="max-score-picker"}} 3.0'
-        in page
-    )
+    picker = 'extension_point="picker",plugin_name="max-score-picker",plugin_type="max-score-picker"'
+    assert f"{metric}{{{picker}}} 3.0" in page
     assert 'extension_point="producer",plugin_name="token-producer"' in page
 
 

@@ -261,7 +261,9 @@ def build_gateway(
     family = section.pricing.family
     pricing = PricingConfig(family=family, refuse_unserved=refuse) if family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
-    limits = replace(section.limits.to_limits(section.validation), own_media_uuids=section.mediaUuids)
+    limits = replace(
+        Limits.from_config(section.limits, section.validation), own_media_uuids=section.mediaUuids
+    )
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
