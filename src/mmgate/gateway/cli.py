@@ -9,7 +9,7 @@ import sys
 
 import msgspec
 
-from mmgate.cli import port
+from mmgate.arguments import port
 from mmgate.config import ConfigError, GatewayConfig, parse_config
 from mmgate.config.schema import KubernetesSpec, TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
