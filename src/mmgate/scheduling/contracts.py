@@ -11,8 +11,8 @@ This module holds the contracts only; :mod:`mmgate.scheduling.profile` and
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -24,9 +24,6 @@ from mmgate.scheduling.types import (
     SchedulingRequest,
     SchedulingResult,
 )
-
-if TYPE_CHECKING:  # a handler is handed the profiles it chooses among; they run the contracts below
-    from mmgate.scheduling.profile import Profile
 
 
 class PluginTimer(Protocol):
@@ -160,10 +157,11 @@ class ProfileHandler(Plugin[ParamsT]):
     def pick_profiles(
         self,
         request: SchedulingRequest,
-        profiles: Mapping[str, Profile],
+        profiles: Collection[str],
         results: Mapping[str, ProfileResult | None],
     ) -> list[str]:
-        """Profiles to run next; an empty list ends the cycle."""
+        """Profiles to run next, among the configured ``profiles`` (by name); an empty list ends
+        the cycle."""
         raise NotImplementedError
 
     def process_results(

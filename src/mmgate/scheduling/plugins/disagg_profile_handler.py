@@ -11,7 +11,7 @@ offered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -19,7 +19,7 @@ import msgspec
 from mmgate.scheduling.contracts import Plugin, PluginHandle, ProfileHandler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
-from mmgate.scheduling.profile import Profile, no_target
+from mmgate.scheduling.profile import no_target
 from mmgate.scheduling.types import DataKey, ProfileResult, SchedulingRequest, SchedulingResult
 
 
@@ -70,7 +70,7 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
     def pick_profiles(
         self,
         request: SchedulingRequest,
-        profiles: Mapping[str, Profile],
+        profiles: Collection[str],
         results: Mapping[str, ProfileResult | None],
     ) -> list[str]:
         decode = self._decode
