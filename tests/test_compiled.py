@@ -95,14 +95,13 @@ def test_a_stale_extension_is_never_imported_and_the_rebuild_is_named(tmp_path: 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             compiled.install(["pkg.a", "pkg.b"], root)
-        import sys
-        sys.path.insert(0, str(root))
         import pkg.a, pkg.b
         print(pkg.a.WHERE, "|", pkg.b.WHERE, "|", compiled.status())
         print("|".join(str(w.message) for w in caught))
         """
     )
     env = {k: v for k, v in subprocess_env().items() if k != compiled.PURE_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()

@@ -35,7 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the routing sidecar beside a decode server (encode and prefill legs, llm-d's contract)",
     ),
     "keys": ("mmgate.control.keys_cli", "make entries for the gateway's API-keys file (mmgate.auth)"),
-    "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
+    "check": (
+        "mmgate.gateway.check_cli",
+        "check config files: every mistake with file and line, or the scheduler",
+    ),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "engine": (
         "mmgate.refengine.server_cli",
@@ -68,18 +71,6 @@ INSTALLS = {
     "torch": "pip install 'mmgate[engine]'",
     "transformers": "pip install 'mmgate[engine]'",
 }
-
-
-def port(text: str) -> int:
-    """An argparse ``type`` for a TCP port flag: 0..65535 (0 picks a free one). Without it the
-    socket layer would wrap 99999 to 34463 and listen there."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ import msgspec
 import orjson
 import yaml
 
-from mmgate.cli import port
+from mmgate.arguments import port
 from mmgate.config import ConfigError, parse_config
 from mmgate.config.schema import TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal

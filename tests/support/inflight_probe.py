@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import yaml
 
 from mmgate.scheduling import EndpointState, RequestLifecycle, SchedulingRequest
-from mmgate.scheduling.framework import NoParams, Plugin, PluginHandle
+from mmgate.scheduling.contracts import NoParams, Plugin, PluginHandle
 from mmgate.scheduling.registry import builtin_registry
 from support.processes import REPO
 from support.stack import chat_body, png

@@ -434,7 +434,7 @@ class RequestController:
     def first_byte(self, attempt: Attempt, status: int) -> None:
         """The endpoint answered and sent its first body bytes (the attempt is committed)."""
         now = self.clock()
-        attempt.record.health.record_success(now)
+        attempt.record.health.record_success()
         endpoint = attempt.decision.endpoint
         if status >= 500:  # the last attempt's error, passed through
             self._breaker.failure(endpoint)
@@ -493,7 +493,7 @@ class RequestController:
         flight._failed(f"{endpoint}: {detail}")
         flight.last_error = detail
         if unreachable:
-            attempt.record.health.record_failure(self.clock(), f"connect: {detail}")
+            attempt.record.health.record_failure(f"connect: {detail}")
         if reason != "429":  # shedding load is not sickness
             self._breaker.failure(endpoint)
         if self._observer is not None:

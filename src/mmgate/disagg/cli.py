@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from mmgate.cli import port as port_number
+from mmgate.arguments import port as port_number
 from mmgate.disagg.orchestrate import OrchestrationSettings
 from mmgate.disagg.plan import parse_hosts
 from mmgate.disagg.sidecar import Sidecar, SidecarSettings

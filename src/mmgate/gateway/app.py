@@ -28,10 +28,12 @@ from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings
+from mmgate.gateway.plugin_times import PluginTimes
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
 from mmgate.http.server import HttpServer
 from mmgate.process import wait_for_signal
+from mmgate.request.limits import Limits
 from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
@@ -229,20 +231,25 @@ def build_gateway(
     section = config.mmgate
     shared = shared_index_of(section)
     blocks: AffinityIndex[Hashable] | None = AffinityIndex() if kv_events_settings_of(section) else None
+    times = PluginTimes()
     scheduler = build_scheduler(
-        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks
+        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks, plugin_timer=times
     )
     refuse = section.validation.modalities
     family = section.pricing.family
     pricing = PricingConfig(family=family, refuse_unserved=refuse) if family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
-    limits = replace(section.limits.to_limits(section.validation), own_media_uuids=section.mediaUuids)
+    limits = replace(
+        Limits.from_config(section.limits, section.validation), own_media_uuids=section.mediaUuids
+    )
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(
+    gateway = Gateway(
         settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
     )
+    times.register(gateway.telemetry.registry)
+    return gateway
 
 
 @dataclass(slots=True)

@@ -129,10 +129,6 @@ class KVEventPublisher:
         sock.connect(endpoint)
         return endpoint
 
-    @property
-    def next_seq(self) -> int:
-        return self._seq
-
     def start(self) -> None:
         """Serve replay requests on the running loop (no-op without a replay endpoint)."""
         if self._replay is not None and self._replay_task is None:

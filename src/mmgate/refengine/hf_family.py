@@ -97,16 +97,6 @@ class TransformersVLM:
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))
 
-    @staticmethod
-    def split_at_placeholders(text: str, placeholder: str, images: int) -> list[str]:
-        """The text around each image's placeholder (one per image, in order)."""
-        pieces = text.split(placeholder)
-        if len(pieces) != images + 1:
-            raise ValueError(
-                f"the rendered prompt has {len(pieces) - 1} image placeholders for {images} images"
-            )
-        return pieces
-
     def token_ids(self, text: str) -> list[int]:
         """``text`` tokenised with no special tokens added (the template wrote them)."""
         return [int(t) for t in self._tokenizer(text, add_special_tokens=False)["input_ids"]]

@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from mmgate.cli import port
+from mmgate.arguments import port
 from mmgate.modelserver.flags import add_cache_arguments, add_kv_events_arguments
 from mmgate.process import stop_signal
 from mmgate.vllm.blocks import HASH_ALGOS

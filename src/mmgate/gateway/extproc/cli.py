@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from mmgate.cli import port as port_number
+from mmgate.arguments import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway

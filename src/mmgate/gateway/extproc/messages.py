@@ -98,10 +98,6 @@ def route_headers(
     )
 
 
-def continue_request_headers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(request_headers=ep.HeadersResponse(response=ep.CommonResponse()))
-
-
 def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingResponse:
     """The response-headers answer: the upstream's headers plus mmgate's own (which endpoint
     served, the tokens priced), as the HTTP gateway adds them."""

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from mmgate.datalayer.index.store import AffinityStore
-from mmgate.scheduling.framework import PluginHandle, Producer
+from mmgate.scheduling.contracts import PluginHandle, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.vllm.blocks import HASH_ALGOS, BlockHasher, event_hash

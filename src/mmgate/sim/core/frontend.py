@@ -145,10 +145,6 @@ class Frontend:
             ms += poly.ms(item.length)
         return ms
 
-    def work_ms(self, request: SimRequest) -> float:
-        """All the front-end milliseconds ``request`` needs, both stages, without queueing."""
-        return sum(self.load_jobs_ms(request)) + self.processor_ms(request)
-
     def preprocess(self, request: SimRequest, now: float) -> float:
         """Seconds from ``now`` until ``request`` has been through the front end and may be added:
         its parts loaded on the loading pool, then its processor work on the processor worker

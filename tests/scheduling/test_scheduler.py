@@ -18,7 +18,7 @@ from mmgate.scheduling import (
     builtin_registry,
     plugin_types,
 )
-from mmgate.scheduling.framework import NoParams
+from mmgate.scheduling.contracts import NoParams
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.single_profile_handler import SingleProfileHandler
 from support.scheduling import endpoints, request, scheduler

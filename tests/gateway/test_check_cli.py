@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from support.processes import REPO, mmgate_command, subprocess_env
@@ -68,19 +67,6 @@ def test_a_good_file_prints_the_scheduler_it_becomes(tmp_path: Path) -> None:
     lines = out.stdout.splitlines()
     assert lines[0] == "stage\tplugin\tparameters (non-default)"
     assert "default: picker\tmax-score-picker (injected default)\t" in lines
-
-
-def test_python_dash_m_mmgate_config_is_the_same_command(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("plugins: [\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "mmgate.config", str(bad)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-    )
-    assert out.returncode == 2
-    assert out.stderr.startswith(f"{bad}:2: not valid YAML: while parsing a flow node")
 
 
 def test_engine_tokens_without_a_tokenizer_folder_exit_2(tmp_path: Path) -> None:
