@@ -7,7 +7,7 @@ runs ``mmgate bench decision --cpu-time`` once per tree per round, the order rot
 average before each run, and writes one JSON with every run's full output and, per config and
 tree, the median of the runs' medians with their range::
 
-    python bench/scripts/decision_rounds.py --rounds 5 --out docs/benchmarks/decision-session6.json \\
+    python bench/scripts/decision_rounds.py --rounds 5 --out docs/benchmarks/decision.json \\
         start=/tmp/start/src main=/tmp/main/src
 
 A tree is ``NAME=SRC`` (its ``src`` folder; the bench reads the examples beside it, so each tree

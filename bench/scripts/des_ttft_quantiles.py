@@ -3,8 +3,8 @@
 A ladder's report gives p50/p90/p99. Where a rung's TTFTs are bimodal (shared-prefix: prefix hits
 at ~0.1 s, cold prefills at ~0.35 s), its p90 sits on the knee between the two and swings with a
 few requests; this prints the quantiles around it and the share of requests above thresholds, so
-a p90 gap can be told from a shift of the whole distribution. The experiment behind the
-shared-prefix paragraph of docs/benchmarks/fidelity.md §4:
+a p90 gap can be told from a shift of the whole distribution (a DES-against-HTTP TTFT p90 gap on
+shared-prefix, docs/benchmarks/fidelity.md):
 
     PYTHONPATH=src python bench/scripts/des_ttft_quantiles.py --systems aggregated,predicted-ttft \\
         --workload shared-prefix --rates 10,20 --duration 100 --rung 20

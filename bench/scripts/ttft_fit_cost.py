@@ -1,7 +1,7 @@
 """CPU time per observed TTFT of the predicted-TTFT rate learner: this tree's against another's.
 
     python bench/scripts/ttft_fit_cost.py --other /path/to/other/src/mmgate/scheduling/ttft/fit.py \\
-        --out docs/benchmarks/predicted-ttft-fit-cost.json
+        --out results/predicted-ttft-fit-cost.json
 
 One seeded stream of 4,000 observations over 8 endpoints (after 800 to warm the fits); after every
 ``k``-th observation a decision reads all 8 endpoints' rates (k = 1: a first token between every
