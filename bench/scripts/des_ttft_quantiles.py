@@ -21,6 +21,7 @@ import sys
 from mmgate_bench.routing import des
 from mmgate_bench.routing.records import Ladder, parse_rates
 from mmgate_bench.routing.systems import UnknownSystem, parse_systems
+from mmgate_bench.stats import percentiles
 from mmgate_bench.workloads.synthetic import build
 
 QUANTILES = (0.5, 0.8, 0.85, 0.88, 0.9, 0.92, 0.95, 0.99)
@@ -28,12 +29,12 @@ THRESHOLDS = (0.12, 0.15, 0.2, 0.3)
 
 
 def quantiles(ttfts: list[float]) -> dict[str, float]:
-    """Nearest-rank quantiles, the share above each threshold, and the mean."""
+    """Quantiles (mmgate_bench.stats' convention), the share above each threshold, and the mean."""
     t = sorted(ttfts)
     n = len(t)
     out: dict[str, float] = {"n": float(n)}
-    for q in QUANTILES:
-        out[f"p{round(q * 100)}"] = round(t[min(n - 1, int(q * n))], 4)
+    for q, value in zip(QUANTILES, percentiles(t, [q * 100 for q in QUANTILES]), strict=True):
+        out[f"p{round(q * 100)}"] = round(value or 0.0, 4)
     for th in THRESHOLDS:
         out[f">{th}"] = round(sum(1 for v in t if v > th) / n, 4)
     out["mean"] = round(sum(t) / n, 4)

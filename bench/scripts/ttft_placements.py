@@ -31,6 +31,7 @@ import sys
 from mmgate_bench.routing import des
 from mmgate_bench.routing.records import Ladder, RequestRecord, parse_rates
 from mmgate_bench.routing.systems import UnknownSystem, parse_systems
+from mmgate_bench.stats import percentile
 from mmgate_bench.workloads.synthetic import Workload, build
 
 
@@ -41,10 +42,6 @@ def _content_of(workload: Workload) -> dict[str, str]:
 
 def _cv(values: list[int]) -> float:
     return statistics.pstdev(values) / statistics.mean(values) if values else 0.0
-
-
-def _quantile(sorted_values: list[float], q: float) -> float | None:
-    return sorted_values[int(q * (len(sorted_values) - 1))] if sorted_values else None
 
 
 def _in_flight(records: list[RequestRecord], at: float) -> float:
@@ -134,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             "rate": rung.rate,
             "kv_blocks": args.kv_blocks,
             "seed": args.seed,
-            "ttft_p50_s": _quantile(ttfts, 0.5),
-            "ttft_p90_s": _quantile(ttfts, 0.9),
+            "ttft_p50_s": percentile(ttfts, 50),
+            "ttft_p90_s": percentile(ttfts, 90),
             "prefix_hit_ratio": rung.cache.prefix_hit_ratio,
             "encoder_hit_ratio": rung.cache.encoder_hit_ratio,
             **counts,
@@ -144,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             "requests_per_pod_cv": _cv(requests),
             "busiest_pod_over_mean": max(requests) / statistics.mean(requests) if requests else 0.0,
             "content_per_pod": [content_per_pod[p] for p in sorted(content_per_pod)],
-            "in_flight_on_last_pod_when_moved_p50": _quantile(sorted(ahead_last), 0.5),
-            "in_flight_on_chosen_pod_when_moved_p50": _quantile(sorted(ahead_chosen), 0.5),
+            "in_flight_on_last_pod_when_moved_p50": percentile(ahead_last, 50),
+            "in_flight_on_chosen_pod_when_moved_p50": percentile(ahead_chosen, 50),
             "prefix_hit_ratio_per_pod": [_hit_ratio(served[p]) for p in sorted(served)],
         }
         print(json.dumps(row), flush=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import accumulate
 
 
@@ -74,3 +74,27 @@ def weighted_percentile(pairs: Iterable[tuple[float, int]], q: float) -> float |
     if i + 1 >= ends[-1]:
         return low
     return low + (h - i) * (rank(i + 1) - low)
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """The ``q``-quantile (0..1) of a cumulative histogram (upper bound -> count at or below it),
+    as Prometheus's ``histogram_quantile`` reads one: interpolated linearly within its bucket from
+    the bucket's lower bound (0 for the first); the largest finite bound when the rank falls in the
+    ``+Inf`` bucket; None when empty. For a sample's own values use :func:`percentile`."""
+    bounds = sorted(buckets)
+    if not bounds:
+        return None
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for le in bounds:
+        count = buckets[le]
+        if count >= rank:
+            if math.isinf(le):
+                return lower
+            inside = count - below
+            return lower + (le - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+        lower, below = le, count
+    return lower

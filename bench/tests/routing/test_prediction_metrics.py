@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from mmgate_bench.routing.prediction_metrics import difference, merged, parse_error_buckets, quantile
+from mmgate_bench.routing.prediction_metrics import difference, merged, parse_error_buckets
+from mmgate_bench.stats import histogram_quantile as quantile
 
 TEXT = """\
 # HELP mmgate_ttft_prediction_error_seconds |predicted - observed| time to first token

@@ -12,7 +12,6 @@ says which source a number came from.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import aiohttp
@@ -73,26 +72,3 @@ def merged(per_endpoint: Mapping[str, Buckets]) -> Buckets:
         for le, count in buckets.items():
             total[le] = total.get(le, 0.0) + count
     return total
-
-
-def quantile(q: float, buckets: Buckets) -> float | None:
-    """The ``q``-quantile (0..1) of a cumulative histogram, interpolated linearly within its
-    bucket from the bucket's lower bound (0 for the first); the largest finite bound when the
-    rank falls in the ``+Inf`` bucket; None when empty."""
-    bounds = sorted(buckets)
-    if not bounds:
-        return None
-    total = buckets[bounds[-1]]
-    if total <= 0:
-        return None
-    rank = q * total
-    lower, below = 0.0, 0.0
-    for le in bounds:
-        count = buckets[le]
-        if count >= rank:
-            if math.isinf(le):
-                return lower
-            inside = count - below
-            return lower + (le - lower) * ((rank - below) / inside if inside > 0 else 1.0)
-        lower, below = le, count
-    return lower

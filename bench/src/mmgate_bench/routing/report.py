@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from mmgate_bench import results
-from mmgate_bench.routing.prediction_metrics import merged, quantile
+from mmgate_bench.routing.prediction_metrics import merged
 from mmgate_bench.routing.records import RequestRecord, RungResult
-from mmgate_bench.stats import percentile, percentiles, weighted_percentile
+from mmgate_bench.stats import histogram_quantile, percentile, percentiles, weighted_percentile
 
 FIELDS = (
     "system",
@@ -93,9 +93,9 @@ def _prediction_errors(
         if not histogram:
             return {}
         return {
-            "ttft_prediction_abs_error_p50_s": quantile(0.5, merged(histogram)),
+            "ttft_prediction_abs_error_p50_s": histogram_quantile(0.5, merged(histogram)),
             "ttft_prediction_abs_error_p50_s_by_endpoint": {
-                ep: quantile(0.5, buckets) for ep, buckets in sorted(histogram.items())
+                ep: histogram_quantile(0.5, buckets) for ep, buckets in sorted(histogram.items())
             },
             "ttft_prediction_error_source": "gateway histogram",
         }

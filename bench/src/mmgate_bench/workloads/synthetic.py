@@ -26,6 +26,7 @@ from typing import Any
 
 import xxhash
 
+from mmgate.request import role_header
 from mmgate.request.view import Api, MediaAsset, Modality, RequestView, Source
 from mmgate_bench.workloads.media import MediaCache, MediaSpec, audio, encoded_size, image, video
 
@@ -106,10 +107,6 @@ class WorkItem:
         return RequestView(
             api=Api.CHAT, model=model, parts=_merge_text(parts), stream=True, max_tokens=self.output_tokens
         )
-
-
-def role_header(role: str) -> str:
-    return f"<|{role}|>\n"
 
 
 def identity_of(key: str) -> str:
