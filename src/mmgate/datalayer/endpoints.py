@@ -94,6 +94,7 @@ class EndpointRecord:
     metrics: MetricsSnapshot | None = None
     models: tuple[str, ...] = ()
     model_cards: tuple[dict[str, Any], ...] = ()  # the /v1/models objects behind ``models``
+    adapters: dict[str, str] = field(default_factory=dict)  # LoRA adapter -> base, from the cards
 
     @property
     def name(self) -> str:
