@@ -1,4 +1,5 @@
 from mmgate.datalayer.metrics import parse_metrics
+from mmgate.vllm.lora import Adapter
 
 VLLM_PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -60,12 +61,12 @@ def test_lora_requests_info_newest_sample_wins_and_joins_the_served_adapters() -
         b'waiting_lora_adapters="math"} 200.0\n'
         b'vllm:lora_requests_info{max_lora="2",running_lora_adapters="older",waiting_lora_adapters=""} 50.0\n'
     )
-    snap = parse_metrics(page, adapters={"sql": "base"})
+    snap = parse_metrics(page, adapters={"sql": Adapter("base")})
     assert snap.lora is not None
     assert (snap.lora.running, snap.lora.waiting, snap.lora.max_loras) == ({"sql", "chat"}, {"math"}, 2)
-    assert snap.lora.adapters == {"sql": "base"} and not snap.lora.room()
+    assert snap.lora.adapters == {"sql": Adapter("base")} and not snap.lora.room()
     assert parse_metrics(b"vllm:num_requests_waiting 1\n").lora is None
-    assert parse_metrics(b"vllm:num_requests_waiting 1\n", adapters={"a": "b"}).lora is not None
+    assert parse_metrics(b"vllm:num_requests_waiting 1\n", adapters={"a": Adapter("b")}).lora is not None
 
 
 def test_lora_names_from_the_page_are_bounded() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.spec import PodSpec
+from mmgate.vllm.lora import Adapter
 from support.stack import Stack, stack
 from support.waiting import until
 
@@ -93,7 +94,9 @@ async def test_adapter_requests_go_where_the_adapter_is_loaded_and_spread_when_n
     pods = [u.removeprefix("http://") for u in s.fleet.urls]
     registry = s.running.gateway.data.registry
     record = registry.get(pods[0])
-    assert record is not None and record.adapters == dict.fromkeys(ADAPTERS, s.model)  # from /v1/models
+    assert record is not None and record.adapters == {  # from /v1/models
+        name: Adapter(s.model, path) for name, path in ADAPTERS.items()
+    }
     async with AsyncExitStack() as exits:
         # pod-0 runs "sql", pod-1 runs "chat" (sent to the pods directly, as other traffic would)
         await hold(exits, s.session, s.fleet.urls[0], "sql")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mmgate.vllm.lora import LORA_INFO, LoraState, adapter_names
+from mmgate.vllm.lora import LORA_INFO, Adapter, LoraState, adapter_names
 
 # Which snapshot field each source metric fills, per engine. Counts are summed over label sets
 # (data-parallel engines, several served models); usage takes the maximum.
@@ -114,7 +114,7 @@ def _int_label(line: bytes, key: bytes) -> int | None:
         return None
 
 
-def _lora(page: bytes, adapters: Mapping[str, str]) -> LoraState | None:
+def _lora(page: bytes, adapters: Mapping[str, Adapter]) -> LoraState | None:
     """The newest ``vllm:lora_requests_info`` sample (largest value: its update time), with the
     adapters ``/v1/models`` listed."""
     best: bytes | None = None
@@ -132,10 +132,10 @@ def _lora(page: bytes, adapters: Mapping[str, str]) -> LoraState | None:
 
 
 def parse_metrics(
-    page: bytes, *, now: float = 0.0, adapters: Mapping[str, str] | None = None
+    page: bytes, *, now: float = 0.0, adapters: Mapping[str, Adapter] | None = None
 ) -> MetricsSnapshot:
     """Extract a :class:`MetricsSnapshot` from a Prometheus text exposition page (``adapters``:
-    what the endpoint's ``/v1/models`` lists, adapter -> base model).
+    the LoRA adapters the endpoint's ``/v1/models`` lists, by name).
 
     Never raises on odd input: unknown or malformed lines are simply not read.
     """

@@ -43,6 +43,7 @@ from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params, transfer_seconds
 from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig
+from mmgate.vllm.blocks import LoRA
 
 if TYPE_CHECKING:
     from mmgate.tokens.engine.tokenizer import EngineTokenizer
@@ -270,6 +271,12 @@ class SimPod:
 
     # --- LoRA adapters -----------------------------------------------------------------------
 
+    def _lora_key(self, model: str) -> LoRA | None:
+        """The adapter as vLLM keys its requests' blocks (name and path), None for the base model."""
+        if self.lora is None or model not in self.lora.modules:
+            return None
+        return LoRA(model, self.lora.modules[model])
+
     def _adapter_of(self, model: str) -> str | None:
         """``model`` when it names one of the pod's adapters (vLLM serves them by name)."""
         return model if self.lora is not None and model in self.lora.modules else None
@@ -333,6 +340,7 @@ class SimPod:
             remote_prefill=transfer.remote_prefill,
             remote_encoded=transfer.remote_encoded,
             media=payloads_of(job.view.assets),
+            lora=self._lora_key(job.view.model),
         )
         arrival = await driver.preprocess(sim)
         try:

@@ -28,11 +28,20 @@ MAX_NAME_CHARS = 256
 
 
 @dataclass(slots=True, frozen=True)
-class LoraState:
-    """One endpoint's adapters: those it serves (adapter -> base model, from ``/v1/models``),
-    those its running and waiting requests use, and how many one batch can hold."""
+class Adapter:
+    """A served adapter: its base model (the card's ``parent``) and path (``root``), which vLLM's
+    block keys of the adapter's requests include (:class:`mmgate.vllm.blocks.LoRA`)."""
 
-    adapters: Mapping[str, str] = field(default_factory=dict)
+    base: str
+    path: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class LoraState:
+    """One endpoint's adapters: those it serves (by name, from ``/v1/models``), those its running
+    and waiting requests use, and how many one batch can hold."""
+
+    adapters: Mapping[str, Adapter] = field(default_factory=dict)
     running: frozenset[str] = frozenset()
     waiting: frozenset[str] = frozenset()
     max_loras: int = 0
@@ -48,15 +57,17 @@ def adapter_names(label: str) -> frozenset[str]:
     return frozenset(n for n in names if n and len(n) <= MAX_NAME_CHARS)
 
 
-def adapters_of(cards: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Adapter -> base model, from ``/v1/models`` cards that name a ``parent`` other than themselves."""
-    out: dict[str, str] = {}
+def adapters_of(cards: Iterable[Mapping[str, Any]]) -> dict[str, Adapter]:
+    """The adapters of ``/v1/models`` cards: those naming a ``parent`` other than themselves."""
+    out: dict[str, Adapter] = {}
     for card in cards:
         name, parent = card.get("id"), card.get("parent")
         if not isinstance(name, str) or not isinstance(parent, str) or not parent or name == parent:
             continue
+        root = card.get("root")
+        path = root if isinstance(root, str) and len(root) <= 4 * MAX_NAME_CHARS else ""
         if len(name) <= MAX_NAME_CHARS and len(out) < MAX_ADAPTERS:
-            out[name] = parent
+            out[name] = Adapter(parent, path)
     return out
 
 

@@ -8,10 +8,10 @@ from collections.abc import Collection
 from mmgate.scheduling import EndpointState, Metrics, PluginHandle, SchedulingRequest
 from mmgate.scheduling.framework import NoParams
 from mmgate.scheduling.plugins.lora_affinity_scorer import LoraAffinityScorer
-from mmgate.vllm.lora import LoraState
+from mmgate.vllm.lora import Adapter, LoraState
 from support.views import view
 
-SERVED = {"sql": "base", "chat": "base"}
+SERVED = {"sql": Adapter("base", "/a/sql"), "chat": Adapter("base", "/a/chat")}
 SCORER = LoraAffinityScorer("lora", NoParams(), PluginHandle(random.Random(0)))
 
 

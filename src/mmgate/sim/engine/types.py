@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mmgate.vllm.blocks import BlockHash, MediaSpanLike
+from mmgate.vllm.blocks import BlockHash, LoRA, MediaSpanLike
 
 __all__ = [
     "AllBlocksCleared",
@@ -82,6 +82,7 @@ class SimRequest:
     # The payload of each media part as the API server receives it (front-end cost); may be
     # empty (nothing to load: media already decoded, or a caller that does not model it).
     media: Sequence[MediaPayload] = ()
+    lora: LoRA | None = None  # the request's adapter: part of every block's key, as in vLLM
 
     @classmethod
     def from_sequence(
