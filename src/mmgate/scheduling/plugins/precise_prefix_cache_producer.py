@@ -30,6 +30,7 @@ import msgspec
 from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.framework import PluginHandle, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
+from mmgate.scheduling.plugins._lora import adapter_of
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.vllm.blocks import HASH_ALGOS, BlockHasher, LoRA, event_hash
 
@@ -111,10 +112,5 @@ def lora_of(request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> L
     ``/v1/models`` lists its model as an adapter: the adapter is part of every block's key, so its
     requests hit only blocks that requests of the same adapter stored."""
     model = request.view.model
-    for ep in endpoints:
-        m = ep.metrics
-        lora = None if m is None else m.lora
-        adapter = None if lora is None else lora.adapters.get(model)
-        if adapter is not None:
-            return LoRA(model, adapter.path)
-    return None
+    adapter = adapter_of(model, endpoints)
+    return None if adapter is None else LoRA(model, adapter.path)
