@@ -1,4 +1,4 @@
-"""One simulated pod's ``/metrics``: vLLM's families (:mod:`mmgate.serving.metrics`) and the
+"""One simulated pod's ``/metrics``: vLLM's families (:mod:`mmgate.modelserver.metrics`) and the
 simulator's own, which say whether the process keeps up with the simulated GPU (a pod whose step
 loop falls behind reports slower timings than its profile)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from mmgate.serving.metrics import MetricLines, ServerMetrics
+from mmgate.modelserver.metrics import MetricLines, ServerMetrics
 from mmgate.sim.lora import LoraSlots
 from mmgate.vllm.lora import LORA_INFO, lora_info_labels
 

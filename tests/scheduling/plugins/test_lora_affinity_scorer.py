@@ -6,7 +6,7 @@ import random
 from collections.abc import Collection
 
 from mmgate.scheduling import EndpointState, Metrics, PluginHandle, SchedulingRequest
-from mmgate.scheduling.framework import NoParams
+from mmgate.scheduling.contracts import NoParams
 from mmgate.scheduling.plugins.lora_affinity_scorer import LoraAffinityScorer
 from mmgate.vllm.lora import Adapter, LoraState
 from support.views import view

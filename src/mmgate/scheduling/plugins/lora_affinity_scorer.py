@@ -22,7 +22,7 @@ other scorers' business and are unchanged: weights decide how they mix.
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import NoParams, Scorer
+from mmgate.scheduling.contracts import NoParams, Scorer
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 LOADED, ROOM, WAITING, BUSY = 1.0, 0.8, 0.6, 0.0
