@@ -290,5 +290,7 @@ async def test_a_stopped_reader_shows_in_readiness_and_the_gauge(ctx: zmq.asynci
             if s.name == "mmgate_kv_events_ingesting"
         )
         assert gauge() == 0
+        layer.registry.remove(EP)  # the endpoint whose reader failed leaves: nothing is stale now
+        assert sub.ingesting() and gauge() == 1 and sub.readers_failed == 1
     finally:
         await sub.stop()

@@ -176,9 +176,10 @@ class KVEventSubscriber:
         log.error("kv events: a reader stopped; precise routing goes stale", exc_info=task.exception())
 
     def ingesting(self) -> bool:
-        """Every reader the subscriber started is still reading (false once one has failed)."""
+        """Every reader of the current endpoints (or bound sockets) is still reading: false once
+        one has failed, true again when discovery removes the endpoint whose reader failed."""
         tasks = [t for ts in self._tasks.values() for t in ts] + self._central
-        return self.readers_failed == 0 and not any(t.done() and not t.cancelled() for t in tasks)
+        return not any(t.done() and not t.cancelled() for t in tasks)
 
     def publisher_count(self) -> int:
         """Sequence trackers held (at most ``settings.max_publishers``)."""
