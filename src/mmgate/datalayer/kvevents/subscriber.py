@@ -498,6 +498,11 @@ class KVEventsCollector(Collector):
             "1 while every KV-event reader runs; 0 once one stopped (precise routing goes stale)",
             value=1 if sub.ingesting() else 0,
         )
+        yield CounterMetricFamily(
+            "mmgate_kv_events_readers_failed",
+            "KV-event readers that ended on an error (their socket failed); see the error log",
+            value=sub.readers_failed,
+        )
         yield GaugeMetricFamily(
             "mmgate_kv_events_publishers",
             "Publishers (endpoint, rank) whose sequence is tracked; bounded by kvEvents.maxPublishers",
