@@ -102,7 +102,11 @@ class KVEventsSpec(_Strict):
     centralised mode instead: the gateway binds that address and the pods connect to it, naming
     themselves in the topic ``kv@POD@MODEL``. ``queueSize`` bounds the batches waiting per socket
     (beyond it they are dropped, counted, and the endpoint resyncs); ``batchesPerTick`` bounds the
-    work done between two turns of the event loop, so requests never wait behind a flood."""
+    work done between two turns of the event loop, so requests never wait behind a flood. The rest
+    bound what an untrusted sender can make the gateway hold: ``maxBatchBytes`` per message (ZMQ
+    drops a larger sender's link), ``maxPublishers`` sequence trackers, ``maxBlocksPerEndpoint``
+    index entries per endpoint (least recently stored evicted), and ``maxSequenceGap``, beyond
+    which a sequence jump counts as a reset rather than as lost batches."""
 
     port: int | None = None
     replayPort: int | None = None
@@ -112,6 +116,10 @@ class KVEventsSpec(_Strict):
     queueSize: int = 10_000
     replayTimeoutS: float = 2.0
     batchesPerTick: int = 64
+    maxBatchBytes: int = 16 << 20
+    maxPublishers: int = 4096
+    maxSequenceGap: int = 1_000_000
+    maxBlocksPerEndpoint: int = 1_000_000
 
 
 class SharedIndexSpec(_Strict):

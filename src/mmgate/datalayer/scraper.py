@@ -22,6 +22,7 @@ import orjson
 
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
 from mmgate.datalayer.metrics import parse_metrics
+from mmgate.vllm.lora import adapters_of
 
 log = logging.getLogger("mmgate.datalayer")
 
@@ -129,7 +130,7 @@ class MetricsScraper:
                 if resp.status != 200:
                     error = f"/metrics returned HTTP {resp.status}"
                 else:
-                    record.metrics = parse_metrics(body, now=self.clock())
+                    record.metrics = parse_metrics(body, now=self.clock(), adapters=record.adapters)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -154,6 +155,7 @@ class MetricsScraper:
                     cards = model_cards(await resp.read())
                     record.model_cards = cards
                     record.models = tuple(card["id"] for card in cards)
+                    record.adapters = adapters_of(cards)
         except asyncio.CancelledError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

@@ -325,7 +325,10 @@ class Gateway:
                 "last_error": record.health.last_error,
             }
         ready = self.data.ready()
-        return json_response({"ready": ready, "endpoints": endpoints}, status=200 if ready else 503)
+        body: dict[str, object] = {"ready": ready, "endpoints": endpoints}
+        if not self.data.kv_events_ingesting():
+            body["kv_events"] = "a KV-event reader stopped; see mmgate_kv_events_ingesting"
+        return json_response(body, status=200 if ready else 503)
 
     def metrics(self) -> Response:
         return Response(200, generate_latest(self.telemetry.registry), CONTENT_TYPE_LATEST)

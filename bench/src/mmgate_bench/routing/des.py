@@ -166,11 +166,13 @@ class _MemoHasher:
         self._memo = memo
         self._algo = (inner.algo, inner.seed)  # systems hashing differently share no entries
 
-    def block_hashes(self, token_ids: Any, mm_items: Any = (), cache_salt: str | None = None) -> list[Any]:
-        key = (id(token_ids), cache_salt, *self._algo)
+    def block_hashes(
+        self, token_ids: Any, mm_items: Any = (), cache_salt: str | None = None, lora: Any = None
+    ) -> list[Any]:
+        key = (id(token_ids), cache_salt, lora, *self._algo)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._inner.block_hashes(token_ids, mm_items, cache_salt)
+            hit = self._inner.block_hashes(token_ids, mm_items, cache_salt, lora)
             self._memo[key] = hit
         return list(hit)
 

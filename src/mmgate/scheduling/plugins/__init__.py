@@ -18,6 +18,7 @@ from mmgate.scheduling.plugins.encoder_header_handler import EncoderHeaderHandle
 from mmgate.scheduling.plugins.inflight_load_producer import InflightLoadProducer
 from mmgate.scheduling.plugins.kv_cache_utilization_scorer import KVCacheUtilizationScorer
 from mmgate.scheduling.plugins.load_aware_scorer import LoadAwareScorer
+from mmgate.scheduling.plugins.lora_affinity_scorer import LoraAffinityScorer
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.mm_embeddings_cache_affinity_filter import MMEmbeddingsCacheAffinityFilter
 from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsCacheProducer
@@ -69,6 +70,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     ActiveRequestScorer,
     KVCacheUtilizationScorer,
     LoadAwareScorer,
+    LoraAffinityScorer,
     MMEmbeddingsCacheScorer,
     NoHitLRUScorer,
     PredictedTTFTScorer,
