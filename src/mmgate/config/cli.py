@@ -55,6 +55,28 @@ def describe(scheduler: Scheduler, configured: set[str]) -> list[tuple[str, str,
     return rows
 
 
+def describe_flow(config: GatewayConfig) -> list[tuple[str, str, str]]:
+    """Rows for flow control when its feature gate is on: the detector, then each band given."""
+    from mmgate.config.flow import FEATURE_GATE, FLOW_PLUGIN_TYPES
+
+    if FEATURE_GATE not in config.picker.featureGates:
+        return []
+    rows = [("flow control", p.instance_name, _params_of(p.parameters)) for p in config.picker.plugins
+            if p.type in FLOW_PLUGIN_TYPES]  # fmt: skip
+    fc = config.picker.flowControl
+    if fc is not None:
+        for band in fc.priorityBands:
+            given = {k: v for k, v in msgspec.structs.asdict(band).items() if v is not None and k != "priority"}
+            rows.append(("flow control", f"priority {band.priority}", _params_of(given)))
+    return rows or [("flow control", "on", "llm-d's defaults")]
+
+
+def _params_of(params: Any) -> str:
+    if not params:
+        return ""
+    return ", ".join(f"{k}={_short(v)}" for k, v in dict(params).items())
+
+
 def check_file(path: str) -> tuple[GatewayConfig | None, Scheduler | None, list[ConfigError]]:
     """Every mistake of one file, located; the config and scheduler when there is none.
 
@@ -67,6 +89,12 @@ def check_file(path: str) -> tuple[GatewayConfig | None, Scheduler | None, list[
     scheduler: Scheduler | None = None
     try:
         scheduler = build_scheduler(config.picker, mmgate=config.mmgate)
+    except ConfigError as exc:
+        errors += config.locate(exc).errors
+    from mmgate.control.flow import flow_settings_of  # the flow-control sections' meaning
+
+    try:
+        flow_settings_of(config.picker, config.mmgate)
     except ConfigError as exc:
         errors += config.locate(exc).errors
     if errors:
@@ -100,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         table = Table(COLUMNS, title=f"{path} ({config.picker.apiVersion})")
         for r in describe(scheduler, {p.instance_name for p in config.picker.plugins}):
+            table.add(*r)
+        for r in describe_flow(config):
             table.add(*r)
         tables.append(table)
     if tables:

@@ -67,11 +67,17 @@ class MetricsScraper:
         self._session: aiohttp.ClientSession | None = None
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._health_listeners: list[HealthListener] = []
+        self._refresh_listeners: list[HealthListener] = []
         registry.on_add(self._start_loop)
         registry.on_remove(self._stop_loop)
 
     def on_health_change(self, listener: HealthListener) -> None:
         self._health_listeners.append(listener)
+
+    def on_refresh(self, listener: HealthListener) -> None:
+        """``listener(record)`` after each scrape that refreshed ``record.metrics`` (flow control
+        releases held requests the moment a pod has room)."""
+        self._refresh_listeners.append(listener)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -152,6 +158,9 @@ class MetricsScraper:
             state = "healthy" if record.health.healthy else f"unhealthy ({error})"
             log.warning("endpoint %s is %s", record.name, state)
             for listener in self._health_listeners:
+                listener(record)
+        if error is None:
+            for listener in self._refresh_listeners:
                 listener(record)
         return error is None
 

@@ -20,6 +20,7 @@ from mmgate.control.admission import AdmissionSettings
 from mmgate.control.apikeys import KeyStore
 from mmgate.control.circuit_breaker import BreakerSettings
 from mmgate.control.controller import ControlSettings, Parser
+from mmgate.control.flow import flow_settings_of
 from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.index.memory import AffinityIndex
@@ -264,8 +265,9 @@ def build_gateway(
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
     return Gateway(
-        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
-    )
+        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section),
+        flow=flow_settings_of(config.picker, section), pricing=pricing,
+    )  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -1,0 +1,78 @@
+"""Flow control as the request controller uses it: a request's flow, cost and size worked out
+once, then handed to the pure :class:`~mmgate.control.flow.dispatcher.FlowDispatcher`.
+
+The controller (:mod:`mmgate.control.controller`) calls :meth:`FlowGate.item` to make a request's
+held form, :meth:`FlowGate.dispatcher` for the rest. Nothing here awaits or reads a clock: the
+controller passes the time, and the transport's event loop (or the discrete-event benchmark's
+virtual one) arms the TTL timer at :meth:`~mmgate.control.flow.dispatcher.FlowDispatcher.next_expiry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from mmgate.control.flow.classify import Classifier, FlowKey
+from mmgate.control.flow.dispatcher import FlowDispatcher
+from mmgate.control.flow.policies import request_cost
+from mmgate.control.flow.queues import HeldRequest, Reject, Release
+from mmgate.control.flow.saturation import SaturationDetector
+from mmgate.control.flow.settings import FlowSettings
+from mmgate.datalayer.metrics import MetricsSnapshot
+from mmgate.request.view import RequestView
+from mmgate.tokens import PricingConfig
+
+
+class FlowGate:
+    def __init__(
+        self,
+        settings: FlowSettings,
+        metrics_of: Callable[[str], MetricsSnapshot | None],
+        pricing: PricingConfig | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pricing = pricing if pricing is not None else PricingConfig()
+        self.classifier = Classifier(settings.objectives)
+        self.dispatcher = FlowDispatcher(
+            SaturationDetector(settings.detector), metrics_of, settings.plan, settings.limits
+        )
+
+    def item(
+        self,
+        view: RequestView,
+        headers: Mapping[str, str],
+        tenant: str | None,
+        candidates: Sequence[str],
+        now: float,
+        release: Release,
+        reject: Reject,
+    ) -> tuple[HeldRequest, int]:
+        """The held form of a request, and the output tokens its cost assumed (to correct when
+        usage is observed; 0 when its band does not price requests)."""
+        classified = self.classifier.classify(headers, tenant)
+        key: FlowKey = classified.key
+        plan = self.settings.plan(key.priority)
+        cost, expected = 0.0, 0
+        if plan.cost is not None:
+            cost, expected = request_cost(view, self.pricing, plan.cost)
+        deadline = float("inf")
+        if plan.edf:
+            target = classified.ttft_target_s
+            deadline = now + (target if target is not None else plan.edf_default_target_s)
+        item = HeldRequest(
+            key,
+            tuple(candidates),
+            arrived=now,
+            size=len(view.body),
+            cost=cost,
+            deadline=deadline,
+            release=release,
+            reject=reject,
+        )
+        return item, expected
+
+    def output_correction(self, priority: int, expected: int, observed: int) -> float:
+        """The cost of ``observed`` output tokens less the ``expected`` ones already charged."""
+        plan = self.settings.plan(priority)
+        if plan.cost is None:
+            return 0.0
+        return plan.cost.output(observed) - plan.cost.output(expected)
