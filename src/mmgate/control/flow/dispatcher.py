@@ -294,9 +294,9 @@ class FlowDispatcher:
                 continue
             newest: HeldRequest | None = None
             for queue in victim_band.flows.values():
-                head = queue.head()  # any live request of the flow would do; the head is at hand
-                if head is not None and (newest is None or head.seq > newest.seq):
-                    newest = head
+                last = queue.newest()
+                if last is not None and (newest is None or last.seq > newest.seq):
+                    newest = last
             if newest is not None:
                 self._unqueue(newest)
                 self._reject(victim_band, newest, EVICTED)

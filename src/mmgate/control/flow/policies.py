@@ -114,16 +114,22 @@ class VirtualCost:
         self._floor = 0.0  # the smallest backlogged counter when a flow was last served
 
     def pick(self, band: Band, can_go: CanGo) -> FlowQueue | None:
+        """The smallest counter; on a tie (a flow just lifted to the floor ties with the flow
+        that set it) the cheaper head request, so a light request joining a heavy flood waits for
+        at most the heavy request in service, not also the next one; then the older head."""
         counters = self.counters
         best: FlowQueue | None = None
-        best_counter = 0.0
+        best_rank = (0.0, 0.0, 0)
         for name, queue in band.flows.items():
             counter = counters.get(name, 0.0)
-            if best is not None and counter >= best_counter:
+            if best is not None and counter > best_rank[0]:
                 continue
             head = queue.head()
-            if head is not None and can_go(head):
-                best, best_counter = queue, counter
+            if head is None:
+                continue
+            rank = (counter, head.cost, head.seq)
+            if (best is None or rank < best_rank) and can_go(head):
+                best, best_rank = queue, rank
         return best
 
     def backlogged(self, band: Band, fairness_id: str) -> None:

@@ -90,6 +90,11 @@ class FlowQueue:
             heapq.heappop(heap)
         return heap[0][2] if heap else None
 
+    def newest(self) -> HeldRequest | None:
+        """The most recently queued live request (a scan: only eviction asks, rarely)."""
+        live = [entry[2] for entry in self._heap if entry[2].queued]
+        return max(live, key=lambda item: item.seq) if live else None
+
     def forget(self, item: HeldRequest) -> None:
         """``item`` left (withdrawn, expired, evicted): counted out now, dropped when it surfaces."""
         self.count -= 1
