@@ -10,7 +10,6 @@ pod is slowed down so a request lasts long enough to hold the others behind it."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import orjson
 import pytest
@@ -57,7 +56,9 @@ def dispatcher(s: Stack) -> FlowDispatcher:
     return flow.dispatcher
 
 
-async def post(s: Stack, text: str, *, objective: str = "standard", tenant: str = "t", size: int = 0) -> Reply:
+async def post(
+    s: Stack, text: str, *, objective: str = "standard", tenant: str = "t", size: int = 0
+) -> Reply:
     body = chat_body(s.model, text, user="x" * size)  # held bytes that cost the pod nothing
     headers = {"x-gateway-inference-objective": objective, "x-gateway-inference-fairness-id": tenant}
     async with s.session.post(s.url + "/v1/chat/completions", data=body, headers=headers) as resp:
@@ -71,11 +72,16 @@ async def held(s: Stack, count: int) -> None:
     await until(lambda: dispatcher(s).count == count, f"{count} requests held")
 
 
-async def occupy(s: Stack, started: Callable[[Awaitable[Reply]], asyncio.Task[Reply]]) -> asyncio.Task[Reply]:
+async def occupy(s: Stack) -> asyncio.Task[Reply]:
     """A request that takes the pod; returns once the gateway has placed it."""
-    task = started(post(s, "blocker"))
-    await until(lambda: dispatcher(s).loads.get(s.fleet.urls[0].split("//")[1], None) is not None
-                and dispatcher(s).loads[s.fleet.urls[0].split("//")[1]].requests == 1, "the pod taken")  # fmt: skip
+    task = asyncio.create_task(post(s, "blocker"))
+    pod = s.fleet.urls[0].removeprefix("http://")
+
+    def taken() -> bool:
+        load = dispatcher(s).loads.get(pod)
+        return load is not None and load.requests == 1
+
+    await until(taken, "the pod taken")
     return task
 
 
@@ -88,7 +94,7 @@ async def test_held_requests_are_dispatched_in_priority_order() -> None:
             done.append(name)
             return reply
 
-        blocker = await occupy(s, asyncio.create_task)
+        blocker = await occupy(s)
         tasks = []
         for i, (name, objective) in enumerate(
             [("std-1", "standard"), ("crit-1", "critical"), ("std-2", "standard"), ("crit-2", "critical")]
@@ -104,7 +110,7 @@ async def test_held_requests_are_dispatched_in_priority_order() -> None:
 async def test_a_sheddable_request_is_refused_under_saturation_while_a_critical_one_waits() -> None:
     async with stack(config(), **SLOW) as s:
         before = await s.fleet_counter(SERVED)
-        blocker = await occupy(s, asyncio.create_task)
+        blocker = await occupy(s)
         critical = asyncio.create_task(post(s, "critical", objective="critical"))
         await held(s, 1)
         shed = await post(s, "batch", objective="batch")
@@ -122,7 +128,7 @@ async def test_a_sheddable_request_is_refused_under_saturation_while_a_critical_
 async def test_a_client_that_hangs_up_leaves_the_queue_at_once() -> None:
     async with stack(config(), **SLOW) as s:
         before = await s.fleet_counter(SERVED)
-        blocker = await occupy(s, asyncio.create_task)
+        blocker = await occupy(s)
         gone = asyncio.create_task(post(s, "impatient"))
         await held(s, 1)
         gone.cancel()  # closes the connection: the gateway cancels the handler
@@ -138,7 +144,7 @@ async def test_a_client_that_hangs_up_leaves_the_queue_at_once() -> None:
 
 async def test_the_byte_bound_refuses_with_503_and_holds() -> None:
     async with stack(config(max_bytes=150_000), **SLOW) as s:
-        blocker = await occupy(s, asyncio.create_task)
+        blocker = await occupy(s)
         first = asyncio.create_task(post(s, "big-1", size=100_000))
         await held(s, 1)
         refused = await post(s, "big-2", size=100_000, tenant="other")

@@ -66,7 +66,9 @@ def describe_flow(config: GatewayConfig) -> list[tuple[str, str, str]]:
     fc = config.picker.flowControl
     if fc is not None:
         for band in fc.priorityBands:
-            given = {k: v for k, v in msgspec.structs.asdict(band).items() if v is not None and k != "priority"}
+            given = {
+                k: v for k, v in msgspec.structs.asdict(band).items() if v is not None and k != "priority"
+            }
             rows.append(("flow control", f"priority {band.priority}", _params_of(given)))
     return rows or [("flow control", "on", "llm-d's defaults")]
 

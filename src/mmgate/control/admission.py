@@ -43,7 +43,9 @@ class Overloaded(Exception):
     header, ``status`` is the answer's (429, or 503 when the gateway itself is full: flow
     control's byte bound, a request held for its whole TTL), ``code`` the error's code."""
 
-    def __init__(self, message: str, retry_after_s: int, *, status: int = 429, code: str = "overloaded") -> None:
+    def __init__(
+        self, message: str, retry_after_s: int, *, status: int = 429, code: str = "overloaded"
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s

@@ -59,7 +59,7 @@ from mmgate.control.apikeys import Identity, KeyStore
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
 from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
 from mmgate.control.flow.classify import FlowKey
-from mmgate.control.flow.dispatcher import BYTES_FULL, EVICTED, SHED, STATUS, TTL
+from mmgate.control.flow.dispatcher import BYTES_FULL, EVICTED, QUEUE_FULL, SHED, STATUS, TTL
 from mmgate.control.flow.gate import FlowGate
 from mmgate.control.flow.queues import HeldRequest
 from mmgate.control.retry_budget import RetryBudget
@@ -512,7 +512,9 @@ class RequestController:
         flight = attempt.flight
         key = flight.flow
         if self.flow is not None and key is not None and flight._expected_output:
-            delta = self.flow.output_correction(key.priority, flight._expected_output, usage.completion_tokens)
+            delta = self.flow.output_correction(
+                key.priority, flight._expected_output, usage.completion_tokens
+            )
             flight._expected_output = 0
             self.flow.dispatcher.charge(key.priority, key.fairness_id, delta)
 
@@ -719,16 +721,11 @@ class RequestController:
     def _refusal(self, reason: str, flight: Flight) -> Overloaded:
         retry = self.flow.settings.retry_after_s if self.flow is not None else 1
         status = STATUS[reason]
-        if reason == SHED:
-            message = "every endpoint for this request is saturated and its objective is sheddable; retry later"
-        elif reason == EVICTED:
-            message = "a more important request took this sheddable request's place in the queue; retry later"
-        elif reason == TTL:
-            message = f"held for {self.clock() - flight.received:.1f} s while every endpoint stayed saturated; retry later"
-        elif reason == BYTES_FULL:
-            message = "the gateway holds as many request bytes as it may; retry shortly"
+        if reason == TTL:
+            held = self.clock() - flight.received
+            message = f"held for {held:.1f} s while every endpoint stayed saturated; retry later"
         else:
-            message = "the gateway holds as many requests as it may for this flow; retry shortly"
+            message = _REFUSALS.get(reason, _REFUSALS[QUEUE_FULL])
         return Overloaded(message, retry, status=status, code=f"flow_control_{reason}")
 
     # -- candidates: the one place they are narrowed ---------------------------------------------
@@ -756,6 +753,14 @@ class RequestController:
                 code="model_not_found",
             )
         return out
+
+
+_REFUSALS = {
+    SHED: "every endpoint for this request is saturated and its objective is sheddable; retry later",
+    EVICTED: "a more important request took this sheddable request's place in the queue; retry later",
+    BYTES_FULL: "the gateway holds as many request bytes as it may; retry shortly",
+    QUEUE_FULL: "the gateway holds as many requests as it may for this flow; retry shortly",
+}
 
 
 def _nothing() -> None:

@@ -264,9 +264,10 @@ def build_gateway(
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
+    flow = flow_settings_of(config.picker, section)
     return Gateway(
-        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section),
-        flow=flow_settings_of(config.picker, section), pricing=pricing,
+        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section),
+        tracing=tracing_of(section), flow=flow, pricing=pricing,
     )  # fmt: skip
 
 

@@ -30,7 +30,9 @@ class FlowCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         d = self._dispatcher
         stats = d.stats
-        held = GaugeMetricFamily("mmgate_flow_held_requests", "Requests held by flow control", labels=["priority"])
+        held = GaugeMetricFamily(
+            "mmgate_flow_held_requests", "Requests held by flow control", labels=["priority"]
+        )
         held_bytes = GaugeMetricFamily(
             "mmgate_flow_held_bytes", "Body bytes of the requests held by flow control", labels=["priority"]
         )
@@ -42,7 +44,9 @@ class FlowCollector(Collector):
         flow_requests = GaugeMetricFamily(
             "mmgate_flow_queue_requests", "Requests held per flow", labels=["priority", "flow"]
         )
-        flow_bytes = GaugeMetricFamily("mmgate_flow_queue_bytes", "Bytes held per flow", labels=["priority", "flow"])
+        flow_bytes = GaugeMetricFamily(
+            "mmgate_flow_queue_bytes", "Bytes held per flow", labels=["priority", "flow"]
+        )
         oldest = GaugeMetricFamily(
             "mmgate_flow_queue_oldest_wait_seconds", "How long the flow's next request has waited",
             labels=["priority", "flow"],
@@ -68,7 +72,9 @@ class FlowCollector(Collector):
             dispatched.add_metric([str(priority), "false"], count - waited)
         yield dispatched
         rejected = CounterMetricFamily(
-            "mmgate_flow_rejected", "Requests flow control turned away, by reason", labels=["priority", "reason"]
+            "mmgate_flow_rejected",
+            "Requests flow control turned away, by reason",
+            labels=["priority", "reason"],
         )
         for (priority, reason), count in stats.rejected.items():
             rejected.add_metric([str(priority), reason], count)

@@ -36,13 +36,13 @@ from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
 from mmgate.errors import RequestError
+from mmgate.gateway.flowmetrics import FlowCollector
 from mmgate.gateway.h1.request import Request
 from mmgate.gateway.h1.server import ServerLimits
 from mmgate.gateway.h1.writer import ResponseWriter
 from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
 from mmgate.gateway.responses import Response, error_response, json_response, request_error_response
-from mmgate.gateway.flowmetrics import FlowCollector
 from mmgate.gateway.telemetry import Telemetry
 from mmgate.request.urlprobe import UrlProber, UrlProbeSettings
 from mmgate.request.urlsizing import UrlSizer

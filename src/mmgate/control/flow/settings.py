@@ -146,7 +146,11 @@ def flow_settings_of(picker: EndpointPickerConfig, section: MmgateSection) -> Fl
     names = [o.name for o in section.inferenceObjectives]
     for i, name in enumerate(names):
         if name in names[:i]:
-            errors.append(ConfigError(f"objective {name!r} is defined twice", path=f"mmgate.inferenceObjectives[{i}].name"))
+            errors.append(
+                ConfigError(
+                    f"objective {name!r} is defined twice", path=f"mmgate.inferenceObjectives[{i}].name"
+                )
+            )
     settings.detector = _detector(picker, plugins, errors)
     if fc is not None:
         settings.limits = DispatcherLimits(
@@ -161,14 +165,18 @@ def flow_settings_of(picker: EndpointPickerConfig, section: MmgateSection) -> Fl
             _check_band(fc.defaultPriorityBand, "flowControl.defaultPriorityBand", plugins, errors)
         if fc.defaultNegativePriorityBand is not None:
             settings._negative = fc.defaultNegativePriorityBand
-            _check_band(fc.defaultNegativePriorityBand, "flowControl.defaultNegativePriorityBand", plugins, errors)
+            _check_band(
+                fc.defaultNegativePriorityBand, "flowControl.defaultNegativePriorityBand", plugins, errors
+            )
         for i, band in enumerate(fc.priorityBands):
             where = f"flowControl.priorityBands[{i}]"
             if band.priority is None:
                 errors.append(ConfigError("a priority band needs its priority", path=f"{where}.priority"))
                 continue
             if band.priority in settings._bands:
-                errors.append(ConfigError(f"priority {band.priority} has two bands", path=f"{where}.priority"))
+                errors.append(
+                    ConfigError(f"priority {band.priority} has two bands", path=f"{where}.priority")
+                )
             settings._bands[band.priority] = band
             _check_band(band, where, plugins, errors)
         if fc.saturationDetector is not None:
@@ -199,7 +207,11 @@ def _detector(
         listed = [p for t, p in plugins.values() if t == UTILIZATION_DETECTOR]
         params = listed[0] if listed else UtilizationDetectorParams()
     old = picker.saturationDetector
-    queue, kv, stale = params.queueDepthThreshold, params.kvCacheUtilThreshold, params.metricsStalenessThreshold
+    queue, kv, stale = (
+        params.queueDepthThreshold,
+        params.kvCacheUtilThreshold,
+        params.metricsStalenessThreshold,
+    )
     if old is not None:  # the deprecated section's thresholds, where given
         queue = old.queueDepthThreshold if old.queueDepthThreshold is not None else queue
         kv = old.kvCacheUtilThreshold if old.kvCacheUtilThreshold is not None else kv
@@ -232,11 +244,16 @@ def _check_band(
         kind = plugins.get(ref, (ref, None))[0]
         if kind not in kinds:
             errors.append(
-                ConfigError(f"{ref!r} is not one of {', '.join(kinds)} (or a plugin of those types)", path=f"{where}.{key}")
+                ConfigError(
+                    f"{ref!r} is not one of {', '.join(kinds)} (or a plugin of those types)",
+                    path=f"{where}.{key}",
+                )
             )
 
 
-def _checked(read: Callable[[Any], Any], value: Any, path: str, errors: list[ConfigError], default: Any) -> Any:
+def _checked(
+    read: Callable[[Any], Any], value: Any, path: str, errors: list[ConfigError], default: Any
+) -> Any:
     if value is None:
         return default
     try:
@@ -244,4 +261,3 @@ def _checked(read: Callable[[Any], Any], value: Any, path: str, errors: list[Con
     except ValueError as exc:
         errors.append(ConfigError(str(exc), path=path))
         return default
-
