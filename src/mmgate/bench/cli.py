@@ -76,6 +76,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "add_export_arguments",
         "export",
     ),
+    "flow-control": Benchmark(
+        "routing",
+        "mmgate.bench.routing.flow_control",
+        "noisy neighbours in the DES: no flow control vs global FCFS, round-robin, media-aware fairness",
+    ),
     "shared-index": Benchmark(
         "routing", "mmgate.bench.routing.shared_index", "prefix hit ratio: one gateway vs two sharing Redis"
     ),

@@ -91,8 +91,9 @@ class UtilizationDetectorParams(_Strict):
     """``utilization-detector``: an endpoint is saturated when its waiting queue is longer than
     ``queueDepthThreshold`` or its KV cache fuller than ``kvCacheUtilThreshold``, or its metrics
     are older than ``metricsStalenessThreshold`` (llm-d's defaults). mmgate adds two optional
-    bounds on what the gateway itself has in flight there, known at once rather than at the next
-    scrape: ``maxInflightRequests`` and ``maxInflightTokens`` (priced prompt tokens; 0: no bound)."""
+    bounds on what the gateway itself has put there, known at once rather than at the next
+    scrape: ``maxInflightRequests`` (sent, not finished) and ``maxInflightTokens`` (priced prompt
+    tokens of the requests sent there that have no first token yet); 0: no bound."""
 
     queueDepthThreshold: int = 5
     kvCacheUtilThreshold: float = 0.8

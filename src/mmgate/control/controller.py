@@ -167,6 +167,7 @@ class Flight(msgspec.Struct, eq=False):
     held_s: float = 0.0  # time flow control held the request before it was released
     flow: FlowKey | None = None  # flow control on: the request's flow
     _expected_output: int = 0  # output tokens its flow was charged for before they were seen
+    _prompt_tokens: int = 0  # priced by flow control (when its band or detector needs them)
     _early: bool = False  # flow control decided its first attempt when releasing it
     _ready: Attempt | None = None  # that attempt (None: no endpoint could take it)
 
@@ -203,7 +204,9 @@ class Attempt(msgspec.Struct, eq=False):
     # of the client's; else empty and the client's pass through.
     propagation: Sequence[tuple[str, str]] = ()
     sent_at: float | None = None  # when started() was called (the clock's time)
-    placed: int = -1  # flow control on: the prompt tokens counted on the endpoint, until finished
+    # Flow control on: the prompt tokens counted on the endpoint until its first byte (0 after
+    # it, while the request still counts there until finished); -1: not placed.
+    placed: int = -1
 
     @property
     def endpoint(self) -> str:
@@ -488,6 +491,8 @@ class RequestController:
         flight = attempt.flight
         flight.first_byte_s = now - flight.received
         self.picker.first_token(attempt.decision)
+        if attempt.placed > 0:  # its prompt is prefilled: no longer the pod's backlog
+            self._prefilled(attempt)
         if flight.trace is not None:
             flight.trace.first_byte(status)
         predicted = attempt.decision.predicted_ttft_s
@@ -633,9 +638,10 @@ class RequestController:
 
         names = [r.name for r in flight.candidates]
         tenant = flight.identity.tenant if flight.identity is not None else None
-        item, expected = flow.item(flight.view, flight.headers, tenant, names, now, release, reject)
+        item, expected, tokens = flow.item(flight.view, flight.headers, tenant, names, now, release, reject)
         flight.flow = item.key
         flight._expected_output = expected
+        flight._prompt_tokens = tokens
         flow.dispatcher.submit(item, now)
         if item.queued:
             self._arm()
@@ -690,8 +696,19 @@ class RequestController:
 
     def _place(self, attempt: Attempt) -> None:
         assert self.flow is not None
-        attempt.placed = tokens = attempt.decision.request_tokens
+        # The decision's priced tokens; a picker that does not report them (the DES's) leaves
+        # the ones flow control priced.
+        attempt.placed = tokens = attempt.decision.request_tokens or attempt.flight._prompt_tokens
         self.flow.dispatcher.placed(attempt.decision.endpoint, tokens)
+
+    def _prefilled(self, attempt: Attempt) -> None:
+        flow = self.flow
+        assert flow is not None
+        flow.dispatcher.prefilled(attempt.decision.endpoint, attempt.placed)
+        attempt.placed = 0
+        if flow.dispatcher.count:
+            flow.dispatcher.pump(self.clock())
+            self._arm()
 
     def _unplace(self, attempt: Attempt) -> None:
         """``attempt``'s load leaves its endpoint; the held requests that now fit go."""

@@ -7,8 +7,9 @@ virtual time in the discrete-event benchmark), and the only effects are the held
 
 - :meth:`submit` for a new request: released at once when nothing better is waiting and one of
   its endpoints has room; else held (within the bounds) or refused;
-- :meth:`placed` / :meth:`finished` as the controller sends requests and they end: what the
-  gateway has put on each endpoint, for the saturation detector;
+- :meth:`placed` / :meth:`prefilled` / :meth:`finished` as the controller sends requests, they
+  produce a first token and they end: what the gateway has put on each endpoint, for the
+  saturation detector;
 - :meth:`refreshed` when an endpoint's metrics are scraped;
 - :meth:`pump` after anything that may have freed room (a request finished, a scrape), and
   :meth:`expire` when the earliest TTL is due (:meth:`next_expiry`);
@@ -200,8 +201,16 @@ class FlowDispatcher:
         load.requests += 1
         load.tokens += tokens
 
+    def prefilled(self, endpoint: str, tokens: int) -> None:
+        """A request placed on ``endpoint`` produced its first token: its ``tokens`` are no
+        longer waiting for prefill there (call :meth:`pump` next)."""
+        load = self.loads.get(endpoint)
+        if load is not None:
+            load.tokens = max(0, load.tokens - tokens)
+
     def finished(self, endpoint: str, tokens: int) -> None:
-        """A request placed on ``endpoint`` ended (call :meth:`pump` next)."""
+        """A request placed on ``endpoint`` ended (``tokens``: those still counted, if it never
+        reported a first token; call :meth:`pump` next)."""
         load = self.loads.get(endpoint)
         if load is not None:
             load.requests = max(0, load.requests - 1)

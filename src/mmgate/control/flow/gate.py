@@ -13,13 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from mmgate.control.flow.classify import Classifier, FlowKey
 from mmgate.control.flow.dispatcher import FlowDispatcher
-from mmgate.control.flow.policies import request_cost
 from mmgate.control.flow.queues import HeldRequest, Reject, Release
 from mmgate.control.flow.saturation import SaturationDetector
 from mmgate.control.flow.settings import FlowSettings
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.request.view import RequestView
-from mmgate.tokens import PricingConfig
+from mmgate.tokens import PricingConfig, price
 
 
 class FlowGate:
@@ -32,6 +31,7 @@ class FlowGate:
         self.settings = settings
         self.pricing = pricing if pricing is not None else PricingConfig()
         self.classifier = Classifier(settings.objectives)
+        self._counts_tokens = settings.detector.max_inflight_tokens > 0
         self.dispatcher = FlowDispatcher(
             SaturationDetector(settings.detector), metrics_of, settings.plan, settings.limits
         )
@@ -45,15 +45,20 @@ class FlowGate:
         now: float,
         release: Release,
         reject: Reject,
-    ) -> tuple[HeldRequest, int]:
-        """The held form of a request, and the output tokens its cost assumed (to correct when
-        usage is observed; 0 when its band does not price requests)."""
+    ) -> tuple[HeldRequest, int, int]:
+        """The held form of a request, the output tokens its cost assumed (to correct when
+        usage is observed; 0 when its band does not price requests), and its priced prompt
+        tokens (0 unless its band prices requests or the detector bounds in-flight tokens)."""
         classified = self.classifier.classify(headers, tenant)
         key: FlowKey = classified.key
         plan = self.settings.plan(key.priority)
-        cost, expected = 0.0, 0
-        if plan.cost is not None:
-            cost, expected = request_cost(view, self.pricing, plan.cost)
+        cost, expected, tokens = 0.0, 0, 0
+        if plan.cost is not None or self._counts_tokens:
+            priced = price(view, self.pricing)
+            tokens = priced.total_tokens
+            if plan.cost is not None:
+                expected = plan.cost.expected_output(view)
+                cost = plan.cost.prompt(tokens, priced.media_tokens) + plan.cost.output(expected)
         deadline = float("inf")
         if plan.edf:
             target = classified.ttft_target_s
@@ -68,7 +73,7 @@ class FlowGate:
             release=release,
             reject=reject,
         )
-        return item, expected
+        return item, expected, tokens
 
     def output_correction(self, priority: int, expected: int, observed: int) -> float:
         """The cost of ``observed`` output tokens less the ``expected`` ones already charged."""

@@ -25,7 +25,6 @@ from typing import Protocol
 
 from mmgate.control.flow.queues import Band, FlowQueue, HeldRequest
 from mmgate.request.view import RequestView
-from mmgate.tokens import PricingConfig, price
 
 CanGo = Callable[[HeldRequest], bool]
 
@@ -171,11 +170,3 @@ class CostModel:
 
     def expected_output(self, view: RequestView) -> int:
         return view.max_tokens if view.max_tokens is not None else self.default_output_tokens
-
-
-def request_cost(view: RequestView, pricing: PricingConfig, model: CostModel) -> tuple[float, int]:
-    """The cost of ``view`` before it runs (prompt as priced, output as ``max_tokens`` or the
-    default) and the output tokens that estimate assumed (corrected when usage is observed)."""
-    priced = price(view, pricing)
-    expected = model.expected_output(view)
-    return model.prompt(priced.total_tokens, priced.media_tokens) + model.output(expected), expected

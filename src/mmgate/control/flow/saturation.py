@@ -9,7 +9,8 @@ see is not one to send more to). A pool is saturated for a request when every ca
 mmgate adds what the gateway knows at once rather than at the next scrape: requests it sent to the
 endpoint since that endpoint's last scrape count as waiting there (a scrape every 50 ms would
 otherwise let one refresh release the whole queue onto a pod that looks empty), and optional
-bounds on the requests and priced prompt tokens it has in flight there.
+bounds on the requests it has in flight there and on the priced prompt tokens of those not
+prefilled yet (no first token).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ class DetectorSettings:
 
 @dataclass(slots=True)
 class EndpointLoad:
-    """What the gateway has put on one endpoint: requests sent since its last scrape, and requests
-    and priced prompt tokens in flight (sent, not finished)."""
+    """What the gateway has put on one endpoint: requests sent since its last scrape, requests in
+    flight (sent, not finished), and the priced prompt tokens of those without a first token yet
+    (the prefill backlog the gateway put there: a decoding request costs the pod little more
+    prefill, so it does not count)."""
 
     since_scrape: int = 0
     requests: int = 0
