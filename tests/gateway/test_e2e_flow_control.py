@@ -15,39 +15,12 @@ import orjson
 import pytest
 
 from mmgate.control.flow import FlowDispatcher
+from support.flow import flow_config as config
 from support.stack import Reply, Stack, chat_body, stack
 from support.waiting import until
 
-CONFIG = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-featureGates: [flowControl]
-plugins:
-- type: round-robin-picker
-- type: utilization-detector
-  parameters: {queueDepthThreshold: 1000, maxInflightRequests: 1}
-- type: media-cost-fairness-policy
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: round-robin-picker
-flowControl:
-  maxBytes: %(max_bytes)s
-  defaultRequestTTL: 60s
-  saturationDetector: {pluginRef: utilization-detector}
-  defaultPriorityBand: {fairnessPolicyRef: media-cost-fairness-policy}
-mmgate:
-  inferenceObjectives:
-  - {name: critical, priority: 10}
-  - {name: standard, priority: 0}
-  - {name: batch, priority: -1}
-"""
 SLOW = {"pods": 1, "time_scale": 40.0}  # a 4-token answer takes ~0.2 s of wall time
 SERVED = "vllm:request_success_total"
-
-
-def config(max_bytes: int = 0) -> str:
-    return CONFIG % {"max_bytes": max_bytes}
 
 
 def dispatcher(s: Stack) -> FlowDispatcher:

@@ -85,3 +85,35 @@ class OnePod:
             self.now = t
             call()
         self.now = until
+
+
+FLOW_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: round-robin-picker
+- type: utilization-detector
+  parameters: {queueDepthThreshold: 1000, maxInflightRequests: 1}
+- type: media-cost-fairness-policy
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: round-robin-picker
+flowControl:
+  maxBytes: %(max_bytes)s
+  defaultRequestTTL: 60s
+  saturationDetector: {pluginRef: utilization-detector}
+  defaultPriorityBand: {fairnessPolicyRef: media-cost-fairness-policy}
+mmgate:
+  inferenceObjectives:
+  - {name: critical, priority: 10}
+  - {name: standard, priority: 0}
+  - {name: batch, priority: -1}
+"""
+
+
+def flow_config(max_bytes: int = 0) -> str:
+    """Flow control on, a pod saturated while the gateway has one request in flight there (what
+    the gateway knows at once: the order is deterministic), and three objectives."""
+    return FLOW_CONFIG % {"max_bytes": max_bytes}
