@@ -114,6 +114,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     "parse": Benchmark(
         "micro", "mmgate.bench.micro.parse", "parse + probe + identity per body; header probers vs libraries"
     ),
+    "flow-overhead": Benchmark(
+        "micro",
+        "mmgate.bench.micro.flow_control",
+        "what flow control adds to a request that is not held: off vs on (FCFS, media-aware)",
+    ),
     "decision": Benchmark(
         "micro", "mmgate.bench.micro.decision", "one scheduling decision for a three-image request"
     ),

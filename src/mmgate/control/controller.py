@@ -168,6 +168,8 @@ class Flight(msgspec.Struct, eq=False):
     flow: FlowKey | None = None  # flow control on: the request's flow
     _expected_output: int = 0  # output tokens its flow was charged for before they were seen
     _prompt_tokens: int = 0  # priced by flow control (when its band or detector needs them)
+    # (candidates, the unsaturated ones among them) as admit_now found them, for decide
+    _free: tuple[list[EndpointRecord], list[EndpointRecord]] | None = None
     _early: bool = False  # flow control decided its first attempt when releasing it
     _ready: Attempt | None = None  # that attempt (None: no endpoint could take it)
 
@@ -379,9 +381,15 @@ class RequestController:
         if flight.identity is not None or (self._sizer is not None and flight.view.unprobed_assets):
             return False
         flow = self.flow
-        if flow is not None and (flow.dispatcher.count or not self._unsaturated(flight.candidates)):
-            return False  # it may be held: admit() waits for its release
+        if flow is not None:
+            if flow.dispatcher.count:
+                return False  # requests are held: admit() queues it behind or beside them
+            free = self._unsaturated(flight.candidates)
+            if not free:
+                return False  # every endpoint is saturated: admit() holds it
+            flight._free = (flight.candidates, free)  # decide() narrows to these without asking again
         if not self._admission.enter_now(self.settings.max_inflight, flight.client):
+            flight._free = None  # admit() may wait for a slot: by then the room may be gone
             return False
         flight._admitted = True
         self._budget.on_request()
@@ -405,7 +413,8 @@ class RequestController:
         the request was released (late binding): that one is returned."""
         if flight._early:
             flight._early = False
-            return flight._ready
+            ready, flight._ready = flight._ready, None  # no flight <-> attempt cycle left for the GC
+            return ready
         return self._decide(flight)
 
     def _decide(self, flight: Flight) -> Attempt | None:
@@ -417,7 +426,12 @@ class RequestController:
             if tried is None:
                 pending = flight.candidates = self._breaker.filter(flight.candidates)
                 if self.flow is not None:  # flow control on: to an endpoint with room, if any
-                    pending = self._unsaturated(pending) or pending
+                    known = flight._free
+                    if known is not None and known[0] is pending:  # admit_now found these just now
+                        pending = known[1]
+                    else:
+                        pending = self._unsaturated(pending) or pending
+                    flight._free = None
             else:
                 pending = [r for r in flight.candidates if r.name not in tried]
             if not pending:
@@ -616,16 +630,29 @@ class RequestController:
 
     def hold(
         self, flight: Flight, released: Callable[[], None], refused: Callable[[Overloaded], None]
-    ) -> HeldRequest:
+    ) -> HeldRequest | None:
         """Put ``flight`` under flow control (on only): ``released()`` is called once it may go
         (its first attempt already decided: :meth:`decide` returns it), possibly before this
-        returns; ``refused(error)`` when it is turned away (429/503). The transport of a
-        coroutine uses :meth:`admit`; one driven by callbacks (the discrete-event benchmark)
-        calls this after :meth:`admit_now` said it could not be admitted at once, and
-        :meth:`expire_held` at :meth:`next_expiry`."""
+        returns; ``refused(error)`` when it is turned away (429/503). Returns its held form while
+        it may still be held (``None`` when it went at once). The transport of a coroutine uses
+        :meth:`admit`; one driven by callbacks (the discrete-event benchmark) calls this after
+        :meth:`admit_now` said it could not be admitted at once, and :meth:`expire_held` at
+        :meth:`next_expiry`."""
         flow = self.flow
         assert flow is not None, "flow control is off"
         now = self.clock()
+        tenant = flight.identity.tenant if flight.identity is not None else None
+        ticket = flow.ticket(flight.view, flight.headers, tenant)
+        flight.flow = ticket.key
+        flight._expected_output = ticket.expected_output
+        flight._prompt_tokens = ticket.prompt_tokens
+        if flight._free is not None and not flow.dispatcher.count:
+            # admit_now found room and nothing is held: it goes now, without a held form.
+            flow.dispatcher.passed(ticket.key, ticket.cost)
+            flight._ready = self._decide(flight)
+            flight._early = True
+            released()
+            return None
 
         def release() -> None:
             flight.held_s = self.clock() - now
@@ -637,11 +664,7 @@ class RequestController:
             refused(self._refusal(reason, flight))
 
         names = [r.name for r in flight.candidates]
-        tenant = flight.identity.tenant if flight.identity is not None else None
-        item, expected, tokens = flow.item(flight.view, flight.headers, tenant, names, now, release, reject)
-        flight.flow = item.key
-        flight._expected_output = expected
-        flight._prompt_tokens = tokens
+        item = flow.held(ticket, flight.view, names, now, release, reject)
         flow.dispatcher.submit(item, now)
         if item.queued:
             self._arm()
@@ -681,18 +704,21 @@ class RequestController:
         try:
             await waiter
         except asyncio.CancelledError:
-            if item.queued:
+            if item is not None and item.queued:
                 self.withdraw(item)
             elif flight._early and flight._ready is not None:  # released as the client left
                 flight._early = False
-                self._unplace(flight._ready)
+                ready, flight._ready = flight._ready, None
+                self._unplace(ready)
             raise
 
     def _unsaturated(self, candidates: list[EndpointRecord]) -> list[EndpointRecord]:
         flow = self.flow
         assert flow is not None
         now = self.clock()
-        return [r for r in candidates if not flow.dispatcher.saturated(r.name, now)]
+        saturated = flow.dispatcher.detector.saturated
+        loads = flow.dispatcher.loads
+        return [r for r in candidates if not saturated(r.metrics, loads.get(r.name), now)]
 
     def _place(self, attempt: Attempt) -> None:
         assert self.flow is not None

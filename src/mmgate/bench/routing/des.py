@@ -459,7 +459,7 @@ class Simulation:
             self._done(rung, record)
 
         held = controller.hold(flight, released, refused)
-        if held.queued:
+        if held is not None and held.queued:
             self._held[rid] = (held, record, rung)
             due = controller.next_expiry()
             if due is not None:

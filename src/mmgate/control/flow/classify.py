@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import msgspec
+
 FAIRNESS_ID_HEADER = "x-gateway-inference-fairness-id"
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 TTFT_SLO_HEADER = "x-slo-ttft-ms"  # llm-d's predicted-latency header, read by EDF ordering too
@@ -31,8 +33,9 @@ class Objective:
     ttft_target_s: float | None = None
 
 
-@dataclass(slots=True, frozen=True)
-class FlowKey:
+class FlowKey(msgspec.Struct, frozen=True):
+    """A flow: (fairness id, priority). A msgspec struct: one is made per request, in C."""
+
     fairness_id: str
     priority: int
 
@@ -41,26 +44,26 @@ class FlowKey:
         return self.priority < 0
 
 
-@dataclass(slots=True, frozen=True)
-class Classification:
-    key: FlowKey
-    ttft_target_s: float | None  # the header's, else the objective's; None: the policy's default
-
-
 class Classifier:
     """Classifies requests against the configured objectives."""
 
     def __init__(self, objectives: Iterable[Objective] = ()) -> None:
         self._objectives = {o.name: o for o in objectives}
 
-    def classify(self, headers: Mapping[str, str], tenant: str | None) -> Classification:
+    def classify(self, headers: Mapping[str, str], tenant: str | None) -> FlowKey:
         fairness = headers.get(FAIRNESS_ID_HEADER) or tenant or DEFAULT_FLOW
         objective = self._objectives.get(headers.get(OBJECTIVE_HEADER) or "")
-        target = _target(headers.get(TTFT_SLO_HEADER))
-        if target is None and objective is not None:
-            target = objective.ttft_target_s
         priority = objective.priority if objective is not None else 0
-        return Classification(FlowKey(fairness[:MAX_FAIRNESS_ID], priority), target)
+        return FlowKey(fairness[:MAX_FAIRNESS_ID], priority)
+
+    def ttft_target(self, headers: Mapping[str, str]) -> float | None:
+        """The request's TTFT target: the header's, else its objective's (``None``: neither)."""
+        target = _target(headers.get(TTFT_SLO_HEADER))
+        if target is None:
+            objective = self._objectives.get(headers.get(OBJECTIVE_HEADER) or "")
+            if objective is not None:
+                target = objective.ttft_target_s
+        return target
 
 
 def _target(raw: str | None) -> float | None:

@@ -31,6 +31,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mmgate.control.flow.classify import FlowKey
 from mmgate.control.flow.policies import CostModel, FairnessPolicy
 from mmgate.control.flow.queues import Band, BandLimits, ExpiryHeap, HeldRequest
 from mmgate.control.flow.saturation import EndpointLoad, SaturationDetector
@@ -141,6 +142,16 @@ class FlowDispatcher:
         if item.queued and not holds:  # others took the room: a band that holds nothing sheds it
             self._unqueue(item)
             self._reject(band, item, SHED)
+
+    def passed(self, key: FlowKey, cost: float) -> None:
+        """A request went at once, nothing being held and its endpoints having room (the
+        caller checked both: the fast path, without a held form): counted, and charged to its
+        flow."""
+        band = self._band(key.priority)
+        p = band.priority
+        self.stats.dispatched[p] = self.stats.dispatched.get(p, 0) + 1
+        if cost:
+            self._policies[p].served(band, key.fairness_id, cost)
 
     def withdraw(self, item: HeldRequest) -> bool:
         """The client gave up: ``item`` leaves its queue now (neither callback is called). False

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import msgspec
+
 from mmgate.control.flow.classify import Classifier, FlowKey
 from mmgate.control.flow.dispatcher import FlowDispatcher
 from mmgate.control.flow.queues import HeldRequest, Reject, Release
@@ -19,6 +21,18 @@ from mmgate.control.flow.settings import FlowSettings
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.request.view import RequestView
 from mmgate.tokens import PricingConfig, price
+
+
+class Ticket(msgspec.Struct, frozen=True):
+    """A request classified: its flow; its cost (0 unless its band prices requests); the output
+    tokens that cost assumed (to correct once usage is observed); its priced prompt tokens (0
+    unless priced); its TTFT target under EDF ordering (``None``: not EDF)."""
+
+    key: FlowKey
+    cost: float
+    expected_output: int
+    prompt_tokens: int
+    ttft_target_s: float | None
 
 
 class FlowGate:
@@ -36,21 +50,10 @@ class FlowGate:
             SaturationDetector(settings.detector), metrics_of, settings.plan, settings.limits
         )
 
-    def item(
-        self,
-        view: RequestView,
-        headers: Mapping[str, str],
-        tenant: str | None,
-        candidates: Sequence[str],
-        now: float,
-        release: Release,
-        reject: Reject,
-    ) -> tuple[HeldRequest, int, int]:
-        """The held form of a request, the output tokens its cost assumed (to correct when
-        usage is observed; 0 when its band does not price requests), and its priced prompt
-        tokens (0 unless its band prices requests or the detector bounds in-flight tokens)."""
-        classified = self.classifier.classify(headers, tenant)
-        key: FlowKey = classified.key
+    def ticket(self, view: RequestView, headers: Mapping[str, str], tenant: str | None) -> Ticket:
+        """A request's flow, and what its band needs of it: its cost (priced only when its band's
+        fairness counts cost or the detector bounds in-flight tokens) and its TTFT target."""
+        key: FlowKey = self.classifier.classify(headers, tenant)
         plan = self.settings.plan(key.priority)
         cost, expected, tokens = 0.0, 0, 0
         if plan.cost is not None or self._counts_tokens:
@@ -59,21 +62,34 @@ class FlowGate:
             if plan.cost is not None:
                 expected = plan.cost.expected_output(view)
                 cost = plan.cost.prompt(tokens, priced.media_tokens) + plan.cost.output(expected)
-        deadline = float("inf")
+        target = None
         if plan.edf:
-            target = classified.ttft_target_s
-            deadline = now + (target if target is not None else plan.edf_default_target_s)
-        item = HeldRequest(
-            key,
+            target = self.classifier.ttft_target(headers)
+            if target is None:
+                target = plan.edf_default_target_s
+        return Ticket(key, cost, expected, tokens, target)
+
+    def held(
+        self,
+        ticket: Ticket,
+        view: RequestView,
+        candidates: Sequence[str],
+        now: float,
+        release: Release,
+        reject: Reject,
+    ) -> HeldRequest:
+        """The held form of a request (for :meth:`FlowDispatcher.submit`)."""
+        deadline = now + ticket.ttft_target_s if ticket.ttft_target_s is not None else float("inf")
+        return HeldRequest(
+            ticket.key,
             tuple(candidates),
             arrived=now,
             size=len(view.body),
-            cost=cost,
+            cost=ticket.cost,
             deadline=deadline,
             release=release,
             reject=reject,
         )
-        return item, expected, tokens
 
     def output_correction(self, priority: int, expected: int, observed: int) -> float:
         """The cost of ``observed`` output tokens less the ``expected`` ones already charged."""
