@@ -36,42 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from mmgate.bench.routing.des import TENANT, DesOptions, Simulation
 from mmgate.bench.routing.records import RequestRecord
-from mmgate.bench.routing.systems import System
+from mmgate.bench.routing.systems import EXAMPLES, System
 from mmgate.bench.workloads.media import image
 from mmgate.bench.workloads.synthetic import Message, WorkItem, text_of
 
-SCHEDULER = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-- type: approx-prefix-cache-producer
-- type: inflight-load-producer
-- type: prefix-cache-affinity-filter
-  parameters: {peakPrefillThroughput: 15751, affinityThreshold: 0.6, maxTTFTPenaltyMs: 36000}
-- type: token-load-scorer
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: prefix-cache-affinity-filter
-  - pluginRef: token-load-scorer
-"""
-FLOW = """featureGates: [flowControl]
-flowControl:
-  defaultRequestTTL: 0s
-  saturationDetector: {{pluginRef: utilization-detector}}
-  defaultPriorityBand: {{fairnessPolicyRef: {policy}}}
-"""
-OBJECTIVES = """mmgate:
-  inferenceObjectives:
-  - {name: critical, priority: 10}
-  - {name: batch, priority: -1}
-"""
-DETECTOR = """- type: utilization-detector
-  parameters: {{maxInflightTokens: {tokens}}}
-"""
+SCHEDULER = "aggregated.yaml"  # examples/: the scheduler every system runs, flow control or not
+OBJECTIVES = [{"name": "critical", "priority": 10}, {"name": "batch", "priority": -1}]
 SYSTEMS: dict[str, str | None] = {
     "none": None,
     "global-fcfs": "global-strict-fairness-policy",
@@ -135,16 +109,25 @@ def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant
 
 
 def config_of(name: str, inflight_tokens: int) -> str:
-    """The system's config: the aggregated scheduler, and flow control with its fairness policy
-    (a pod counts as saturated past ``inflight_tokens`` priced prompt tokens in flight there,
-    besides llm-d's default thresholds)."""
+    """The system's config: examples/aggregated.yaml, plus flow control with the system's fairness
+    policy (a pod counts as saturated past ``inflight_tokens`` priced prompt tokens sent there
+    and not prefilled yet, besides llm-d's default thresholds) and two objectives."""
+    config = yaml.safe_load((EXAMPLES / SCHEDULER).read_text())
     policy = SYSTEMS[name]
     if policy is None:
-        return SCHEDULER
-    plugins_end = SCHEDULER.index("schedulingProfiles:")
-    detector = DETECTOR.format(tokens=inflight_tokens) if inflight_tokens else ""
-    flow = FLOW.format(policy=policy) + OBJECTIVES
-    return SCHEDULER[:plugins_end] + detector + SCHEDULER[plugins_end:] + flow
+        return str(yaml.safe_dump(config))
+    detector: dict[str, Any] = {"type": "utilization-detector"}
+    if inflight_tokens:
+        detector["parameters"] = {"maxInflightTokens": inflight_tokens}
+    config["plugins"].append(detector)
+    config["featureGates"] = ["flowControl"]
+    config["flowControl"] = {
+        "defaultRequestTTL": "0s",  # held until served: the drain window ends the run instead
+        "saturationDetector": {"pluginRef": "utilization-detector"},
+        "defaultPriorityBand": {"fairnessPolicyRef": policy},
+    }
+    config.setdefault("mmgate", {})["inferenceObjectives"] = OBJECTIVES
+    return str(yaml.safe_dump(config))
 
 
 def run_system(
@@ -167,7 +150,7 @@ def capacity(make: Any, opts: DesOptions, count: int, folder: Path) -> float:
     once, over the time until the last one finishes (the pods batch as deep as they can)."""
     schedule = [(0.0, item) for _, item in stream(make, 1.0, float(count), 99)]
     path = folder / "capacity.yaml"
-    path.write_text(SCHEDULER)
+    path.write_text(config_of("none", 0))
     result = Simulation(System("capacity", config=path), opts).run_schedule(schedule, 0.0, 0.0, 3600.0)
     ends = [r.sent_s + r.e2e_s for r in result.records if r.e2e_s is not None]
     return len(ends) / max(ends) if ends else 0.0
