@@ -147,7 +147,7 @@ class ObjectiveSpec(_Strict):
     ttftTargetMs: float | None = None
 
 
-_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")
+_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")
 _UNITS = {
     None: 1,
     "k": 10**3,
