@@ -96,6 +96,10 @@ async def test_a_sheddable_request_is_refused_under_saturation_while_a_critical_
         assert await s.fleet_counter(SERVED) == before + 2  # the refused one never reached the pod
         # Without saturation a sheddable request is served like any other.
         assert (await post(s, "batch, idle pod", objective="batch")).status == 200
+        async with s.session.get(s.url + "/metrics") as resp:
+            metrics = await resp.text()
+        assert 'mmgate_flow_rejected_total{priority="-1",reason="shed"} 1.0' in metrics
+        assert 'mmgate_flow_dispatched_total{held="true",priority="10"} 1.0' in metrics
 
 
 async def test_a_client_that_hangs_up_leaves_the_queue_at_once() -> None:
