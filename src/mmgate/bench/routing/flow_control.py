@@ -175,10 +175,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "yet) beyond which it is saturated, besides llm-d's thresholds (0: llm-d's thresholds alone)",
     )  # fmt: skip
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ", ".join(SYSTEMS))
+    parser.add_argument(
+        "--http", action="store_true",
+        help="the reduced HTTP run instead: mmgate serve and mmgate sim pods in their own processes, "
+        "A open-loop at --a-rate, B --b-clients closed-loop clients (light-victim only)",
+    )  # fmt: skip
+    parser.add_argument("--b-clients", type=int, default=16, help="--http: B's concurrent clients")
     parser.add_argument("--output", type=Path, default=Path("results/flow-control.json"))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.http:
+        from mmgate.bench.routing.flow_control_http import run_http
+
+        return run_http(args, [s for s in args.systems.split(",") if s])
     opts = DesOptions(profile=args.profile, pods=args.pods)
     systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in systems if s not in SYSTEMS]
