@@ -178,4 +178,3 @@ def run_http(args: argparse.Namespace, systems: list[str]) -> int:
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.output}")
     return 0
-
