@@ -25,8 +25,6 @@ from mmgate.datalayer.metrics import parse_metrics
 
 log = logging.getLogger("mmgate.datalayer")
 
-HealthListener = Callable[[EndpointRecord], None]
-
 
 def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
     """The model objects of an OpenAI ``/v1/models`` body (each has a string ``id``); malformed
@@ -40,6 +38,9 @@ def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
     if not isinstance(data, list):
         return ()
     return tuple(m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
+
+
+RefreshListener = Callable[[EndpointRecord], None]
 
 
 class MetricsScraper:
@@ -66,15 +67,11 @@ class MetricsScraper:
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
         self._loops: dict[str, asyncio.Task[None]] = {}
-        self._health_listeners: list[HealthListener] = []
-        self._refresh_listeners: list[HealthListener] = []
+        self._refresh_listeners: list[RefreshListener] = []
         registry.on_add(self._start_loop)
         registry.on_remove(self._stop_loop)
 
-    def on_health_change(self, listener: HealthListener) -> None:
-        self._health_listeners.append(listener)
-
-    def on_refresh(self, listener: HealthListener) -> None:
+    def on_refresh(self, listener: RefreshListener) -> None:
         """``listener(record)`` after each scrape that refreshed ``record.metrics`` (flow control
         releases held requests the moment a pod has room)."""
         self._refresh_listeners.append(listener)
@@ -148,17 +145,14 @@ class MetricsScraper:
             error = f"/metrics timed out after {self.timeout_s}s"
         except (aiohttp.ClientError, OSError) as exc:
             error = f"/metrics failed: {type(exc).__name__}: {exc}"
-        now = self.clock()
         if error is None:
-            changed = record.health.record_success(now)
+            changed = record.health.record_success()
         else:
             self.failures += 1
-            changed = record.health.record_failure(now, error)
+            changed = record.health.record_failure(error)
         if changed:
             state = "healthy" if record.health.healthy else f"unhealthy ({error})"
             log.warning("endpoint %s is %s", record.name, state)
-            for listener in self._health_listeners:
-                listener(record)
         if error is None:
             for listener in self._refresh_listeners:
                 listener(record)
