@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from mmgate.config.flow import FlowControlSpec, ObjectiveSpec, SaturationDetectorSpec
 from mmgate.config.lines import line_of
 from mmgate.config.strict import ConfigError, ConfigErrors
 
@@ -65,19 +66,21 @@ class DataLayerSpec(_Strict):
 
 
 class EndpointPickerConfig(_Strict):
-    """llm-d's ``EndpointPickerConfig`` (apix/config/v1alpha1). Sections mmgate does not act on
-    (``featureGates``, ``flowControl``, ``requestHandler`` and the deprecated ``saturationDetector``
-    and ``parser``) are accepted so llm-d files load, and ignored."""
+    """llm-d's ``EndpointPickerConfig`` (apix/config/v1alpha1). ``featureGates``, ``flowControl``
+    and the deprecated ``saturationDetector`` configure flow control (:mod:`mmgate.config.flow`;
+    on only with the ``flowControl`` gate, as in llm-d). Sections mmgate does not act on
+    (``requestHandler`` and the deprecated ``parser``) are accepted so llm-d files load, and
+    ignored."""
 
     apiVersion: str = API_VERSIONS[0]
     kind: str = KIND
     plugins: list[PluginSpec] = msgspec.field(default_factory=list)
     schedulingProfiles: list[SchedulingProfile] = msgspec.field(default_factory=list)
     dataLayer: DataLayerSpec | None = None
-    featureGates: Any = None
-    flowControl: Any = None
+    featureGates: list[str] = msgspec.field(default_factory=list)
+    flowControl: FlowControlSpec | None = None
     requestHandler: Any = None
-    saturationDetector: Any = None
+    saturationDetector: SaturationDetectorSpec | None = None
     parser: Any = None
 
 
@@ -303,6 +306,9 @@ class MmgateSection(_Strict):
     seed: int | None = None
     kvEvents: KVEventsSpec | None = None
     sharedIndex: SharedIndexSpec | None = None
+    inferenceObjectives: list[ObjectiveSpec] = msgspec.field(default_factory=list)
+    """Priorities by name for flow control (GIE's InferenceObjective resources, given here):
+    ``x-gateway-inference-objective`` names one (docs/flow-control.md)."""
     mediaUuids: bool = True
     """Write each chat media part's content identity as its ``uuid`` when the client gave none, so
     vLLM keys the item (caches, KV events) as the gateway does (``mmgate.request.media_uuids``)."""

@@ -41,6 +41,9 @@ def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
     return tuple(m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
 
 
+RefreshListener = Callable[[EndpointRecord], None]
+
+
 class MetricsScraper:
     def __init__(
         self,
@@ -65,8 +68,14 @@ class MetricsScraper:
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
         self._loops: dict[str, asyncio.Task[None]] = {}
+        self._refresh_listeners: list[RefreshListener] = []
         registry.on_add(self._start_loop)
         registry.on_remove(self._stop_loop)
+
+    def on_refresh(self, listener: RefreshListener) -> None:
+        """``listener(record)`` after each scrape that refreshed ``record.metrics`` (flow control
+        releases held requests the moment a pod has room)."""
+        self._refresh_listeners.append(listener)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -145,6 +154,9 @@ class MetricsScraper:
         if changed:
             state = "healthy" if record.health.healthy else f"unhealthy ({error})"
             log.warning("endpoint %s is %s", record.name, state)
+        if error is None:
+            for listener in self._refresh_listeners:
+                listener(record)
         return error is None
 
     async def fetch_models(self, record: EndpointRecord) -> None:
