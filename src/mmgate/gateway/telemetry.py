@@ -127,6 +127,12 @@ class Telemetry:
             "Per streamed answer where a TTFT was predicted: |predicted - observed| on the chosen endpoint",
             ["endpoint"], buckets=ERROR_BUCKETS, registry=r,
         )  # fmt: skip
+        self.encode_decisions = LoopCounter(
+            "mmgate_encode_decisions",
+            "Requests with media by where their media were encoded (adaptive-encode-decider): "
+            "outcome tier, local or split, and the reason",
+            ["outcome", "reason"], registry=r,
+        )  # fmt: skip
         self.priced_tokens = LoopCounter(
             "mmgate_priced_tokens", "Prompt tokens as priced by the gateway, by modality",
             ["modality"], registry=r,
@@ -227,6 +233,8 @@ class Telemetry:
             self._encoder_hit_ratio.observe(hits / queried)
         if decision.prefix_match is not None:
             self._prefix_match.observe(decision.prefix_match)
+        if decision.encode is not None:
+            self.encode_decisions.labels(*decision.encode).inc()
 
     def inflight_from(self, read: Callable[[], float]) -> None:
         """Read ``mmgate_inflight_requests`` from ``read()`` at scrape time (e.g. the admission

@@ -87,6 +87,7 @@ WORKLOADS = {
     "image-heavy": Shape("image-heavy", "image-heavy", "1,2,3,4,5,6"),
     "image-light": Shape("image-light", "image-light", "4,8,12,16,20,24"),
     "image-heavy-reuse": Shape("image-heavy-reuse", "image-heavy", "2,3,4,5,6,8", {"pool": REUSE_POOL}),
+    "mixed": Shape("mixed", "image-mixed", "2,4,6,8,10,12"),
 }
 
 
@@ -97,6 +98,7 @@ class Topology:
     roles: tuple[str, ...]  # per pod; empty: every pod does everything
     accelerators: int
     engine: dict[str, Any] = field(default_factory=dict)
+    profiles: tuple[str, ...] = ()  # per pod, a fleet of mixed hardware ("": the run's profile)
 
     @property
     def pods(self) -> int:
@@ -104,11 +106,13 @@ class Topology:
 
     @property
     def layout(self) -> str:
-        """``2 E + 6 PD``: how many pods of each role."""
+        """``2 E + 6 PD``: how many pods of each role (``4 E [profile]``: pods of another profile)."""
         short = {"encode": "E", "prefill": "P", "decode": "D", "prefill-decode": "PD", "": "EPD"}
         counts: dict[str, int] = {}
-        for role in self.roles:
-            counts[short[role]] = counts.get(short[role], 0) + 1
+        profiles = self.profiles or ("",) * len(self.roles)
+        for role, profile in zip(self.roles, profiles, strict=True):
+            key = f"{short[role]} [{profile}]" if profile else short[role]
+            counts[key] = counts.get(key, 0) + 1
         return " + ".join(f"{n} {r}" for r, n in counts.items())
 
 
@@ -120,10 +124,15 @@ def accelerators_per_pod(profile: str) -> int:
 STAGES = {"e-pd": ("encode", "prefill-decode"), "e-p-d": ("encode", "prefill", "decode")}
 
 
-def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) -> list[Topology]:
+def topologies(
+    accelerators: int, per_pod: int, names: Sequence[str] = NAMES, *, encoder_profile: str | None = None
+) -> list[Topology]:
     """The named topologies over ``accelerators``. A disaggregated one gives a quarter of the pods
     (at least one) to each stage before the last, unless its name states the split in pods
-    (``e-pd:2+6``, ``e-p-d:1+2+1``), which must add up. ``ValueError`` for what does not fit."""
+    (``e-pd:2+6``, ``e-p-d:1+2+1``), which must add up. With ``encoder_profile`` the encode pods
+    run that profile (other hardware) on top of ``accelerators``, so the split must state them
+    (``e-pd:4+3``: four such encoders and three pods that make the accelerators). ``ValueError``
+    for what does not fit."""
     pods = accelerators // per_pod
     if pods < 1 or pods * per_pod != accelerators:
         raise ValueError(f"{accelerators} accelerators are not a whole number of {per_pod}-accelerator pods")
@@ -137,7 +146,12 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
             roles: tuple[str, ...] = ("",) * pods
         elif kind in STAGES:
             stages = STAGES[kind]
-            counts = _split(name, split, len(stages), pods) if split else _quarters(len(stages), pods)
+            if encoder_profile is not None:
+                if not split:
+                    raise ValueError(f"{name}: with --encoder-profile, state the split ({kind}:4+3)")
+                counts = _split(name, split, len(stages), pods, extra_first=True)
+            else:
+                counts = _split(name, split, len(stages), pods) if split else _quarters(len(stages), pods)
             if min(counts) < 1:
                 raise ValueError(
                     f"{name} needs more than {accelerators} accelerators of {per_pod}-accelerator pods"
@@ -148,7 +162,10 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
                              "(e-pd and e-p-d may state their split in pods, e-p-d:1+2+1)")  # fmt: skip
         engine = dict(ENCODER_DP) if kind == "encoder-dp" else {}
         system = config or AGGREGATED.get(kind, kind)
-        out.append(Topology(name, system, roles, accelerators, engine))
+        profiles: tuple[str, ...] = ()
+        if encoder_profile is not None and any(roles):
+            profiles = tuple(encoder_profile if role == "encode" else "" for role in roles)
+        out.append(Topology(name, system, roles, accelerators, engine, profiles))
     return out
 
 
@@ -157,13 +174,17 @@ def _quarters(stages: int, pods: int) -> list[int]:
     return [*first, pods - sum(first)]
 
 
-def _split(name: str, split: str, stages: int, pods: int) -> list[int]:
+def _split(name: str, split: str, stages: int, pods: int, *, extra_first: bool = False) -> list[int]:
+    """The pods per stage ``split`` states; they make ``pods`` (but the first stage's, with
+    ``extra_first``: pods of another profile, on top of the accelerators)."""
     parts = split.split("+")
     if len(parts) != stages or not all(p.isdigit() for p in parts):
         raise ValueError(f"{name}: the split is {stages} pod counts joined by '+'")
     counts = [int(p) for p in parts]
-    if sum(counts) != pods:
-        raise ValueError(f"{name}: the split adds up to {sum(counts)} pods, the accelerators make {pods}")
+    counted = sum(counts[1:]) if extra_first else sum(counts)
+    if counted != pods:
+        what = "besides the encoders " if extra_first else ""
+        raise ValueError(f"{name}: the split adds up to {counted} pods {what}, the accelerators make {pods}")
     return counts
 
 
@@ -206,7 +227,10 @@ def run_des_topologies(
     records = []
     for topo in shapes:
         roles = topo.roles if any(topo.roles) else ()  # aggregated pods carry no role
-        opts = DesOptions(profile=profile, pods=topo.pods, roles=roles, engine=dict(topo.engine))
+        opts = DesOptions(
+            profile=profile, pods=topo.pods, roles=roles, engine=dict(topo.engine),
+            profiles=tuple(p or profile for p in topo.profiles),
+        )  # fmt: skip
         rungs = run_des(workload, [_system(topo)], ladder, opts, progress=progress, log=log)
         records += [_record(rung, topo, workload.name, ttft_slo_s, tpot_slo_s) for rung in rungs]
     return records
@@ -424,6 +448,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/topologies"), help="output folder")
     parser.add_argument("--profile", default=PROFILE, help=f"simulator profile (default {PROFILE})")
     parser.add_argument("--accelerators", type=int, default=ACCELERATORS, help="per topology (default 8)")
+    parser.add_argument(
+        "--encoder-profile", default=None,
+        help="the encode pods run this profile (other hardware), on top of --accelerators; "
+        "disaggregated topologies then state their split (e-pd:4+3); DES only",
+    )  # fmt: skip
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {', '.join(WORKLOADS)}")
     parser.add_argument(
         "--topologies", default=",".join(NAMES), help=f"of {', '.join([*AGGREGATED, *STAGES])}"
@@ -457,7 +486,13 @@ class _Plan:
 def _plan(args: argparse.Namespace) -> _Plan:
     load_profile(args.profile)
     names = [n.strip() for n in args.topologies.split(",") if n.strip()]
-    shapes = topologies(args.accelerators, accelerators_per_pod(args.profile), names)
+    if args.encoder_profile is not None:
+        load_profile(args.encoder_profile)
+        if args.http or args.http_only:
+            raise ValueError("--encoder-profile runs in the DES only (the HTTP fleet has one profile)")
+    shapes = topologies(
+        args.accelerators, accelerators_per_pod(args.profile), names, encoder_profile=args.encoder_profile
+    )
     for shape in shapes:
         resolve(shape.system)  # a config that does not exist or does not load: exit 2 now
     workloads = []
@@ -519,6 +554,7 @@ def run(args: argparse.Namespace) -> int:
                 "accelerators_per_pod": accelerators_per_pod(args.profile),
                 "topologies": {t.name: {"layout": t.layout, "config": t.system, "engine": t.engine}
                                for t in plan.shapes},
+                "encoder_profile": args.encoder_profile,
                 "ladder": {"rates": list(rates), "duration_s": duration, "arrival": ladder.arrival},
                 "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "attainment": ATTAINMENT,
                 "speedup": args.speedup if mode == "http" else None,
