@@ -21,6 +21,7 @@ from mmgate.bench.routing.topologies import (
     sustained,
     topologies,
 )
+from mmgate.bench.workloads.synthetic import export_jsonl, image_mixed
 from mmgate.sim.server import SimPod
 
 
@@ -202,3 +203,17 @@ def test_the_http_fleet_runs_the_topologys_engine_settings() -> None:
     encode, pd = pods(2, profile, 2.0, 0, ("encode", "prefill-decode"), ENCODER_DP)
     assert encode.encoder is not None and encode.encoder.lanes == 2 and pd.engine.encoder_lanes == 2
     assert [p.engine.encoder_lanes for p in pods(1, profile, 2.0, 0)] == [1]  # weights mode: one lane
+
+
+def test_a_recorded_jsonl_file_is_a_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recorded = tmp_path / "traffic.jsonl"
+    export_jsonl(image_mixed(requests=12), recorded, n=12)
+    argv = ["topologies", "--quick", "--quiet", "--jsonl", str(recorded),
+            "--topologies", "aggregated,e-pd@e-pd-adaptive", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "out" / "traffic-des" / "report.json").read_text())
+    assert doc["meta"]["workload_params"] == {"jsonl": str(recorded)}
+    assert all(r["workload"] == "traffic" and r["completed"] == r["requests"] > 0 for r in doc["records"])
+    capsys.readouterr()
+    assert main(["topologies", "--jsonl", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err

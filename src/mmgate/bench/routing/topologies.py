@@ -49,11 +49,11 @@ from mmgate.bench.results import markdown_table
 from mmgate.bench.routing import report
 from mmgate.bench.routing.des import DesOptions, run_des
 from mmgate.bench.routing.http_mode import HttpOptions, prerender, start_fleet, start_router
-from mmgate.bench.routing.loadgen import Target, run_ladder, workload_bodies
+from mmgate.bench.routing.loadgen import Target, raw_bodies, run_ladder, workload_bodies
 from mmgate.bench.routing.records import Ladder, RungResult, arrival_times, parse_rates
 from mmgate.bench.routing.systems import System, resolve
 from mmgate.bench.workloads.media import MediaCache
-from mmgate.bench.workloads.synthetic import Workload, build, scaled
+from mmgate.bench.workloads.synthetic import RawItem, Workload, build, load_jsonl, scaled
 from mmgate.sim.profiles import ProfileError, load_profile
 
 PROFILE = "qwen3-vl-32b-h200-tp2"
@@ -79,6 +79,9 @@ class Shape:
     rates: str
     params: dict[str, Any] = field(default_factory=dict)
 
+
+JSONL = "jsonl"
+"""A :class:`Shape`'s workload when it replays a recorded file (``--jsonl``)."""
 
 REUSE_POOL = 300
 """Photos in the image-heavy-reuse catalogue (the headline image-reuse workload's pool)."""
@@ -222,8 +225,10 @@ def run_des_topologies(
     tpot_slo_s: float = TPOT_SLO_S,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    replay: Sequence[RawItem] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every topology over the ladder in the DES: one report record per topology and rate."""
+    """Every topology over the ladder in the DES: one report record per topology and rate
+    (``replay``: recorded requests, cycled, instead of ``workload``'s)."""
     records = []
     for topo in shapes:
         roles = topo.roles if any(topo.roles) else ()  # aggregated pods carry no role
@@ -231,7 +236,7 @@ def run_des_topologies(
             profile=profile, pods=topo.pods, roles=roles, engine=dict(topo.engine),
             profiles=tuple(p or profile for p in topo.profiles),
         )  # fmt: skip
-        rungs = run_des(workload, [_system(topo)], ladder, opts, progress=progress, log=log)
+        rungs = run_des(workload, [_system(topo)], ladder, opts, replay=replay, progress=progress, log=log)
         records += [_record(rung, topo, workload.name, ttft_slo_s, tpot_slo_s) for rung in rungs]
     return records
 
@@ -280,6 +285,7 @@ def run_http_topologies(
     tpot_slo_s: float = TPOT_SLO_S,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    replay: Sequence[RawItem] | None = None,
 ) -> list[dict[str, Any]]:
     """Every topology over the ladder on loopback: a fresh simulated fleet with the topology's
     roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator.
@@ -306,7 +312,11 @@ def run_http_topologies(
                 if router is None:
                     log(note)
                     continue
-                bodies = workload_bodies(workload, model=model, media=media)
+                bodies = (
+                    raw_bodies(replay)
+                    if replay is not None
+                    else workload_bodies(workload, model=model, media=media)
+                )
                 target = Target(base, pods=tuple(urls))
                 rungs = asyncio.run(
                     run_ladder(target, topo.name, ladder, bodies, speedup=speedup, progress=progress)
@@ -455,6 +465,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {', '.join(WORKLOADS)}")
     parser.add_argument(
+        "--jsonl", type=Path, default=None,
+        help="replay recorded OpenAI chat requests (JSONL, as bench run --jsonl) as the one workload, "
+        "named after the file; its ladder is --rates (default 1,2,4,6,8)",
+    )  # fmt: skip
+    parser.add_argument(
         "--topologies", default=",".join(NAMES), help=f"of {', '.join([*AGGREGATED, *STAGES])}"
     )
     parser.add_argument(
@@ -496,6 +511,12 @@ def _plan(args: argparse.Namespace) -> _Plan:
     for shape in shapes:
         resolve(shape.system)  # a config that does not exist or does not load: exit 2 now
     workloads = []
+    if args.jsonl is not None:
+        if not args.jsonl.is_file():
+            raise ValueError(f"--jsonl {args.jsonl}: no such file")
+        return _Plan(
+            shapes, [Shape(args.jsonl.stem, JSONL, args.rates or "1,2,4,6,8", {"jsonl": str(args.jsonl)})]
+        )
     for name in (w.strip() for w in args.workloads.split(",") if w.strip()):
         if name not in WORKLOADS:
             raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
@@ -529,9 +550,14 @@ def run(args: argparse.Namespace) -> int:
                 rates = parse_rates(args.http_rates) if args.http_rates else des_rates[:2]
                 duration = 4.0 if args.quick else args.http_duration
             ladder = Ladder(rates=rates, duration_s=duration, drain_timeout_s=120.0)
-            # As many requests as the ladder sends: none repeats, so a cold workload stays cold.
-            built = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
-            workload = replace(built, name=shape.name)  # the records name the comparison's workload
+            replay = None
+            if shape.workload == JSONL:  # recorded requests, cycled in file order
+                replay = load_jsonl(Path(shape.params["jsonl"]))
+                workload = Workload(shape.name, [], "cycle", params=dict(shape.params))
+            else:
+                # As many requests as the ladder sends: none repeats, so a cold workload stays cold.
+                built = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
+                workload = replace(built, name=shape.name)  # the records name the comparison's workload
             layouts = ", ".join(f"{t.name} ({t.layout})" for t in plan.shapes)
             console.print(
                 f"{shape.name} ({mode}): {layouts} on {args.accelerators} accelerators ({args.profile}), "
@@ -540,7 +566,7 @@ def run(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             common: dict[str, Any] = {
                 "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "progress": not args.quiet,
-                "log": console.print,
+                "log": console.print, "replay": replay,
             }  # fmt: skip
             if mode == "des":
                 records = run_des_topologies(workload, plan.shapes, ladder, args.profile, **common)
