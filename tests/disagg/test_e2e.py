@@ -424,6 +424,8 @@ async def test_the_encode_choice_is_in_a_debug_header_the_access_log_and_a_metri
         async with aiohttp.ClientSession() as session, session.get(s.url + "/metrics") as r:
             metrics = await r.text()
         assert f'mmgate_encode_decisions_total{{outcome="{outcome}",reason="{reason}"}} 1.0' in metrics
+        assert 'mmgate_tier_replicas{role="encode"} 2.0' in metrics  # the tiers' sizing signals
+        assert 'mmgate_tier_desired_replicas{role="prefill-decode"} 1.0' in metrics
         text, _ = await post(s.url, chat_body(fleet["pd-0"].model, "only words", max_tokens=2))
         assert text == 200
     logged = [getattr(rec, "fields", {}) for rec in caplog.records if rec.name == "mmgate.access"]

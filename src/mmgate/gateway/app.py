@@ -39,6 +39,7 @@ from mmgate.request.parse import parse_request
 from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
+from mmgate.scheduling.tiers import TierSizer
 from mmgate.tls import client_context
 from mmgate.tokens import PricingConfig
 
@@ -263,9 +264,13 @@ def build_gateway(
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(
+    gateway = Gateway(
         settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
     )
+    sizers = [p for p in scheduler.plugins.values() if isinstance(p, TierSizer)]
+    if sizers:  # the first one's view of the tiers (one encode decider per config)
+        gateway.telemetry.tiers_from(sizers[0].tier_demand)
+    return gateway
 
 
 @dataclass(slots=True)

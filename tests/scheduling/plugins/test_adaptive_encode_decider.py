@@ -167,3 +167,32 @@ def test_bad_parameters_are_refused() -> None:
         build(sharedWeight=-1)
     with pytest.raises(ValueError, match="label=value"):
         build(byLabel={"l4": {"itemSeconds": 0.1}})
+
+
+def test_the_tier_signals_rise_when_encoder_work_queues_and_fall_when_it_drains() -> None:
+    s = build(sizing={"targetSeconds": 0.25})
+    eps = fleet("encode", "encode", "prefill-decode")
+    eps[2].metrics = Metrics(waiting=2, running=30)  # a busy PD pod: media go to the tier
+    d = decider(s)
+
+    def encode_tier() -> tuple[float, int]:
+        (enc,) = [t for t in d.tier_demand() if t.role == "encode"]
+        return enc.encoder_seconds, enc.desired_replicas
+
+    send(s, eps, "idle", "hello")  # the decider sees the fleet
+    assert encode_tier() == (0.0, 1)
+    for i in range(4):
+        choice, _ = send(s, eps, f"w{i}", "describe", *photos(f"w{i}", 2), finish=False)
+        assert choice is not None and choice.outcome == "tier"
+    queued, wanted = encode_tier()
+    assert queued > 0.5 and wanted >= 3  # about 0.2 s a request on 0.25 s a pod
+    (pd,) = [t for t in d.tier_demand() if t.role == "prefill-decode"]
+    assert pd.prefill_tokens > 0 and pd.requests == 4
+    for i in range(4):
+        s.on_stage_done(f"w{i}", eps[0].name, 1.0)
+        s.on_stage_done(f"w{i}", eps[1].name, 1.0)
+    assert encode_tier() == (0.0, 1)  # drained
+    for i in range(4):
+        s.on_finished(f"w{i}", 2.0)
+    (pd,) = [t for t in d.tier_demand() if t.role == "prefill-decode"]
+    assert (pd.prefill_tokens, pd.requests, pd.desired_replicas) == (0, 0, 1)

@@ -58,16 +58,27 @@ from mmgate.scheduling.keys import (
 )
 from mmgate.scheduling.plugins._deciding import Decider
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.tiers import PodLoad, TierDemand, TierSizer, tier_demand
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 ENCODE_PROFILE = "encode"
 
 
 class EncoderRate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A pod's encoder speed; a field left out is taken from the next, less specific level."""
+    """A pod's speeds; a field left out is taken from the next, less specific level."""
 
     encoderSecondsPerToken: float | None = None
     itemSeconds: float | None = None
+    prefillTokensPerSecond: float | None = None
+
+
+class TierSizingParams(msgspec.Struct, forbid_unknown_fields=True):
+    """:mod:`mmgate.scheduling.tiers`: the work (seconds) a pod of a role may hold, by role, and
+    the requests a decode pod may hold."""
+
+    targetSeconds: float = 1.0
+    byRole: dict[str, float] = msgspec.field(default_factory=dict)
+    decodeRequests: float = 64.0
 
 
 class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -81,6 +92,8 @@ class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
     legSeconds: float = 0.005
     sharedWeight: float = 1.0
     split: bool = True
+    prefillTokensPerSecond: float = 10_000.0
+    sizing: TierSizingParams = msgspec.field(default_factory=TierSizingParams)
     encoderCacheProducerName: str = ""
     prefixMatchInfoProducerName: str = ""
 
@@ -102,7 +115,7 @@ class _Placed(msgspec.Struct):
 
 
 class AdaptiveEncodeDecider(
-    Decider[AdaptiveEncodeParams], Producer[AdaptiveEncodeParams], RequestLifecycle, EndpointAware
+    Decider[AdaptiveEncodeParams], Producer[AdaptiveEncodeParams], RequestLifecycle, EndpointAware, TierSizer
 ):
     type_name = "adaptive-encode-decider"
 
@@ -128,6 +141,16 @@ class AdaptiveEncodeDecider(
                 _check(rate, f"{where}.{key}")
         for _, _, rate in self._by_label:
             _check(rate, "byLabel")
+        sizing = params.sizing
+        targets = [
+            sizing.targetSeconds,
+            sizing.decodeRequests,
+            params.prefillTokensPerSecond,
+            *sizing.byRole.values(),
+        ]
+        if not all(v > 0 for v in targets):
+            raise ValueError("prefillTokensPerSecond and the sizing targets must be > 0")
+        self._fleet: Sequence[EndpointState] = ()  # the candidates of the last decision
         self._encoder_key = ENCODER_CACHE_MATCH.scoped(params.encoderCacheProducerName or None)
         self._prefix_key = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName or None)
         self._placed: dict[str, list[_Placed]] = {}  # per request id
@@ -149,14 +172,57 @@ class AdaptiveEncodeDecider(
 
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
         roles = EncodeFilter.roles
+        self._fleet = endpoints
         request.put(ENCODE_TIER, [ep for ep in endpoints if ep.effective_role in roles])
 
     # -- rates ------------------------------------------------------------------------------------
 
     def rate(self, endpoint: EndpointState) -> tuple[float, float]:
         """``(seconds per token, seconds per item)`` of the pod's encoder."""
-        specs: list[EncoderRate] = []
         p = self.params
+        specs = self._specs(endpoint)
+        per_token = next(
+            (s.encoderSecondsPerToken for s in specs if s.encoderSecondsPerToken is not None), None
+        )
+        per_item = next((s.itemSeconds for s in specs if s.itemSeconds is not None), None)
+        return (
+            p.encoderSecondsPerToken if per_token is None else per_token,
+            p.itemSeconds if per_item is None else per_item,
+        )
+
+    def prefill_s_per_token(self, endpoint: EndpointState) -> float:
+        p = self.params
+        rate = next(
+            (s.prefillTokensPerSecond for s in self._specs(endpoint) if s.prefillTokensPerSecond), None
+        )
+        return 1.0 / (p.prefillTokensPerSecond if rate is None else rate)
+
+    def tier_demand(self) -> list[TierDemand]:
+        """Per role, the work this gateway holds on its pods (:mod:`mmgate.scheduling.tiers`):
+        the encoder seconds this decider placed (tier and local) and the prompt tokens in flight
+        still to prefill (an encode pod prefills nothing)."""
+        sizing = self.params.sizing
+        pods = []
+        for ep in self._fleet:
+            role = ep.effective_role or "aggregated"
+            tokens = 0 if role == "encode" else ep.inflight.tokens
+            pods.append(
+                PodLoad(
+                    role,
+                    self._backlog.get(ep.name, 0.0),
+                    tokens,
+                    ep.inflight.requests,
+                    self.prefill_s_per_token(ep),
+                )
+            )
+        return tier_demand(
+            pods, lambda role: sizing.byRole.get(role, sizing.targetSeconds), sizing.decodeRequests
+        )
+
+    def _specs(self, endpoint: EndpointState) -> list[EncoderRate]:
+        """The rates configured for the pod, most specific first (endpoint, labels, role)."""
+        p = self.params
+        specs: list[EncoderRate] = []
         own = p.byEndpoint.get(endpoint.name)
         if own is not None:
             specs.append(own)
@@ -166,14 +232,7 @@ class AdaptiveEncodeDecider(
         role = endpoint.effective_role
         if role is not None and role in p.byRole:
             specs.append(p.byRole[role])
-        per_token = next(
-            (s.encoderSecondsPerToken for s in specs if s.encoderSecondsPerToken is not None), None
-        )
-        per_item = next((s.itemSeconds for s in specs if s.itemSeconds is not None), None)
-        return (
-            p.encoderSecondsPerToken if per_token is None else per_token,
-            p.itemSeconds if per_item is None else per_item,
-        )
+        return specs
 
     def backlog(self, name: str) -> float:
         """Encoder seconds placed on ``name`` by this decider and not yet ended."""
@@ -399,6 +458,7 @@ class AdaptiveEncodeDecider(
     def remove_endpoint(self, name: str) -> None:
         self._backlog.pop(name, None)
         self._queued.pop(name, None)
+        self._fleet = [ep for ep in self._fleet if ep.name != name]
 
 
 def _seconds(rate: tuple[float, float], tokens: int) -> float:
@@ -411,3 +471,5 @@ def _check(rate: EncoderRate, where: str) -> None:
         v = getattr(rate, field_name)
         if v is not None and not v >= 0:
             raise ValueError(f"{where}.{field_name} must be >= 0, got {v}")
+    if rate.prefillTokensPerSecond is not None and not rate.prefillTokensPerSecond > 0:
+        raise ValueError(f"{where}.prefillTokensPerSecond must be > 0, got {rate.prefillTokensPerSecond}")
