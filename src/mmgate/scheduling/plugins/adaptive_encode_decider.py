@@ -298,7 +298,7 @@ class AdaptiveEncodeDecider(
         keep_local = [
             p.split and p.policy == "adaptive" and s == 0.0 for s in local_s
         ]  # held by the PD pod: free there
-        plan = self._tier_plan(items, keep_local, rates, backlog)
+        plan = self._replan(items, [LOCAL if k else "" for k in keep_local], rates, backlog)
         cost = self._cost(items, plan, local_s, rates, backlog, sharing, n_pd)
         if (
             p.split and p.policy == "adaptive"
@@ -334,15 +334,6 @@ class AdaptiveEncodeDecider(
             if scraped > own:
                 return scraped
         return own
-
-    def _tier_plan(
-        self,
-        items: Sequence[_Item],
-        keep_local: Sequence[bool],
-        rates: Mapping[str, tuple[float, float]],
-        backlog: Mapping[str, float],
-    ) -> list[str]:
-        return self._replan(items, [LOCAL if k else "" for k in keep_local], rates, backlog)
 
     def _replan(
         self,
