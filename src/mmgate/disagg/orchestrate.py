@@ -15,7 +15,7 @@ naming the stage. A request is never dropped.
 
 How a leg travels is a seam, :class:`LegTransport`: :class:`PoolTransport` posts it over the
 upstream pool (sidecar and gateway), the DES runs it on simulated pods in virtual time
-(:mod:`mmgate.bench.routing.des`). The orchestration above it is one piece of code for all three.
+(:mod:`mmgate_bench.routing.des`). The orchestration above it is one piece of code for all three.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from mmgate.disagg import plan
-from mmgate.gateway.h1.client import UpstreamError, UpstreamPool
+from mmgate.http.client import UpstreamError, UpstreamPool
 from mmgate.request.pieces import Body as RequestBody
 from mmgate.request.pieces import joined
 from mmgate.request.view import RequestView
+from mmgate.scheduling.encoder_assignment import LOCAL
 
 log = logging.getLogger("mmgate.disagg")
 
@@ -193,9 +194,9 @@ class Orchestrator:
         ec: dict[str, Any] = {}
         items = plan.media_items(request, ((a.identity, a.field) for a in view.assets))
         chosen = plan.spread(len(items), stages.encoders) if stages.encoders else []
-        if plan.LOCAL in chosen:  # items the serving pod encodes itself: no leg
-            items = [item for item, host in zip(items, chosen, strict=True) if host != plan.LOCAL]
-            chosen = [host for host in chosen if host != plan.LOCAL]
+        if LOCAL in chosen:  # items the serving pod encodes itself: no leg
+            items = [item for item, host in zip(items, chosen, strict=True) if host != LOCAL]
+            chosen = [host for host in chosen if host != LOCAL]
         holds = _Holds([*chosen, *stages.prefillers[:1]], released)
         holds.drop([*stages.encoders, *stages.prefillers])  # named, but no leg goes there: free now
         if chosen:
@@ -221,7 +222,7 @@ class Orchestrator:
         prepared: Prepared,
         holds: _Holds,
     ) -> dict[str, Any]:
-        pool = [h for h in dict.fromkeys([*stages.encoders, *stages.encoder_spares]) if h != plan.LOCAL]
+        pool = [h for h in dict.fromkeys([*stages.encoders, *stages.encoder_spares]) if h != LOCAL]
         legs = [
             self._leg(
                 "encode",

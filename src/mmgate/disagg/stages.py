@@ -13,7 +13,8 @@ from collections.abc import Container, Iterable, Mapping
 
 from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.disagg.orchestrate import StageMetrics, Stages
-from mmgate.disagg.plan import LOCAL, parse_hosts, split_host
+from mmgate.disagg.plan import parse_hosts, split_host
+from mmgate.scheduling.encoder_assignment import LOCAL
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
 from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER

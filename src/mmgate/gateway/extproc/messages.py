@@ -13,7 +13,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
-from mmgate.gateway.responses import Response
+from mmgate.http.responses import Response
 from mmgate.request.pieces import Body, chunks
 
 DESTINATION = "x-gateway-destination-endpoint"
@@ -96,10 +96,6 @@ def route_headers(
     return ep.ProcessingResponse(
         request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
     )
-
-
-def continue_request_headers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(request_headers=ep.HeadersResponse(response=ep.CommonResponse()))
 
 
 def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingResponse:

@@ -21,8 +21,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mmgate.gateway.extproc.stream import RequestStream
-from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.server import Gateway
+from mmgate.http.server import HttpServer
 
 log = logging.getLogger("mmgate.extproc")
 

@@ -45,9 +45,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from mmgate.disagg.plan import LOCAL, rendezvous
 from mmgate.request.view import Modality
-from mmgate.scheduling.framework import EndpointAware, PluginHandle, Producer, RequestLifecycle
+from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
+from mmgate.scheduling.encoder_assignment import LOCAL, rendezvous
 from mmgate.scheduling.keys import (
     ENCODE_CHOICE,
     ENCODE_TIER,
@@ -56,6 +56,7 @@ from mmgate.scheduling.keys import (
     TOKENIZED_PROMPT,
     EncodeChoice,
 )
+from mmgate.scheduling.lifecycle import RequestLifecycle
 from mmgate.scheduling.plugins._deciding import Decider
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
 from mmgate.scheduling.tiers import PodLoad, TierDemand, TierSizer, tier_demand
