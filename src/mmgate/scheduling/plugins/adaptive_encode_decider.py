@@ -40,7 +40,7 @@ Text never reaches the tier. Nothing here does I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -293,25 +293,28 @@ class AdaptiveEncodeDecider(
             return EncodeChoice("local", "no-encoder", {}, local_cost, math.inf, {pd.name: sum(local_s)})
         if not any(local_s) and p.policy != "tier":
             return EncodeChoice("local", "cached-local", {}, 0.0, math.inf)
-        rates = {ep.name: self.rate(ep) for ep in tier}
+        secs: dict[str, list[float]] = {}  # each item's encoder seconds on each encode pod
+        for ep in tier:
+            per_token, each = self.rate(ep)
+            secs[ep.name] = [each + it.tokens * per_token for it in items]
         sharing = {ep.name: self._sharing(request, ep, self._queued.get(ep.name, 0)) for ep in tier}
         backlog = {ep.name: self._tier_backlog(request, ep) for ep in tier}
         keep_local = [
             p.split and p.policy == "adaptive" and s == 0.0 for s in local_s
         ]  # held by the PD pod: free there
-        plan = self._replan(items, [LOCAL if k else "" for k in keep_local], rates, backlog)
-        cost = self._cost(items, plan, local_s, rates, backlog, sharing, n_pd)
-        if (
-            p.split and p.policy == "adaptive"
-        ):  # move cold items to the PD pod, the costliest first, while it helps
+        plan = _replan(items, [LOCAL if k else "" for k in keep_local], secs, backlog)
+        cost = self._cost(items, plan, local_s, secs, backlog, sharing, n_pd)
+        if p.split and p.policy == "adaptive" and len(items) > 1:
+            # move cold items to the PD pod, the costliest first, while it helps (one item moved
+            # is all of them: the local price above)
             order = sorted(range(len(items)), key=lambda i: -local_s[i])
             for i in order:
-                if plan[i] == LOCAL or items[i].holders & rates.keys():
+                if plan[i] == LOCAL or not items[i].holders.isdisjoint(secs):
                     continue
                 trial = list(plan)
                 trial[i] = LOCAL
-                trial = self._replan(items, trial, rates, backlog)
-                c = self._cost(items, trial, local_s, rates, backlog, sharing, n_pd)
+                trial = _replan(items, trial, secs, backlog)
+                c = self._cost(items, trial, local_s, secs, backlog, sharing, n_pd)
                 if c < cost:
                     plan, cost = trial, c
         if p.policy == "local" or (p.policy == "adaptive" and local_cost <= cost):
@@ -324,7 +327,7 @@ class AdaptiveEncodeDecider(
         if outcome == "split" and all(plan[i] != LOCAL or local_s[i] == 0.0 for i in range(len(plan))):
             reason = "cached-split"
         return EncodeChoice(
-            outcome, reason, by_id, local_cost, cost, self._seconds_on(items, plan, rates, local_s, pd.name)
+            outcome, reason, by_id, local_cost, cost, _seconds_on(items, plan, secs, local_s, pd.name)
         )
 
     def _tier_backlog(self, request: SchedulingRequest, ep: EndpointState) -> float:
@@ -336,39 +339,12 @@ class AdaptiveEncodeDecider(
                 return scraped
         return own
 
-    def _replan(
-        self,
-        items: Sequence[_Item],
-        plan: list[str],
-        rates: Mapping[str, tuple[float, float]],
-        backlog: Mapping[str, float],
-    ) -> list[str]:
-        """Every item not kept local to an encoder: a holder (the least loaded), else the encoder
-        where it finishes first counting the items of this request placed before it."""
-        finish = dict(backlog)
-        out = []
-        for it, kept in zip(items, plan, strict=True):
-            if kept == LOCAL:
-                out.append(LOCAL)
-                continue
-            held = [e for e in it.holders if e in rates]
-            if held:
-                best = min(held, key=lambda e: (finish[e], -rendezvous(it.identity, e)))
-                out.append(best)
-                continue
-            best = min(
-                rates, key=lambda e: (finish[e] + _seconds(rates[e], it.tokens), -rendezvous(it.identity, e))
-            )
-            finish[best] += _seconds(rates[best], it.tokens)
-            out.append(best)
-        return out
-
     def _cost(
         self,
         items: Sequence[_Item],
         plan: Sequence[str],
         local_s: Sequence[float],
-        rates: Mapping[str, tuple[float, float]],
+        secs: Mapping[str, list[float]],
         backlog: Mapping[str, float],
         sharing: Mapping[str, int],
         n_pd: int,
@@ -378,35 +354,18 @@ class AdaptiveEncodeDecider(
         work: dict[str, float] = {}
         local = 0.0
         moved = 0
-        for it, e, ls in zip(items, plan, local_s, strict=True):
+        for i, (it, e) in enumerate(zip(items, plan, strict=True)):
             if e == LOCAL:
-                local += ls
+                local += local_s[i]
                 continue
             moved += it.tokens
             if e not in it.holders:
-                work[e] = work.get(e, 0.0) + _seconds(rates[e], it.tokens)
+                work[e] = work.get(e, 0.0) + secs[e][i]
         if not moved:
             return local * (1.0 + w * n_pd)
         done = max((backlog[e] + s for e, s in work.items()), default=0.0)
         shared = sum(s * w * sharing[e] for e, s in work.items())
         return done + p.legSeconds + p.transferSecondsPerToken * moved + shared + local * (1.0 + w * n_pd)
-
-    @staticmethod
-    def _seconds_on(
-        items: Sequence[_Item],
-        plan: Sequence[str],
-        rates: Mapping[str, tuple[float, float]],
-        local_s: Sequence[float],
-        pd: str,
-    ) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for it, e, ls in zip(items, plan, local_s, strict=True):
-            if e == LOCAL:
-                if ls:
-                    out[pd] = out.get(pd, 0.0) + ls
-            elif e not in it.holders:
-                out[e] = out.get(e, 0.0) + _seconds(rates[e], it.tokens)
-        return out
 
     # -- what the decisions placed, until it ends -------------------------------------------------
 
@@ -453,9 +412,64 @@ class AdaptiveEncodeDecider(
         self._fleet = [ep for ep in self._fleet if ep.name != name]
 
 
-def _seconds(rate: tuple[float, float], tokens: int) -> float:
-    per_token, per_item = rate
-    return per_item + tokens * per_token
+def _replan(
+    items: Sequence[_Item], plan: list[str], secs: Mapping[str, list[float]], backlog: Mapping[str, float]
+) -> list[str]:
+    """Every item not kept local to an encode pod: a holder (the least loaded), else the pod where
+    it finishes first counting the items of this request placed before it; exact ties by the
+    rendezvous hash of (item, pod), as :func:`assign_encoders` breaks them."""
+    finish = dict(backlog)
+    out = []
+    for i, (it, kept) in enumerate(zip(items, plan, strict=True)):
+        if kept == LOCAL:
+            out.append(LOCAL)
+            continue
+        if it.holders:
+            held = [e for e in it.holders if e in finish]
+            if held:
+                out.append(held[0] if len(held) == 1 else _least(held, finish, it.identity, None, i))
+                continue
+        best = _least(secs, finish, it.identity, secs, i)
+        finish[best] += secs[best][i]
+        out.append(best)
+    return out
+
+
+def _least(
+    pods: Iterable[str],
+    finish: Mapping[str, float],
+    identity: str,
+    secs: Mapping[str, list[float]] | None,
+    i: int,
+) -> str:
+    """The pod of ``pods`` where item ``i`` ends first (its own seconds counted when ``secs``)."""
+    least = math.inf
+    tied: list[str] = []
+    for e in pods:
+        v = finish[e] + secs[e][i] if secs is not None else finish[e]
+        if v < least:
+            least, tied = v, [e]
+        elif v == least:
+            tied.append(e)
+    return tied[0] if len(tied) == 1 else max(tied, key=lambda e: rendezvous(identity, e))
+
+
+def _seconds_on(
+    items: Sequence[_Item],
+    plan: Sequence[str],
+    secs: Mapping[str, list[float]],
+    local_s: Sequence[float],
+    pd: str,
+) -> dict[str, float]:
+    """The encoder seconds the plan puts on each pod (the PD pod's local ones included)."""
+    out: dict[str, float] = {}
+    for i, (it, e) in enumerate(zip(items, plan, strict=True)):
+        if e == LOCAL:
+            if local_s[i]:
+                out[pd] = out.get(pd, 0.0) + local_s[i]
+        elif e not in it.holders:
+            out[e] = out.get(e, 0.0) + secs[e][i]
+    return out
 
 
 def _check(rate: EncoderRate, where: str) -> None:
