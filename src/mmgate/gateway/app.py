@@ -38,6 +38,7 @@ from mmgate.request.limits import Limits
 from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
+from mmgate.scheduling.tiers import TierSizer
 from mmgate.tls import client_context
 from mmgate.tokens import PricingConfig
 
@@ -252,6 +253,9 @@ def build_gateway(
         tracing=tracing_of(section), flow=flow, pricing=pricing,
     )  # fmt: skip
     times.register(gateway.telemetry.registry)
+    sizers = [p for p in scheduler.plugins.values() if isinstance(p, TierSizer)]
+    if sizers:  # the first one's view of the tiers (one encode decider per config)
+        gateway.telemetry.tiers_from(sizers[0].tier_demand)
     return gateway
 
 

@@ -316,6 +316,8 @@ class Gateway:
         if flight is not None and flight.decision is not None:
             fields["request_tokens"] = flight.decision.request_tokens
             fields["decision_us"] = round(flight.decision_s * 1e6, 1)
+            if flight.decision.encode is not None:
+                fields["encode"], fields["encode_reason"] = flight.decision.encode
         if flight is not None and flight.identity is not None:  # the tenant and key id, never the key
             fields["tenant"] = flight.identity.tenant
             fields["key_id"] = flight.identity.key_id

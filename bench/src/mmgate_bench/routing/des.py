@@ -484,6 +484,8 @@ class Simulation:
         pod = self._pod_of[attempt.endpoint]
         record.endpoint = attempt.endpoint
         record.predicted_ttft_s = attempt.decision.predicted_ttft_s
+        if attempt.decision.encode is not None:
+            record.encode = attempt.decision.encode[0]
         flight = self._flights[rid] = _Flight(record, attempt, arrival, pod, rung)
         routing = attempt.headers
         if routing and view.api is Api.CHAT:

@@ -8,6 +8,7 @@ from typing import Any
 
 from mmgate.scheduling.contracts import Plugin
 from mmgate.scheduling.plugins.active_request_scorer import ActiveRequestScorer
+from mmgate.scheduling.plugins.adaptive_encode_decider import AdaptiveEncodeDecider
 from mmgate.scheduling.plugins.always_disagg_multimodal_decider import AlwaysDisaggMultimodalDecider
 from mmgate.scheduling.plugins.always_disagg_pd_decider import AlwaysDisaggPDDecider
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer
@@ -56,6 +57,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     AlwaysDisaggMultimodalDecider,
     AlwaysDisaggPDDecider,
     PrefixBasedPDDecider,
+    AdaptiveEncodeDecider,
     # routing headers for the other stages' pods (PreRequest, before the request is sent)
     PrefillHeaderHandler,
     EncoderHeaderHandler,
