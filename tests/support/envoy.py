@@ -28,6 +28,15 @@ from mmgate.gateway.extproc.envoy_config import render
 from mmgate.sim.fleet import SimFleet
 from support.stack import wait_until_registry_scraped
 
+PROXIES: dict[str, dict[str, Any]] = {
+    # mmgate's own --print-envoy-config: override_host walks a destination list
+    "override-host": {},
+    # llm-d's standalone chart: ORIGINAL_DST on the header, FULL_DUPLEX_STREAMED both ways
+    "llm-d": {"lb": "original-dst"},
+    # the request body BUFFERED (crosses the picker once), response STREAMED
+    "buffered": {"request_body": "buffered"},
+}
+
 
 @dataclass
 class EnvoyStack:
@@ -74,8 +83,12 @@ async def envoy_stack(
     pods: int = 2,
     extra_endpoints: Sequence[str] = (),
     mmgate: dict[str, Any] | None = None,
+    proxy: str = "override-host",
+    max_endpoints: int | None = None,
     **sim: Any,
 ) -> AsyncIterator[EnvoyStack]:
+    """``proxy``: one of :data:`PROXIES` (how Envoy is configured); ``max_endpoints``: the
+    picker's ``--max-endpoints``."""
     sim.setdefault("profile", "fast")
     fleet = SimFleet(pods=pods, **sim)
     await fleet.start()
@@ -84,7 +97,9 @@ async def envoy_stack(
     section = msgspec.structs.replace(config.mmgate, endpoints=endpoints, seed=7, **(mmgate or {}))
     gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
     gateway.settings.access_log = False
-    running = await extproc_server.start(gateway, host="127.0.0.1", port=0, admin_port=0)
+    running = await extproc_server.start(
+        gateway, host="127.0.0.1", port=0, admin_port=0, max_endpoints=max_endpoints
+    )
     envoy_port, envoy_admin = free_port(), free_port()
     names = [u.split("://", 1)[1] for u in endpoints]
     text = render(
@@ -93,6 +108,7 @@ async def envoy_stack(
         extproc=f"127.0.0.1:{running.port}",
         admin_port=envoy_admin,
         endpoints=names,
+        **PROXIES[proxy],
     )
     workdir = Path(tempfile.mkdtemp(prefix="mmgate-envoy-"))
     (workdir / "envoy.yaml").write_text(text)

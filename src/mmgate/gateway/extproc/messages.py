@@ -14,7 +14,7 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from mmgate.gateway.responses import Response
-from mmgate.request.pieces import Body, chunks
+from mmgate.request.pieces import Body, chunks, joined
 
 DESTINATION = "x-gateway-destination-endpoint"
 SERVED = "x-gateway-destination-endpoint-served"
@@ -80,6 +80,18 @@ def _mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str] = ()
     )
 
 
+def _routing(
+    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
+) -> tuple[ep.CommonResponse, struct_pb2.Struct]:
+    metadata = struct_pb2.Struct()
+    metadata.update({LB_NAMESPACE: {DESTINATION: destination}})
+    common = ep.CommonResponse(
+        header_mutation=_mutation([(DESTINATION, destination), *set_headers], remove),
+        clear_route_cache=True,
+    )
+    return common, metadata
+
+
 def route_headers(
     destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
 ) -> ep.ProcessingResponse:
@@ -87,15 +99,23 @@ def route_headers(
     dynamic metadata ``envoy.lb``, where GIE's protocol also puts it), the extra routing headers,
     the client's routing headers removed, and the route cache cleared so Envoy picks the cluster
     again with the new headers."""
-    metadata = struct_pb2.Struct()
-    metadata.update({LB_NAMESPACE: {DESTINATION: destination}})
-    common = ep.CommonResponse(
-        header_mutation=_mutation([(DESTINATION, destination), *set_headers], remove),
-        clear_route_cache=True,
-    )
+    common, metadata = _routing(destination, set_headers, remove)
     return ep.ProcessingResponse(
         request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
     )
+
+
+def route_body(
+    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str], body: Body | None
+) -> ep.ProcessingResponse:
+    """The same routing as :func:`route_headers`, as the answer to a ``BUFFERED`` request body
+    (Envoy still holds the headers, so their mutations apply): ``body`` replaces the client's
+    when given (one protobuf field: the pieces joined once), else the client's body goes as it
+    came, without crossing the picker again."""
+    common, metadata = _routing(destination, set_headers, remove)
+    if body is not None:
+        common.body_mutation.body = joined(body)
+    return ep.ProcessingResponse(request_body=ep.BodyResponse(response=common), dynamic_metadata=metadata)
 
 
 def continue_request_headers() -> ep.ProcessingResponse:
@@ -134,6 +154,11 @@ def response_body(body: bytes, *, end: bool) -> Iterator[ep.ProcessingResponse]:
         streamed = ep.StreamedBodyResponse(body=piece, end_of_stream=last)
         common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
         yield ep.ProcessingResponse(response_body=ep.BodyResponse(response=common))
+
+
+def continue_response_body() -> ep.ProcessingResponse:
+    """The answer to a ``STREAMED`` (or ``BUFFERED``) response body chunk: pass it on as it is."""
+    return ep.ProcessingResponse(response_body=ep.BodyResponse(response=ep.CommonResponse()))
 
 
 def request_trailers() -> ep.ProcessingResponse:

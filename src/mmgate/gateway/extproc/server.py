@@ -33,13 +33,14 @@ READY_EVERY_S = 0.5
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated, untyped
     """One :class:`RequestStream` per gRPC stream (Envoy opens one per HTTP request)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, max_endpoints: int | None = None) -> None:
         self.gateway = gateway
+        self.max_endpoints = max_endpoints
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ep.ProcessingResponse]:
-        stream = RequestStream(self.gateway)
+        stream = RequestStream(self.gateway, self.max_endpoints)
         try:
             async for message in request_iterator:
                 for answer in await stream.on_message(message):
@@ -70,8 +71,12 @@ class Running:
         await self.gateway.stop()
 
 
-async def start(gateway: Gateway, *, host: str, port: int, admin_port: int) -> Running:
-    """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free)."""
+async def start(
+    gateway: Gateway, *, host: str, port: int, admin_port: int, max_endpoints: int | None = None
+) -> Running:
+    """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free).
+    ``max_endpoints``: the most endpoints a destination header lists (``None``: as many as the
+    picker chose)."""
     await gateway.start()
     try:
         server = grpc.aio.server(
@@ -80,7 +85,7 @@ async def start(gateway: Gateway, *, host: str, port: int, admin_port: int) -> R
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ]
         )
-        ep_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway), server)
+        ep_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway, max_endpoints), server)
         checks = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checks, server)
         bound = server.add_insecure_port(f"{host}:{port}")

@@ -1,12 +1,27 @@
-"""One request through Envoy's ext_proc stream, in ``FULL_DUPLEX_STREAMED`` body mode.
+"""One request through Envoy's ext_proc stream, in the body mode the proxy configured.
 
-The order follows the endpoint-picker protocol as llm-d's router runs it: Envoy sends the request
-headers, then body chunks without waiting for answers; mmgate buffers the body to its end (bounded
-by the same limit as the HTTP gateway), asks the request controller where it goes, and answers in
-order — the headers response (destination, routing headers, route cache cleared), the body
-streamed back in chunks, then the trailers. On the way back Envoy reports the response headers
-(and which endpoint served, after its own retries), then the body, which mmgate passes through
-unchanged while it notes the first byte and the usage for load and affinity bookkeeping.
+``FULL_DUPLEX_STREAMED`` (the endpoint-picker protocol, as llm-d's router runs it): Envoy sends
+the request headers, then body chunks without waiting for answers; mmgate buffers the body to its
+end (bounded by the same limit as the HTTP gateway), asks the request controller where it goes,
+and answers in order — the headers response (destination, routing headers, route cache cleared),
+the body streamed back in chunks, then the trailers.
+
+``BUFFERED`` request body: Envoy waits for the headers answer (an empty one: the routing is not
+known yet), then sends the whole body in one message; the body answer carries the routing headers,
+the destination metadata and — only when mmgate changed the body (media uuids) — the new body.
+Envoy has not sent the headers upstream yet, so header mutations in the body answer apply.
+
+Which mode is on comes from the stream's first message (``protocol_config``, sent by Envoy 1.34
+and later); without it, ``FULL_DUPLEX_STREAMED`` is assumed.
+
+The destination is one endpoint unless asked for more (``max_endpoints``, or the picker's
+``maxNumOfEndpoints``): a list is only understood by a proxy that walks it (Envoy's
+``override_host``); llm-d's ``ORIGINAL_DST`` cluster reads the header as one address.
+
+On the way back Envoy reports the response headers (and which endpoint served, after its own
+retries), then the body — echoed unchanged in ``FULL_DUPLEX_STREAMED``, acknowledged without a
+body in ``STREAMED`` — while mmgate notes the first byte and the usage for load and affinity
+bookkeeping.
 
 Everything the request controller refuses becomes an ``ImmediateResponse`` with the same
 OpenAI-shaped body the HTTP gateway would send.
@@ -18,6 +33,7 @@ import logging
 from collections.abc import Iterator
 
 import orjson
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from mmgate.control.admission import Overloaded, client_key
@@ -40,15 +56,20 @@ from mmgate.request.view import Api, RequestView
 log = logging.getLogger("mmgate.extproc")
 
 USAGE_TAIL = 64 * 1024  # the end of a response kept to read its ``usage`` (never the whole body)
+FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = pm.ProcessingMode.BUFFERED
 
 
 class RequestStream:
     """Follows one HTTP request on one ext_proc gRPC stream; :meth:`on_message` returns the
     messages to send back, :meth:`close` ends the bookkeeping however the stream ended."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, max_endpoints: int | None = None) -> None:
         self.gateway = gateway
         self.controller = gateway.controller
+        self.max_endpoints = max_endpoints
+        self.request_mode: int = FULL_DUPLEX  # until the first message's protocol_config says
+        self.response_mode: int = FULL_DUPLEX
         self.headers: Headers | None = None
         self.method = ""
         self.path = ""
@@ -90,6 +111,10 @@ class RequestStream:
         return []
 
     def _request_headers(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+        if message.HasField("protocol_config"):
+            config = message.protocol_config
+            self.request_mode = config.request_body_mode
+            self.response_mode = config.response_body_mode
         pairs = messages.header_pairs(message.request_headers)
         self.method = next((v for k, v in pairs if k == ":method"), "")
         self.path = next((v for k, v in pairs if k == ":path"), "").split("?", 1)[0]
@@ -101,6 +126,8 @@ class RequestStream:
             self.trace = self.controller.trace(self.headers, self.api, self.path)
         if message.request_headers.end_of_stream:  # no body: a GET, or a bodiless POST
             return [self._bodiless()]
+        if self.request_mode != FULL_DUPLEX:  # Envoy waits for this answer before the body
+            return [messages.continue_request_headers()]
         return []
 
     def _bodiless(self) -> ep.ProcessingResponse:
@@ -171,7 +198,7 @@ class RequestStream:
             return [self._immediate(refusal, "mmgate_no_endpoint")]
         self.attempt = attempt
         controller.started(attempt)
-        destination = ",".join([attempt.endpoint, *controller.fallbacks(attempt)])
+        destination = ",".join(controller.destinations(attempt, self.max_endpoints))
         remove = [name for name in self.headers if is_routing_header(name)]
         extra = [
             *attempt.headers.items(),
@@ -182,6 +209,8 @@ class RequestStream:
             extra.extend(attempt.propagation)
             ours = {name for name, _ in attempt.propagation}
             remove.extend(n for n in TRACE_CONTEXT_HEADERS if n in self.headers and n not in ours)
+        if self.request_mode != FULL_DUPLEX:  # one answer; the body only when it changed
+            return [messages.route_body(destination, extra, remove, None if body is whole else body)]
         out = [messages.route_headers(destination, extra, remove)]
         out.extend(messages.request_body(body, end=True))
         return out
@@ -216,7 +245,10 @@ class RequestStream:
             self.tail += chunk
             if len(self.tail) > USAGE_TAIL:
                 del self.tail[: len(self.tail) - USAGE_TAIL]
-        yield from messages.response_body(chunk, end=body.end_of_stream)
+        if self.response_mode == FULL_DUPLEX:  # what mmgate does not send back, the client never gets
+            yield from messages.response_body(chunk, end=body.end_of_stream)
+        else:  # STREAMED or BUFFERED: an empty answer leaves the chunk as it is
+            yield messages.continue_response_body()
         if body.end_of_stream:
             self._end(ok=True)
 
