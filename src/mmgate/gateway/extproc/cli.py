@@ -93,6 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "needs a proxy that walks the list (Envoy's override_host policy)",
     )
 
+    parser.add_argument(
+        "--grpc",
+        choices=server.TRANSPORTS,
+        default="lean",
+        help="the gRPC server: lean (mmgate's own HTTP/2 layer, the default) or grpcio (grpc.aio, "
+        "several times the CPU per request; for comparison)",
+    )
+
 
 def _positive(text: str) -> int:
     try:
@@ -143,7 +151,12 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         running = await server.start(
-            gateway, host=host, port=port, admin_port=admin_port, max_endpoints=args.max_endpoints
+            gateway,
+            host=host,
+            port=port,
+            admin_port=admin_port,
+            max_endpoints=args.max_endpoints,
+            transport=args.grpc,
         )
         fields = {"grpc_port": running.port, "admin_port": running.admin_port}
         log.info("listening", extra={"fields": fields})
