@@ -1,8 +1,9 @@
 # The front door. Every target creates the virtual environment it needs, with only what it needs:
-# `make run` the runtime dependencies (the demo), `make bench` those plus the plotting extra,
-# `make test` (and lint, typecheck) the dev tools too. VENV may point at a shared environment
-# (VENV=/path/to/venv make test). Each set is installed once per environment; editing
-# pyproject.toml installs it again.
+# `make run` the runtime dependencies (the demo), `make bench` those plus the benchmarks' own
+# distribution (bench/: mmgate-bench, with its plotting and hashing libraries), `make test` (and
+# lint, typecheck) both distributions and the dev tools. VENV may point at a shared environment
+# (VENV=/path/to/venv make test). Each set is installed once per environment; editing either
+# pyproject.toml (mmgate's or bench/'s) installs it again.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
@@ -13,10 +14,13 @@ BENCH_STAMP := $(VENV)/.mmgate-bench
 
 .PHONY: run test build lint typecheck bench peers clean quickstart-docs
 
-$(STAMP): pyproject.toml setup.py
+# mmgate-bench is a second distribution in this repository, installed beside mmgate in the same pip
+# call (pip then takes its `mmgate` requirement from the editable checkout); mmgate's `dev` extra
+# cannot name it, as package metadata has no way to point at a folder of the checkout.
+$(STAMP): pyproject.toml setup.py bench/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./bench
 	# xds-protos (extproc) ships older copies of opentelemetry-proto's modules into the same folder;
 	# whichever installs last wins, so put opentelemetry-proto's own files back (same version).
 	$(PY) -m pip install -q --force-reinstall --no-deps \
@@ -34,9 +38,10 @@ $(RUN_STAMP): pyproject.toml
 	  MMGATE_PURE_PYTHON=1 $(PY) -m pip install -q -e . ; fi
 	touch $(RUN_STAMP)
 
-$(BENCH_STAMP): pyproject.toml
+$(BENCH_STAMP): pyproject.toml bench/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	if [ $(STAMP) -nt pyproject.toml ]; then :; else $(PY) -m pip install -q -e '.[bench]'; fi
+	if [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt bench/pyproject.toml ]; then :; else \
+	  $(PY) -m pip install -q -e . -e ./bench; fi
 	touch $(BENCH_STAMP)
 
 # Flags for the demo, e.g. make run DEMO_ARGS="--port 8081 --pods 2" (mmgate demo --help).
@@ -55,13 +60,14 @@ build: $(STAMP)
 	  $(PY) setup.py -q build_ext --inplace; \
 	  touch src/mmgate_compiled__mypyc.*; fi
 
-# The suite runs against the compiled build (tests/test_compiled.py checks that it is the one loaded).
+# The suite runs against the compiled build (tests/test_compiled.py checks that it is the one loaded):
+# the product's tests (tests/) and the benchmarks' (bench/tests/), as pyproject.toml's testpaths say.
 test: build lint typecheck
 	MMGATE_EXPECT_COMPILED=1 $(PY) -m pytest
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests
-	$(PY) -m ruff format --check src tests
+	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff format --check src tests bench
 
 typecheck: $(STAMP)
 	$(PY) -m mypy
@@ -72,7 +78,7 @@ bench: $(BENCH_STAMP)
 # Re-run every command docs/quickstart.md shows against a fresh demo (port 8080) and paste the
 # new output into the page (a few minutes; needs the dev set for Envoy and the openai client).
 quickstart-docs: $(STAMP)
-	$(PY) scripts/capture_quickstart.py
+	$(PY) bench/scripts/capture_quickstart.py
 
 # The peer routers of `mmgate bench overhead`, in their own environment (pinned: the published
 # overhead figures name these versions). Not needed by `make test`.

@@ -95,14 +95,13 @@ def test_a_stale_extension_is_never_imported_and_the_rebuild_is_named(tmp_path: 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             compiled.install(["pkg.a", "pkg.b"], root)
-        import sys
-        sys.path.insert(0, str(root))
         import pkg.a, pkg.b
         print(pkg.a.WHERE, "|", pkg.b.WHERE, "|", compiled.status())
         print("|".join(str(w.message) for w in caught))
         """
     )
     env = {k: v for k, v in subprocess_env().items() if k != compiled.PURE_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
@@ -126,7 +125,7 @@ def _picks(pure: bool) -> str:
     if pure:
         env[compiled.PURE_ENV] = "1"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "decision_picks.py"), "--decisions", "300"],
+        [sys.executable, str(ROOT / "bench" / "scripts" / "decision_picks.py"), "--decisions", "300"],
         capture_output=True,
         text=True,
         env=env,
@@ -137,7 +136,7 @@ def _picks(pure: bool) -> str:
 
 def test_compiled_and_pure_python_pick_the_same_endpoints() -> None:
     """Seeded decisions of every example config, compiled and as plain Python: the same digest
-    of every pick (scripts/decision_picks.py prints one per config and one for all)."""
+    of every pick (bench/scripts/decision_picks.py prints one per config and one for all)."""
     if not EXPECT:
         pytest.skip("not a `make test` run: without a build both runs would be pure Python")
     compiled_run, pure_run = _picks(pure=False), _picks(pure=True)

@@ -20,9 +20,9 @@ from mmgate.config import MmgateSection
 from mmgate.config.schema import UpstreamTLSSpec
 from mmgate.config.strict import ConfigError
 from mmgate.gateway.app import settings_of, start
-from mmgate.gateway.h1.client import UpstreamPool, UpstreamTLSError
 from mmgate.gateway.server import Gateway
-from mmgate.tls import client_context
+from mmgate.http.client import UpstreamPool, UpstreamTLSError
+from mmgate.tls import CA_OPTION, client_context
 from support.upstreams import OrderRouter, tiny_parse
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
@@ -116,8 +116,14 @@ async def refusals_name_the_reason(tmp: Path) -> None:
     ca = trustme.CA()
     wrong_name = await Server(server_context(ca, "other.example")).start()
     untrusted = await Server(server_context(trustme.CA(), "127.0.0.1")).start()
-    pool = UpstreamPool(connect_timeout_s=2, read_timeout_s=5, ssl_context=client_context(ca_file(ca, tmp)))
-    default = UpstreamPool(connect_timeout_s=2, read_timeout_s=5)  # system trust store
+    hint = f"trust a private CA with {CA_OPTION}"
+    pool = UpstreamPool(
+        connect_timeout_s=2,
+        read_timeout_s=5,
+        ssl_context=client_context(ca_file(ca, tmp)),
+        untrusted_hint=hint,
+    )
+    default = UpstreamPool(connect_timeout_s=2, read_timeout_s=5, untrusted_hint=hint)  # system trust store
     insecure = UpstreamPool(
         connect_timeout_s=2, read_timeout_s=5, ssl_context=client_context(insecure_skip_verify=True)
     )

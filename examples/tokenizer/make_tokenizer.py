@@ -14,7 +14,7 @@ FOLDER``): Qwen-VL's special tokens (ChatML turns, vision markers, image and vid
 and a ChatML chat template in Qwen-VL's style is written, so gateway and simulator agree on real
 token ids and the pads expand as a Qwen-VL processor expands them.
 
-The builder lives in :mod:`mmgate.engine.tiny_tokenizer` (the reference engine's tiny models use
+The builder lives in :mod:`mmgate.refengine.tiny_tokenizer` (the reference engine's tiny models use
 it too); this script is its command line.
 
     python examples/tokenizer/make_tokenizer.py /tmp/mmgate-tokenizer
@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mmgate.engine.tiny_tokenizer import QWEN_TEMPLATE, QWEN_TOKENS, TEMPLATES, build
+from mmgate.refengine.tiny_tokenizer import QWEN_TEMPLATE, QWEN_TOKENS, TEMPLATES, build
 
 __all__ = ["QWEN_TEMPLATE", "QWEN_TOKENS", "build"]
 

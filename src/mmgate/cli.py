@@ -35,10 +35,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the routing sidecar beside a decode server (encode and prefill legs, llm-d's contract)",
     ),
     "keys": ("mmgate.control.keys_cli", "make entries for the gateway's API-keys file (mmgate.auth)"),
-    "check": ("mmgate.config.cli", "check config files: every mistake with file and line, or the scheduler"),
+    "check": (
+        "mmgate.gateway.check_cli",
+        "check config files: every mistake with file and line, or the scheduler",
+    ),
     "sim": ("mmgate.sim.cli", "run simulated vLLM-compatible model servers"),
     "engine": (
-        "mmgate.engine.server_cli",
+        "mmgate.refengine.server_cli",
         "serve a real vision-language model on CPU with the simulator's API and three caches",
     ),
     "inspect": ("mmgate.request.cli", "show what the gateway reads from a request body"),
@@ -47,34 +50,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mmgate.tokens.cost_cli",
         "cost of questions on a cached prefix, with and without prompt caching",
     ),
-    "bench": ("mmgate.bench.cli", "run a benchmark: routing ladders, overhead, soak, micro-benchmarks"),
+    "bench": ("mmgate_bench.cli", "run a benchmark: routing ladders, overhead, soak, micro-benchmarks"),
 }
 
-# Modules of the optional extras (pyproject.toml), by import name: a missing one names the extra
-# to install. `make run` installs none of them.
-EXTRAS = {
-    "matplotlib": "bench",
-    "numpy": "bench",
-    "grpc": "extproc",
-    "grpc_health": "extproc",
-    "envoy": "extproc",
-    "google": "extproc",
-    "kubernetes_asyncio": "kubernetes",
-    "torch": "engine",
-    "transformers": "engine",
+# Where a missing module comes from, by import name: the optional extras (pyproject.toml; `make run`
+# installs none of them) and the benchmarks, which are their own distribution (bench/ in the
+# repository, not in mmgate's wheel): a missing one names what to install.
+BENCH_INSTALL = "pip install -e ./bench (the benchmarks' distribution, mmgate-bench), or make bench"
+INSTALLS = {
+    "mmgate_bench": BENCH_INSTALL,
+    "matplotlib": BENCH_INSTALL,
+    "numpy": BENCH_INSTALL,
+    "blake3": BENCH_INSTALL,
+    "imagesize": BENCH_INSTALL,
+    "grpc": "pip install 'mmgate[extproc]'",
+    "grpc_health": "pip install 'mmgate[extproc]'",
+    "envoy": "pip install 'mmgate[extproc]'",
+    "google": "pip install 'mmgate[extproc]'",
+    "kubernetes_asyncio": "pip install 'mmgate[kubernetes]'",
+    "torch": "pip install 'mmgate[engine]'",
+    "transformers": "pip install 'mmgate[engine]'",
 }
-
-
-def port(text: str) -> int:
-    """An argparse ``type`` for a TCP port flag: 0..65535 (0 picks a free one). Without it the
-    socket layer would wrap 99999 to 34463 and listen there."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,11 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except ModuleNotFoundError as exc:
-        if not exc.name or exc.name.split(".")[0] == "mmgate":
-            raise
-        extra = EXTRAS.get(exc.name.split(".")[0])
-        how = f": pip install 'mmgate[{extra}]'" if extra else ""
-        print(f"mmgate {name}: needs {exc.name}, which is not installed here{how}", file=sys.stderr)
+        if not exc.name or exc.name.split(".")[0] == "mmgate" or exc.name.startswith("mmgate_bench."):
+            raise  # a module of mmgate's own (or of an installed mmgate-bench) is missing: a bug
+        _missing(name, exc.name)
         return 2
     except OSError as exc:
         if exc.filename is None:  # not a file the user named: a real failure, keep the traceback
@@ -135,8 +129,8 @@ def _dispatch(args: list[str]) -> int:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            print(f"mmgate {name}: not available in this build ({exc.name} missing)", file=sys.stderr)
+        if exc.name and module_name.startswith(exc.name):  # the command's own package is absent
+            _missing(name, exc.name)
             return 2
         raise
     sub = argparse.ArgumentParser(prog=f"mmgate {name}", description=help_text)
@@ -144,6 +138,15 @@ def _dispatch(args: list[str]) -> int:
     ns = sub.parse_args(args[1:])
     result: int = module.run(ns)
     return result
+
+
+def _missing(command: str, module: str) -> None:
+    """One line for a subcommand whose module, or a library it needs, is not installed."""
+    install = INSTALLS.get(module.split(".")[0])
+    if install is None:
+        print(f"mmgate {command}: not available in this build ({module} missing)", file=sys.stderr)
+    else:
+        print(f"mmgate {command}: needs {module}, which is not installed here: {install}", file=sys.stderr)
 
 
 if __name__ == "__main__":

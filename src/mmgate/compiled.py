@@ -8,7 +8,7 @@ their source: the predicted-TTFT producer runs about 40% fewer instructions that
 walk of a large chat body (:mod:`mmgate.request.layout`) about 25% fewer, and compiling the
 per-part media steps beside it (:mod:`mmgate.request.assets`, :mod:`~mmgate.request.payload` and
 the container probes) took 7-13% off a request with three inline photos
-(docs/benchmarks/hotpath.md, session 10). The
+(docs/benchmarks/hotpath.md). The
 source stays the truth: every module listed runs as plain Python too (``MMGATE_PURE_PYTHON=1``
 at install or at run time), and the test suite passes both ways.
 

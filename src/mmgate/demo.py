@@ -20,11 +20,11 @@ import msgspec
 import orjson
 import yaml
 
-from mmgate.cli import port
+from mmgate.arguments import port
 from mmgate.config import ConfigError, parse_config
 from mmgate.config.schema import TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
-from mmgate.gateway.telemetry import configure_logging
+from mmgate.logs import configure_logging
 from mmgate.process import run_forever
 from mmgate.sim.profiles import ProfileError, load_profile
 

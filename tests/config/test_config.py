@@ -206,50 +206,16 @@ def test_mmgate_section_values() -> None:
         load_config_text("mmgate:\n  scrapeIntervalMs: 10\n")
 
 
-def test_config_check_command(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mmgate.config.cli import main
-
-    monkeypatch.setenv("COLUMNS", "200")
-    assert main([str(EXAMPLES[0].parent / "aggregated.yaml")]) == 0
-    out = capsys.readouterr().out
-    assert "max-score-picker (injected default)" in out
-    assert "affinityThreshold=0.6" in out
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("plugins:\n- type: approx-prefix-cache-producer\n  parameters: {blockSizeToken: 64}\n")
-    assert main([str(bad)]) == 2
-    assert f"{bad}:3: plugins[0].parameters.blockSizeToken" in capsys.readouterr().err
-
-
 def test_limits_section_maps_to_request_limits() -> None:
-    from mmgate.request import DEFAULT_LIMITS
+    from mmgate.request import DEFAULT_LIMITS, Limits
 
-    assert load_config_text("").mmgate.limits.to_limits() == DEFAULT_LIMITS
+    assert Limits.from_config(load_config_text("").mmgate.limits) == DEFAULT_LIMITS
     cfg = load_config_text("mmgate:\n  limits: {maxMediaItems: 8, maxPixels: 1000000, urlSchemes: [HTTPS]}\n")
-    limits = cfg.mmgate.limits.to_limits()
+    limits = Limits.from_config(cfg.mmgate.limits)
     assert (limits.max_assets, limits.max_pixels, limits.url_schemes) == (8, 1_000_000, frozenset({"https"}))
     with pytest.raises(ConfigError) as err:
         load_config_text("mmgate:\n  limits: {maxPixels: 0}\n")
     assert err.value.path == "mmgate.limits.maxPixels"
-
-
-def test_values_naming_something_outside_the_file_are_checked_with_the_file(tmp_path: Path) -> None:
-    text = f"""mmgate:
-  pricing: {{family: qwen9}}
-  endpoints: ["ftp://pod:1", {{url: "pod:1/v1"}}, "pod-b:8000"]
-  upstreamTLS: {{caFile: {tmp_path / "no-ca.pem"}}}
-"""
-    with pytest.raises(ConfigErrors) as err:
-        load_config_text(text)
-    assert [(e.line, e.path) for e in err.value.errors] == [
-        (2, "mmgate.pricing.family"),
-        (3, "mmgate.endpoints[0]"),
-        (3, "mmgate.endpoints[1].url"),
-        (4, "mmgate.upstreamTLS.caFile"),
-    ]
-    assert "scheme must be http or https" in str(err.value)
-    assert "unknown family 'qwen9'" in str(err.value)
 
 
 def test_a_missing_named_producer_names_the_consumer_entry() -> None:

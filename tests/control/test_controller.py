@@ -47,7 +47,7 @@ def test_candidates_are_the_healthy_endpoints_serving_the_model_within_the_subse
     sick = registry.get(ENDPOINTS[0])
     assert sick is not None
     for _ in range(sick.health.failure_threshold):
-        sick.health.record_failure(0.0, "down")
+        sick.health.record_failure("down")
     flight = ctl.open(VIEW, "r", {})
     assert [r.name for r in flight.candidates] == list(ENDPOINTS[1:])
     flight = ctl.open(VIEW, "r", {}, subset={ENDPOINTS[2]})

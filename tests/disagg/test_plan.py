@@ -1,4 +1,4 @@
-"""The pure side of disaggregation: which encoder per item, and the bodies of the legs."""
+"""The pure side of disaggregation: the bodies of the legs."""
 
 from __future__ import annotations
 
@@ -38,38 +38,6 @@ def test_repeated_items_are_listed_once_in_prompt_order() -> None:
 
 def test_an_item_outside_a_chat_content_part_is_left_to_the_decode_pod() -> None:
     assert plan.media_items(BODY, [("x", "prompt[0]"), ("y", "messages[7].content[0]")]) == []
-
-
-def test_an_item_held_by_an_encoder_goes_there_and_cold_ones_spread_by_load() -> None:
-    chosen = plan.assign_encoders(["a", "b", "c", "d"], {"e1": 0.0, "e2": 0.0}, holders=[["e2"], [], [], []])
-    assert list(chosen) == ["a", "b", "c", "d"]  # one entry per item, in the items' order
-    assert chosen["a"] == "e2"
-    assert sorted(chosen.values()) == ["e1", "e1", "e2", "e2"]  # the request's items side by side
-    busy = plan.assign_encoders(["x", "y"], {"e1": 5.0, "e2": 0.0})
-    assert list(busy.values()) == ["e2", "e2"]  # 5 queued on e1: both fit on e2 before it is as busy
-
-
-def test_an_item_held_by_several_encoders_goes_to_the_least_loaded_of_them() -> None:
-    chosen = plan.assign_encoders(
-        ["a", "b"], {"e1": 0.0, "e2": 3.0, "e3": 1.0}, holders=[["e2", "e3", "gone"], ["gone"]]
-    )
-    assert chosen["a"] == "e3"  # e1 is idler but does not hold it
-    assert chosen["b"] == "e1"  # its only holder left the pool: a cold item
-
-
-def test_the_tie_break_is_stable_whatever_the_order_encoders_are_listed_in() -> None:
-    idle = {"e1": 0.0, "e2": 0.0, "e3": 0.0}
-    reordered = {"e3": 0.0, "e1": 0.0, "e2": 0.0}
-    for identity in ("p", "q", "r", "s", "t"):
-        one = plan.assign_encoders([identity], idle)
-        assert plan.assign_encoders([identity], reordered) == one
-    spread = {plan.assign_encoders([f"item-{i}"], idle)[f"item-{i}"] for i in range(30)}
-    assert spread == {"e1", "e2", "e3"}  # not all cold items on one encoder
-
-
-def test_assigning_without_encoders_is_refused() -> None:
-    with pytest.raises(ValueError):
-        plan.assign_encoders(["a"], {})
 
 
 def test_an_encode_leg_is_the_item_alone_one_token_not_streamed() -> None:

@@ -27,7 +27,7 @@ from mmgate.control.apikeys import Identity, KeyStore, hash_key
 from mmgate.errors import RequestError
 from mmgate.gateway.app import Running, build_gateway, keys_of, start
 from mmgate.scheduling import EndpointState, SchedulingRequest
-from mmgate.scheduling.framework import NoParams, Scorer
+from mmgate.scheduling.contracts import NoParams, Scorer
 from mmgate.scheduling.registry import builtin_registry
 from mmgate.sim.fleet import SimFleet
 from support.stack import chat_body, wait_until_scraped

@@ -14,8 +14,7 @@ import openai
 import orjson
 import pytest
 
-from mmgate.bench.workloads.media import MediaSpec, render_audio
-from mmgate.request.view import Modality
+from support.media import wav
 from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, Stack, chat_body, png, stack
 
 pytestmark = pytest.mark.slow
@@ -35,13 +34,6 @@ mmgate:
   pricing:
     family: whisper
 """
-
-
-def wav(seconds: float) -> bytes:
-    """A real 16 kHz WAV (tones and noise), distinct per length."""
-    return render_audio(
-        MediaSpec(Modality.AUDIO, f"speech-{seconds}", duration_s=seconds, sample_rate=16_000, fmt="wav")
-    )
 
 
 def upload(model: str, audio: bytes, **fields: str) -> aiohttp.FormData:

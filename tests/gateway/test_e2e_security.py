@@ -14,8 +14,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from mmgate.gateway.app import make_parser
-from mmgate.gateway.telemetry import JsonFormatter
+from mmgate.control.parser import make_parser
+from mmgate.logs import JsonFormatter
 from mmgate.request.limits import Limits
 from support.stack import png
 from support.upstreams import OrderRouter, Upstream, serve, start_gateway, status_behaviour

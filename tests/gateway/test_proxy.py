@@ -12,10 +12,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from mmgate.bench.overhead.bodies import BODIES
-from mmgate.bench.overhead.bodies import MODEL as BENCH_MODEL
-from mmgate.bench.overhead.bodies import body as bench_body
-from mmgate.gateway.app import Running, make_parser
+from mmgate.control.parser import make_parser
+from mmgate.gateway.app import Running
 from mmgate.gateway.server import Gateway
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
@@ -23,6 +21,7 @@ from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.payload import identity_of
 from mmgate.request.pieces import joined
 from mmgate.request.view import Api
+from support.bodies import photo_chat
 from support.upstreams import OrderRouter, Upstream, free_port, sse_behaviour, start_gateway, status_behaviour
 
 BODY = b'{"model": "m",   "messages": [{"role": "user", "content": "hi \\u00e9"}]}'
@@ -385,17 +384,17 @@ async def test_bodies_of_every_size_reach_the_endpoint_byte_for_byte(
         await running.stop()
 
 
-@pytest.mark.parametrize("name", ["image-1", "image-3"])
+@pytest.mark.parametrize("images", [1, 3])
 async def test_media_uuids_reach_every_attempt_as_the_joined_splice_byte_for_byte(
-    upstreams: list[Upstream], name: str
+    upstreams: list[Upstream], images: int
 ) -> None:
     """The spliced body goes out as pieces (one vectored write): the endpoint reads the bytes a
     joined body would have been, with its Content-Length, and a retry resends the same bytes."""
-    sent = bench_body(BODIES[name])
+    sent = photo_chat(images, model="photo-model")
     limits = Limits(own_media_uuids=True)
     reference = joined(with_media_uuids(parse_request(sent, {}, api=Api.CHAT, limits=limits)))
-    for u in upstreams:  # serve the benchmark body's model: once /v1/models is read, another is a 404
-        u.model = BENCH_MODEL
+    for u in upstreams:  # serve the body's model: once /v1/models is read, another is a 404
+        u.model = "photo-model"
     upstreams[0].behaviour = status_behaviour(503)
     e, running = await make_env(
         [u.address for u in upstreams],

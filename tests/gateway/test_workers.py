@@ -6,18 +6,32 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from mmgate.bench.processes import free_port
-from mmgate.bench.procstat import children, is_running
 from support.processes import REPO, mmgate_command, subprocess_env
+from support.upstreams import free_port
 
 BODY = json.dumps({"model": "null-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def _ps(*selection: str) -> list[str]:
+    """``ps`` rows of ``pid,stat`` for the selection (procps: ``--ppid P`` or ``-p P``)."""
+    done = subprocess.run(["ps", "-o", "pid=,stat=", *selection], capture_output=True, text=True)
+    return done.stdout.split("\n")[:-1]
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the gateway's forked workers)."""
+    return sorted(int(row.split()[0]) for row in _ps("--ppid", str(pid)))
+
+
+def is_running(pid: int) -> bool:
+    """True while ``pid`` exists and has not exited (a zombie awaiting its reaper, state Z, has)."""
+    return any(not row.split()[1].startswith("Z") for row in _ps("-p", str(pid)))
 
 
 def _gone(pid: int, timeout: float = 30.0) -> bool:
@@ -44,19 +58,15 @@ def _post(port: int) -> int:
 
 @pytest.fixture
 def upstream_port() -> Iterator[int]:
+    """A simulated model server serving ``null-model`` (``mmgate sim``), listening once it has
+    printed its fleet."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "mmgate.bench.overhead.nullserver",
-        "--port",
-        str(port),
-        "--latency-ms",
-        "0",
-    ]
+    command = mmgate_command("sim", "--profile", "fast", "--pods", "1", "--base-port", str(port))
+    command += ["--model", "null-model", "--json"]
     process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.PIPE)
     assert process.stdout is not None
-    process.stdout.readline()  # the "ports" line: listening
+    while process.stdout.readline().rstrip() not in (b"]", b""):  # the fleet's JSON: listening
+        pass
     yield port
     process.terminate()
     process.wait(timeout=10)

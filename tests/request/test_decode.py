@@ -8,14 +8,14 @@ import json
 import msgspec
 import pytest
 
-from mmgate.bench.overhead.bodies import BODIES, body, jpeg
 from mmgate.errors import RequestError
 from mmgate.request import bodies, parse_request
 from mmgate.request.decode import MIN_BODY, CutMediaRef, cut_data_urls, decode_chat
 from mmgate.request.layout import scan_chat
 from mmgate.request.payload import identity_of
+from support.bodies import photo, photo_chat
 
-IMAGE = "data:image/jpeg;base64," + base64.b64encode(jpeg(seed=7)).decode()
+IMAGE = "data:image/jpeg;base64," + base64.b64encode(photo(seed=7)).decode()
 
 
 def _chat(*parts: object, **extra: object) -> bytes:
@@ -29,11 +29,11 @@ def _same_as_full_decode(data: bytes) -> bodies.ChatBody:
     return fast
 
 
-@pytest.mark.parametrize("name", ["image-1", "image-3"])
-def test_benchmark_bodies_decode_identically_and_views_point_into_the_body(name: str) -> None:
-    data = body(BODIES[name])
+@pytest.mark.parametrize("images", [1, 3])
+def test_photo_bodies_decode_identically_and_views_point_into_the_body(images: int) -> None:
+    data = photo_chat(images)
     cut = cut_data_urls(data)
-    assert cut is not None and len(cut[1]) == BODIES[name].images and len(cut[0]) < 4096
+    assert cut is not None and len(cut[1]) == images and len(cut[0]) < 4096
     decoded = _same_as_full_decode(data)
     parts = decoded.messages[-1].content
     assert isinstance(parts, list)

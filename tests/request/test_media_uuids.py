@@ -13,8 +13,6 @@ from typing import Any
 import orjson
 import pytest
 
-from mmgate.bench.overhead.bodies import BODIES
-from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.errors import RequestError
 from mmgate.request import parse_request
 from mmgate.request.decode import MIN_BODY
@@ -24,6 +22,7 @@ from mmgate.request.media_uuids import uuids_to_write, with_media_uuids
 from mmgate.request.payload import identity_of
 from mmgate.request.pieces import BodyPieces, joined
 from mmgate.request.view import Api, RequestView
+from support.bodies import photo_chat
 from support.stack import data_url, png
 
 OWN = Limits(own_media_uuids=True)
@@ -306,7 +305,7 @@ def _adversarial() -> list[bytes]:
 
 def _examples() -> list[bytes]:
     here = Path(__file__).resolve().parents[2] / "examples" / "requests"
-    return [bench_body(BODIES[n]) for n in ("image-1", "image-3", "image-url")] + [
+    return [photo_chat(1), photo_chat(3), photo_chat(1, by_url=True)] + [
         p.read_bytes() for p in sorted(here.glob("*chat*.json")) + sorted(here.glob("images-*.json"))
     ]
 

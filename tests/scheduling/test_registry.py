@@ -11,7 +11,7 @@ import pytest
 import mmgate.scheduling.plugins as builtin_package
 from mmgate.config import ConfigError
 from mmgate.scheduling import PluginHandle, builtin_registry
-from mmgate.scheduling.framework import NoParams, Plugin
+from mmgate.scheduling.contracts import NoParams, Plugin
 from mmgate.scheduling.plugins import BUILTIN_PLUGINS
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixParams
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker

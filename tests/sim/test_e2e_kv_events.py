@@ -13,12 +13,13 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.request.view import Api
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.ingest import ingest
 from mmgate.vllm.blocks import event_hash
 from mmgate.vllm.kv_events_config import parse_kv_events_config
+from support.bodies import chat, data_uri, image_part
+from support.stack import png
 
 KV = (
     '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*",'
@@ -76,9 +77,8 @@ async def test_block_stored_events_carry_the_prefix_cache_keys(http: aiohttp.Cli
         ctx = zmq.asyncio.Context()
         sub = await _subscribed(pod.kv_endpoint, ctx)
         try:
-            body = chat_body(
-                "test", [unique_png(base_png(448, 448), 5)], "Describe this picture.", 4, stream=False
-            )
+            image = image_part(data_uri(png(5, (448, 448))))
+            body = chat(image, "Describe this picture.", model="test", max_tokens=4, ignore_eos=True)
             await _post(http, pod.url, body)
             messages = await _collect(sub)
         finally:

@@ -10,15 +10,16 @@ import dataclasses
 import aiohttp
 import pytest
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
+from mmgate.sim.core.media import load_ms
+from mmgate.sim.core.types import MediaPayload
 from mmgate.sim.encode_only import EncodeOnly
-from mmgate.sim.engine.media import load_ms
-from mmgate.sim.engine.types import MediaPayload
 from mmgate.sim.faults import Faults, FaultSettings
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import load_profile
 from mmgate.sim.roles import Role
 from mmgate.sim.spec import PodSpec
+from support.bodies import chat, data_uri, image_part
+from support.stack import png
 from support.waiting import until
 
 
@@ -57,7 +58,8 @@ async def test_an_encode_only_pod_loads_the_media_of_every_request_it_serves() -
     async with SimFleet([spec]) as fleet, aiohttp.ClientSession() as http:
         pod = fleet["enc"]
         assert pod.encoder is not None
-        body = chat_body(pod.model, [unique_png(base_png(448, 448), 3)], "What is this?", 1, stream=False)
+        image = image_part(data_uri(png(3, (448, 448))))
+        body = chat(image, "What is this?", model=pod.model, max_tokens=1, ignore_eos=True)
         loaded = []
         for _ in range(2):
             async with http.post(pod.url + "/v1/chat/completions", data=body) as r:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,12 +11,13 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mmgate.bench.simulator.loadtest import base_png
-from mmgate.serving.metrics import E2E_BUCKETS, ITL_BUCKETS
+from mmgate.modelserver.metrics import E2E_BUCKETS, ITL_BUCKETS
 from mmgate.sim.cli import add_arguments, specs_from_args
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import load_profile
+from support.bodies import data_uri
+from support.stack import png
 
 # The five histograms vLLM observes when a request finishes, with its bucket sets.
 PHASES = {
@@ -128,10 +128,10 @@ def _cli_specs(*flags: str) -> Any:
 
 async def _busy_seconds(http: aiohttp.ClientSession, *flags: str) -> float:
     """Simulated engine seconds one image request costs on a pod started with these CLI flags."""
-    png = "data:image/png;base64," + base64.b64encode(base_png(448, 448)).decode()
+    image = data_uri(png(0, (448, 448)))
     content = [
         {"type": "text", "text": "a" * 400},  # ~100 tokens, then the image (~200 tokens), then ~150
-        {"type": "image_url", "image_url": {"url": png}},
+        {"type": "image_url", "image_url": {"url": image}},
         {"type": "text", "text": "b" * 600},
     ]
     body = {

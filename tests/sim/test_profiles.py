@@ -9,7 +9,7 @@ import aiohttp
 import orjson
 import pytest
 
-from mmgate.sim.engine import Engine, EngineConfig
+from mmgate.sim.core import Engine, EngineConfig
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.profiles import ProfileError, available_profiles, fit_poly, load_profile
 from mmgate.sim.spec import DEFAULT_EC_TRANSFER_S, DEFAULT_KV_TRANSFER_S, PodSpec, transfer_times

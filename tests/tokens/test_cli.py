@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from mmgate.tokens import cli, cost_cli, get_family, get_provider
+from support.media import mp4
 from support.processes import REPO, mmgate_command, subprocess_env
 
 
@@ -90,10 +91,8 @@ def test_tokens_video_audio_and_files(capsys: pytest.CaptureFixture[str], tmp_pa
 def test_tokens_reads_an_mp4_header_and_openai_detail(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from mmgate.bench.workloads import media
-
     clip = tmp_path / "clip.mp4"
-    clip.write_bytes(media.render_video(media.video("k", 1280, 720, 10.0, 30.0)))
+    clip.write_bytes(mp4(1280, 720, 10.0, 30.0))
     code, out, _ = run_cli(cli, str(clip), "-f", "qwen3-vl", "--json", capsys=capsys)
     assert code == 0
     (row,) = json.loads(out)

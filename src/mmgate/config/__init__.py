@@ -4,8 +4,10 @@
 >>> scheduler = build_scheduler(cfg.picker)                # mmgate.scheduling
 
 This package owns the *shape* of a file: YAML, known keys, value types and ranges, apiVersion and
-kind. What the plugins and profiles *mean* (plugin types and parameters, references between
-them, default injection) is checked once, by :func:`mmgate.scheduling.build_scheduler`.
+kind; it imports nothing of mmgate above it, so every layer may read a config. What the file
+*means* (plugin types and parameters, references between them, default injection, endpoint
+addresses, the pricing family, the CA file) is checked where the app is assembled
+(:mod:`mmgate.gateway.config_check`), with the code that uses each value.
 Every mistake is a :class:`ConfigError` naming the path of the offending key (and the file and
 line, see :meth:`GatewayConfig.locate`); a file with several mistakes raises
 :class:`ConfigErrors` listing them all. ``mmgate check FILE...`` runs both checks.
@@ -202,42 +204,6 @@ def _check_mmgate(m: MmgateSection) -> list[ConfigError]:
     if d.stageRetries < 0:
         path = "mmgate.disaggregation.stageRetries"
         errors.append(ConfigError(f"must be >= 0, got {d.stageRetries}", path=path))
-    return errors + _check_references(m)
-
-
-def _check_references(m: MmgateSection) -> list[ConfigError]:
-    """Values that name something outside the file: endpoint addresses, the pricing family and the
-    CA file. Each is checked by the code that uses it (the endpoint parser, the family table, the
-    TLS setup); this only gives the mistake its path, so ``mmgate check`` finds what ``mmgate
-    serve`` would refuse."""
-    from mmgate.datalayer.endpoints import parse_endpoint
-    from mmgate.tls import client_context
-    from mmgate.tokens import get_family
-
-    errors: list[ConfigError] = []
-    for i, item in enumerate(m.endpoints):
-        spec = item if isinstance(item, EndpointSpec) else EndpointSpec(url=item)
-        try:
-            parse_endpoint(
-                spec.url,
-                role=spec.role,
-                labels=spec.labels,
-                kv_events=spec.kvEvents,
-                kv_replay=spec.kvEventsReplay,
-            )
-        except ValueError as exc:
-            where = f"mmgate.endpoints[{i}]" + (".url" if isinstance(item, EndpointSpec) else "")
-            errors.append(ConfigError(str(exc), path=where))
-    if m.pricing.family is not None:
-        try:
-            get_family(m.pricing.family)
-        except ValueError as exc:
-            errors.append(ConfigError(str(exc), path="mmgate.pricing.family"))
-    if m.upstreamTLS.caFile is not None:
-        try:
-            client_context(m.upstreamTLS.caFile)
-        except ConfigError as exc:
-            errors.append(exc)
     return errors
 
 

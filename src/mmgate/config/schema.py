@@ -13,7 +13,6 @@ import msgspec
 
 from mmgate.config.lines import line_of
 from mmgate.config.strict import ConfigError, ConfigErrors
-from mmgate.request.limits import DEFAULT_LIMITS, Limits
 
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1")
 DEPRECATED_API_VERSIONS = ("inference.networking.x-k8s.io/v1alpha1",)
@@ -140,32 +139,17 @@ class KubernetesSpec(_Strict):
 
 
 class LimitsSpec(_Strict):
-    """What a single request may carry before the gateway refuses it with a 4xx
-    (``mmgate.request.Limits``; the defaults are the same)."""
+    """What a single request may carry before the gateway refuses it with a 4xx. These defaults are
+    also the request parser's own (``mmgate.request.Limits`` takes them from here): they fit large
+    multimodal models; tighten per fleet."""
 
-    maxBodyBytes: int = DEFAULT_LIMITS.max_body_bytes
-    maxMediaItems: int = DEFAULT_LIMITS.max_assets
-    maxDimension: int = DEFAULT_LIMITS.max_dimension
-    maxPixels: int = DEFAULT_LIMITS.max_pixels
-    maxDurationS: float = DEFAULT_LIMITS.max_duration_s
-    validateBase64: bool = DEFAULT_LIMITS.validate_base64
-    urlSchemes: list[str] = msgspec.field(default_factory=lambda: sorted(DEFAULT_LIMITS.url_schemes))
-
-    def to_limits(self, validation: ValidationSpec | None = None) -> Limits:
-        """The request limits; with ``validation`` (the gateway's), its refusals switched as set."""
-        model = validation.model if validation is not None else DEFAULT_LIMITS.require_model
-        content = validation.mediaContent if validation is not None else DEFAULT_LIMITS.check_media_content
-        return Limits(
-            max_body_bytes=self.maxBodyBytes,
-            max_assets=self.maxMediaItems,
-            max_dimension=self.maxDimension,
-            max_pixels=self.maxPixels,
-            max_duration_s=self.maxDurationS,
-            validate_base64=self.validateBase64,
-            url_schemes=frozenset(s.lower() for s in self.urlSchemes),
-            require_model=model,
-            check_media_content=content,
-        )
+    maxBodyBytes: int = 64 * 1024 * 1024  # 413 above this, before any decoding
+    maxMediaItems: int = 128  # media parts per request, repeats included (each is encoded)
+    maxDimension: int = 16384  # width or height, probed or declared in a header
+    maxPixels: int = 16384 * 16384  # width * height
+    maxDurationS: float = 4 * 3600.0  # video/audio, probed or declared
+    validateBase64: bool = True  # check every inline payload's alphabet (one fast pass)
+    urlSchemes: list[str] = msgspec.field(default_factory=lambda: ["http", "https"])  # file:, ftp: refused
 
 
 class ValidationSpec(_Strict):

@@ -56,6 +56,7 @@ from mmgate.control.admission import Admission, AdmissionSettings
 from mmgate.control.apikeys import Identity, KeyStore
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
 from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
+from mmgate.control.parser import Parser
 from mmgate.control.retry_budget import RetryBudget
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry
 from mmgate.errors import RequestError
@@ -64,7 +65,6 @@ from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.control")
 
-Parser = Callable[[bytes, Mapping[str, str], Api], RequestView]
 Deferral = Callable[[Callable[[], None]], None]
 
 
@@ -444,7 +444,7 @@ class RequestController:
     def first_byte(self, attempt: Attempt, status: int) -> None:
         """The endpoint answered and sent its first body bytes (the attempt is committed)."""
         now = self.clock()
-        attempt.record.health.record_success(now)
+        attempt.record.health.record_success()
         endpoint = attempt.decision.endpoint
         if status >= 500:  # the last attempt's error, passed through
             self._breaker.failure(endpoint)
@@ -503,7 +503,7 @@ class RequestController:
         flight._failed(f"{endpoint}: {detail}")
         flight.last_error = detail
         if unreachable:
-            attempt.record.health.record_failure(self.clock(), f"connect: {detail}")
+            attempt.record.health.record_failure(f"connect: {detail}")
         if reason != "429":  # shedding load is not sickness
             self._breaker.failure(endpoint)
         if self._observer is not None:

@@ -76,15 +76,6 @@ def parse_endpoint(
     )
 
 
-def parse_endpoints(texts: Iterable[str]) -> list[Endpoint]:
-    """Parse a list of addresses, dropping duplicates but keeping the first order."""
-    seen: dict[str, Endpoint] = {}
-    for text in texts:
-        endpoint = parse_endpoint(text)
-        seen.setdefault(endpoint.name, endpoint)
-    return list(seen.values())
-
-
 @dataclass(slots=True)
 class EndpointRecord:
     """The gateway's live knowledge of one endpoint: health, last metrics, served models."""

@@ -18,9 +18,8 @@ class Health:
     healthy: bool = True
     ever_succeeded: bool = False
     last_error: str | None = None
-    last_change: float = 0.0
 
-    def record_success(self, now: float) -> bool:
+    def record_success(self) -> bool:
         """Note a success; return True when this flips the endpoint back to healthy."""
         self.consecutive_failures = 0
         self.ever_succeeded = True
@@ -28,15 +27,13 @@ class Health:
         if self.healthy:
             return False
         self.healthy = True
-        self.last_change = now
         return True
 
-    def record_failure(self, now: float, reason: str) -> bool:
+    def record_failure(self, reason: str) -> bool:
         """Note a failure; return True when this takes the endpoint out of rotation."""
         self.consecutive_failures += 1
         self.last_error = reason
         if self.healthy and self.consecutive_failures >= self.failure_threshold:
             self.healthy = False
-            self.last_change = now
             return True
         return False

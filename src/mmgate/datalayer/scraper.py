@@ -25,8 +25,6 @@ from mmgate.datalayer.metrics import parse_metrics
 
 log = logging.getLogger("mmgate.datalayer")
 
-HealthListener = Callable[[EndpointRecord], None]
-
 
 def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
     """The model objects of an OpenAI ``/v1/models`` body (each has a string ``id``); malformed
@@ -66,12 +64,8 @@ class MetricsScraper:
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
         self._loops: dict[str, asyncio.Task[None]] = {}
-        self._health_listeners: list[HealthListener] = []
         registry.on_add(self._start_loop)
         registry.on_remove(self._stop_loop)
-
-    def on_health_change(self, listener: HealthListener) -> None:
-        self._health_listeners.append(listener)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -142,17 +136,14 @@ class MetricsScraper:
             error = f"/metrics timed out after {self.timeout_s}s"
         except (aiohttp.ClientError, OSError) as exc:
             error = f"/metrics failed: {type(exc).__name__}: {exc}"
-        now = self.clock()
         if error is None:
-            changed = record.health.record_success(now)
+            changed = record.health.record_success()
         else:
             self.failures += 1
-            changed = record.health.record_failure(now, error)
+            changed = record.health.record_failure(error)
         if changed:
             state = "healthy" if record.health.healthy else f"unhealthy ({error})"
             log.warning("endpoint %s is %s", record.name, state)
-            for listener in self._health_listeners:
-                listener(record)
         return error is None
 
     async def fetch_models(self, record: EndpointRecord) -> None:

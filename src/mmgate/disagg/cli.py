@@ -6,12 +6,12 @@ import argparse
 import logging
 import sys
 
-from mmgate.cli import port as port_number
+from mmgate.arguments import port as port_number
 from mmgate.disagg.orchestrate import OrchestrationSettings
 from mmgate.disagg.plan import parse_hosts
 from mmgate.disagg.sidecar import Sidecar, SidecarSettings
 from mmgate.disagg.stages import AllowList
-from mmgate.gateway.telemetry import configure_logging
+from mmgate.logs import configure_logging
 from mmgate.process import run_forever, wait_for_signal
 
 log = logging.getLogger("mmgate.sidecar")

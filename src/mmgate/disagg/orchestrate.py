@@ -15,7 +15,7 @@ naming the stage. A request is never dropped.
 
 How a leg travels is a seam, :class:`LegTransport`: :class:`PoolTransport` posts it over the
 upstream pool (sidecar and gateway), the DES runs it on simulated pods in virtual time
-(:mod:`mmgate.bench.routing.des`). The orchestration above it is one piece of code for all three.
+(:mod:`mmgate_bench.routing.des`). The orchestration above it is one piece of code for all three.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from mmgate.disagg import plan
-from mmgate.gateway.h1.client import UpstreamError, UpstreamPool
+from mmgate.http.client import UpstreamError, UpstreamPool
 from mmgate.request.pieces import Body as RequestBody
 from mmgate.request.pieces import joined
 from mmgate.request.view import RequestView

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from mmgate.control.parser import PARSED_HEADERS, make_parser
 from mmgate.disagg.orchestrate import (
     OrchestrationSettings,
     Orchestrator,
@@ -33,13 +34,12 @@ from mmgate.disagg.orchestrate import (
 )
 from mmgate.disagg.stages import AllowList, stages_from
 from mmgate.errors import RequestError
-from mmgate.gateway.app import make_parser
-from mmgate.gateway.h1.client import UpstreamError, UpstreamPool
-from mmgate.gateway.h1.request import Request
-from mmgate.gateway.h1.server import HttpServer, ServerLimits
-from mmgate.gateway.h1.writer import ResponseWriter
-from mmgate.gateway.headers import REQUEST_ID, relay_headers, request_id_from, upstream_headers
-from mmgate.gateway.responses import Response, error_response, json_response
+from mmgate.http.client import UpstreamError, UpstreamPool
+from mmgate.http.headers import REQUEST_ID, relay_headers, request_id_from, upstream_headers
+from mmgate.http.request import Request
+from mmgate.http.responses import Response, error_response, json_response
+from mmgate.http.server import HttpServer, ServerLimits
+from mmgate.http.writer import ResponseWriter
 from mmgate.request.limits import DEFAULT_LIMITS
 from mmgate.request.view import Api
 
@@ -59,7 +59,7 @@ class SidecarSettings:
     orchestration: OrchestrationSettings = field(default_factory=OrchestrationSettings)
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 300.0
-    limits: ServerLimits = field(default_factory=ServerLimits)
+    limits: ServerLimits = field(default_factory=lambda: ServerLimits(single_valued_headers=PARSED_HEADERS))
 
 
 class Sidecar:

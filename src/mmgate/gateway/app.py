@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +19,8 @@ from mmgate.config.strict import ConfigError
 from mmgate.control.admission import AdmissionSettings
 from mmgate.control.apikeys import KeyStore
 from mmgate.control.circuit_breaker import BreakerSettings
-from mmgate.control.controller import ControlSettings, Parser
+from mmgate.control.controller import ControlSettings
+from mmgate.control.parser import make_parser
 from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.datalayer.index.memory import AffinityIndex
@@ -27,15 +28,12 @@ from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings
-from mmgate.errors import RequestError
-from mmgate.gateway.h1.server import HttpServer
+from mmgate.gateway.plugin_times import PluginTimes
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
+from mmgate.http.server import HttpServer
 from mmgate.process import wait_for_signal
-from mmgate.request import Api, RequestView
 from mmgate.request.limits import Limits
-from mmgate.request.media_uuids import with_media_uuids
-from mmgate.request.parse import parse_request
 from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
@@ -221,25 +219,6 @@ def orchestration_of(section: MmgateSection) -> OrchestrationSettings | None:
     )
 
 
-def make_parser(limits: Limits) -> Parser:
-    """The gateway's parse step; with ``limits.own_media_uuids`` the view's ``body`` (what is
-    forwarded) gains the media parts' uuids (``mmgate.mediaUuids``)."""
-
-    def parse(body: bytes, headers: Mapping[str, str], api: Api) -> RequestView:
-        try:
-            view = parse_request(body, headers, api=api, limits=limits)
-        except RecursionError:  # JSON nested thousands deep: the decoder gives up, the client erred
-            raise RequestError("The request body is nested too deeply.", param="body") from None
-        parts = view.parts
-        # The prompt builder merges text, so a prompt without media is at most one string: no
-        # part to write a uuid on, and no call to find that out on every text request.
-        if limits.own_media_uuids and (len(parts) > 1 or (parts and not isinstance(parts[0], str))):
-            view.body = with_media_uuids(view)
-        return view
-
-    return parse
-
-
 def build_gateway(
     config: GatewayConfig,
     *,
@@ -252,20 +231,25 @@ def build_gateway(
     section = config.mmgate
     shared = shared_index_of(section)
     blocks: AffinityIndex[Hashable] | None = AffinityIndex() if kv_events_settings_of(section) else None
+    times = PluginTimes()
     scheduler = build_scheduler(
-        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks
+        config.picker, mmgate=section, registry=registry, indexes=shared, kv_blocks=blocks, plugin_timer=times
     )
     refuse = section.validation.modalities
     family = section.pricing.family
     pricing = PricingConfig(family=family, refuse_unserved=refuse) if family else PricingConfig()
     picker = SchedulerPicker(scheduler, pricing=pricing)
-    limits = replace(section.limits.to_limits(section.validation), own_media_uuids=section.mediaUuids)
+    limits = replace(
+        Limits.from_config(section.limits, section.validation), own_media_uuids=section.mediaUuids
+    )
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
-    return Gateway(
+    gateway = Gateway(
         settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
     )
+    times.register(gateway.telemetry.registry)
+    return gateway
 
 
 @dataclass(slots=True)

@@ -9,13 +9,14 @@ import sys
 
 import msgspec
 
-from mmgate.cli import port
-from mmgate.config import ConfigError, GatewayConfig, load_config, parse_config
+from mmgate.arguments import port
+from mmgate.config import ConfigError, GatewayConfig, parse_config
 from mmgate.config.schema import KubernetesSpec, TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
+from mmgate.gateway.config_check import load_checked
 from mmgate.gateway.malloc_tuning import keep_large_buffers
-from mmgate.gateway.telemetry import configure_logging
 from mmgate.gateway.workers import serve_workers
+from mmgate.logs import configure_logging
 from mmgate.process import run_forever
 
 log = logging.getLogger("mmgate.gateway")
@@ -109,7 +110,7 @@ def add_arguments(
 def load(args: argparse.Namespace) -> GatewayConfig:
     """The config file with the flags applied: flags override the file's ``mmgate:`` section, and
     everything after (the gateway, each worker) is built from the result."""
-    config = load_config(args.config) if args.config else parse_config({}, source="<defaults>")
+    config = load_checked(args.config) if args.config else parse_config({}, source="<defaults>")
     section = config.mmgate
     changes: dict[str, object] = {}
     if args.endpoints is not None:

@@ -3,7 +3,7 @@
 The body is sent as the very ``bytes`` object the client sent (no re-serialisation, no copy), or,
 when the gateway wrote media uuids into it, as :class:`~mmgate.request.pieces.BodyPieces` of those
 bytes in one vectored write (still no copy, on every attempt alike), over a keep-alive
-:class:`~mmgate.gateway.h1.client.UpstreamPool` connection.
+:class:`~mmgate.http.client.UpstreamPool` connection.
 The client sees nothing until the chosen endpoint has sent its first *body* chunk: until then a
 failure (connect error, reset, 5xx, 429, or a pod dying with only headers sent) is retried on the
 endpoint the :class:`~mmgate.control.RequestController` picks next (it owns the attempt limit, the
@@ -30,16 +30,14 @@ from mmgate.disagg.orchestrate import (
     strip_transfer_fields,
 )
 from mmgate.disagg.stages import stages_with_spares
-from mmgate.gateway.h1.client import (
+from mmgate.http.client import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamPool,
     UpstreamResetError,
     UpstreamResponse,
 )
-from mmgate.gateway.h1.request import Request
-from mmgate.gateway.h1.writer import ResponseWriter
-from mmgate.gateway.headers import (
+from mmgate.http.headers import (
     REQUEST_ID,
     RESPONSE_ENDPOINT,
     RESPONSE_SCORES,
@@ -48,8 +46,11 @@ from mmgate.gateway.headers import (
     upstream_headers,
     with_trace_context,
 )
-from mmgate.gateway.responses import error_response
+from mmgate.http.request import Request
+from mmgate.http.responses import error_response
+from mmgate.http.writer import ResponseWriter
 from mmgate.request.view import Api
+from mmgate.tls import CA_OPTION
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _LAST_EVENTS = (b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")
@@ -112,6 +113,7 @@ class Proxy:
             read_timeout_s=s.read_timeout_s,
             max_idle_per_origin=s.pool_limit,
             ssl_context=s.ssl_context,
+            untrusted_hint=f"trust a private CA with {CA_OPTION}",
         )
         if self.orchestration is not None:
             transport = PoolTransport(self._pool)

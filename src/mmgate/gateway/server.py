@@ -1,6 +1,6 @@
 """The gateway's routes: OpenAI-compatible APIs, health, readiness and metrics.
 
-A request arrives whole from :mod:`mmgate.gateway.h1.server` (which already enforced the head and
+A request arrives whole from :mod:`mmgate.http.server` (which already enforced the head and
 body limits and timeouts). The :class:`~mmgate.control.RequestController` parses it once, finds
 its candidates and admits it; :class:`~mmgate.gateway.proxy.Proxy` forwards its original bytes to
 the endpoints the controller picks. This module turns the controller's refusals into answers:
@@ -26,21 +26,21 @@ from mmgate.control.controller import (
     ControlSettings,
     Flight,
     NoCandidates,
-    Parser,
     RequestController,
     RequestTrace,
 )
 from mmgate.control.decision import EndpointPicker
+from mmgate.control.parser import PARSED_HEADERS, Parser
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
 from mmgate.errors import RequestError
-from mmgate.gateway.h1.request import Request
-from mmgate.gateway.h1.server import ServerLimits
-from mmgate.gateway.h1.writer import ResponseWriter
-from mmgate.gateway.headers import REQUEST_ID, request_id_from
 from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
-from mmgate.gateway.responses import Response, error_response, json_response, request_error_response
 from mmgate.gateway.telemetry import Telemetry
+from mmgate.http.headers import REQUEST_ID, request_id_from
+from mmgate.http.request import Request
+from mmgate.http.responses import Response, error_response, json_response, request_error_response
+from mmgate.http.server import ServerLimits
+from mmgate.http.writer import ResponseWriter
 from mmgate.request.urlprobe import UrlProber, UrlProbeSettings
 from mmgate.request.urlsizing import UrlSizer
 from mmgate.request.view import API_PATHS, Api, RequestView
@@ -83,6 +83,7 @@ class GatewaySettings:
             body_timeout_s=self.body_timeout_s,
             keepalive_timeout_s=self.keepalive_timeout_s,
             send_timeout_s=self.send_timeout_s,
+            single_valued_headers=PARSED_HEADERS,
         )
 
 

@@ -1,13 +1,10 @@
-"""The gateway's Prometheus metrics and its JSON request log.
+"""The gateway's Prometheus metrics.
 
 Each gateway owns a :class:`prometheus_client.CollectorRegistry`, so several gateways in one
 process (tests, the demo) never share counters. Endpoint health is read at scrape time by a
 collector instead of being pushed on every change. The per-request counters and histograms are
 :mod:`mmgate.gateway.loopmetrics` ones: lock-free, for the event-loop thread that also serves
 ``/metrics``, exposing exactly what prometheus_client's would.
-
-Logs are one JSON object per line, built from explicit fields only: bodies, media payloads and
-headers (API keys) are never passed to the logger, so they cannot leak into it.
 """
 
 from __future__ import annotations
@@ -15,9 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
-import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -256,33 +251,3 @@ class Telemetry:
             if ttfb is None:  # made at its first observation, as labels(...).observe() would
                 ttfb = series.ttfb = self.ttfb.labels(model)
             ttfb.observe(first_byte_s)
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, plus the record's ``fields``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "ts": round(record.created, 6),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            doc.update(fields)
-        if record.exc_info:
-            doc["error"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc, default=str).decode()
-
-
-def configure_logging(level: str = "info", *, json: bool = True) -> None:
-    """Route mmgate's loggers to stderr, as JSON lines unless ``json`` is False."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(
-        JsonFormatter() if json else logging.Formatter("%(levelname)s %(name)s: %(message)s")
-    )
-    root = logging.getLogger("mmgate")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False

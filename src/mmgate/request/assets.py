@@ -47,7 +47,8 @@ VIDEO_FPS = "x-llm-d-video-fps"
 VIDEO_DURATION = "x-llm-d-video-duration-seconds"
 VIDEO_RESOLUTION = "x-llm-d-video-resolution"
 AUDIO_DURATION = "x-llm-d-audio-duration-seconds"
-_HINT_HEADERS = (VIDEO_FPS, VIDEO_DURATION, VIDEO_RESOLUTION, AUDIO_DURATION)
+HINT_HEADERS = (VIDEO_FPS, VIDEO_DURATION, VIDEO_RESOLUTION, AUDIO_DURATION)
+"""llm-d's media hint headers: what a request's video and audio weigh when the body cannot say."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ def read_hints(headers: Mapping[str, str], limits: Limits) -> Hints:
     found: dict[str, str] = {}
     for key, value in headers.items():
         low = key.lower()
-        if low in _HINT_HEADERS:
+        if low in HINT_HEADERS:
             found[low] = value.strip()
     if not found:
         return Hints()

@@ -12,21 +12,20 @@ See :class:`Scheduler` for the call order (schedule → on_started → pre_reque
 """
 
 from mmgate.scheduling.build import build_scheduler
-from mmgate.scheduling.framework import (
+from mmgate.scheduling.contracts import (
     EndpointAware,
     Filter,
     Picker,
     Plugin,
     PluginHandle,
-    PreRequest,
     Producer,
-    Profile,
     ProfileHandler,
-    RequestLifecycle,
-    Scheduler,
     Scorer,
 )
+from mmgate.scheduling.lifecycle import PreRequest, RequestLifecycle
+from mmgate.scheduling.profile import Profile
 from mmgate.scheduling.registry import PluginRegistry, builtin_registry, plugin_types
+from mmgate.scheduling.scheduler import Scheduler
 from mmgate.scheduling.types import (
     ROLE_LABEL,
     DataKey,

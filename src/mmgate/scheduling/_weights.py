@@ -1,6 +1,6 @@
 """The arithmetic of a profile's scores: each scorer's scores clamped to [0, 1], weighted, summed.
 
-Kept apart from :class:`mmgate.scheduling.framework.Profile` so mypyc compiles it
+Kept apart from :class:`mmgate.scheduling.profile.Profile` so mypyc compiles it
 (:mod:`mmgate.compiled`): it is a loop of float operations per candidate and scorer on every
 decision, which compiled code runs without the interpreter's per-operation dispatch. The floats
 are the same either way: each score clamped (``not s > 0.0`` also maps NaN to 0, as llm-d's

@@ -23,21 +23,21 @@ from mmgate.config.strict import ConfigError, raise_if_any
 from mmgate.datalayer.index.memory import AffinityIndex
 from mmgate.datalayer.index.store import AffinityStore, IndexProvider
 from mmgate.datalayer.kvevents.settings import kv_events_settings_of
-from mmgate.scheduling.framework import (
+from mmgate.scheduling.contracts import (
     Filter,
     Picker,
     Plugin,
     PluginHandle,
-    PreRequest,
+    PluginTimer,
     Producer,
-    Profile,
     ProfileHandler,
-    Scheduler,
     Scorer,
-    WeightedScorer,
 )
 from mmgate.scheduling.keys import DEFAULT_PRODUCERS
+from mmgate.scheduling.lifecycle import PreRequest
+from mmgate.scheduling.profile import Profile, WeightedScorer
 from mmgate.scheduling.registry import PluginRegistry, builtin_registry
+from mmgate.scheduling.scheduler import Scheduler
 
 DEFAULT_PROFILE = "default"
 DEFAULT_HEADER_HANDLERS: dict[str, tuple[str, str]] = {
@@ -56,12 +56,14 @@ def build_scheduler(
     registry: PluginRegistry | None = None,
     indexes: IndexProvider | None = None,
     kv_blocks: AffinityStore[Any] | None = None,
+    plugin_timer: PluginTimer | None = None,
 ) -> Scheduler:
     """Build a scheduler. ``rng`` (or ``seed``) makes every random choice reproducible;
     ``registry`` (default: the built-in plugins) says which plugin types exist; ``indexes``
     supplies the affinity indexes (default: in memory, one set per scheduler); ``kv_blocks`` is
     the block index the KV-event subscriber feeds (default: a new one when the ``mmgate:`` section
-    subscribes to KV events, so ``precise-prefix-cache-producer`` can be built).
+    subscribes to KV events, so ``precise-prefix-cache-producer`` can be built); ``plugin_timer``
+    receives each plugin's processing time (the gateway's per-plugin histogram).
 
     This is where a config's meaning is checked: plugin types and parameters, unique names,
     references from profiles, handlers and producers. Every mistake is collected and raised
@@ -145,6 +147,7 @@ def build_scheduler(
         plugins=plugins,
         rng=rng,
         metrics_staleness_s=section.metricsStalenessMs / 1000.0,
+        plugin_timer=plugin_timer,
     )
 
 

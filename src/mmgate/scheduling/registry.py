@@ -16,7 +16,7 @@ from typing import Any
 
 from mmgate.config.strict import ConfigError, decode_strict
 from mmgate.errors import did_you_mean
-from mmgate.scheduling.framework import Plugin, PluginHandle
+from mmgate.scheduling.contracts import Plugin, PluginHandle
 from mmgate.scheduling.plugins import BUILTIN_PLUGINS
 
 

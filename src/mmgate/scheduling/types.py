@@ -200,12 +200,6 @@ class ProfileResult(msgspec.Struct):
         rest = [self.candidates[i] for i in order if self.candidates[i] not in self.targets]
         return [*self.targets, *rest]
 
-    def score_of(self, endpoint: EndpointState) -> float | None:
-        for ep, s in zip(self.candidates, self.scores, strict=True):
-            if ep is endpoint:
-                return s
-        return None
-
 
 class SchedulingResult(msgspec.Struct):
     """Every profile's result; ``primary_profile`` names the one whose target serves the request."""

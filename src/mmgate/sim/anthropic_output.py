@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.serving.openai_output import Usage
+from mmgate.modelserver.openai_output import Usage
 from mmgate.sim.output import completion_text, token_events
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from mmgate.modelserver.openai_output import Usage
 from mmgate.request.view import Api
-from mmgate.serving.openai_output import Usage
 from mmgate.sim.output import completion_text, token_events
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
+from mmgate.modelserver.flags import add_cache_arguments, add_kv_events_arguments
 from mmgate.process import run_forever, stop_signal
-from mmgate.serving.flags import add_cache_arguments, add_kv_events_arguments
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.profiles import ProfileError
 from mmgate.sim.roles import Role, role_from_kv_transfer_config

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mmgate.sim.engine import Engine
-from mmgate.sim.engine.types import SimRequest, StepOutput
+from mmgate.sim.core import Engine
+from mmgate.sim.core.types import SimRequest, StepOutput
 from mmgate.sim.faults import Faults
 from mmgate.sim.metrics import PodMetrics
 

@@ -3,10 +3,10 @@
 vLLM's encoder-only instance allocates no KV cache and skips the language model, but its API
 server still does what any vLLM API server does with a request's media: it loads every payload
 (base64 decode, content hash unless the part carries a ``uuid``, image decode:
-:mod:`mmgate.sim.engine.media`, cache hits included, since the hash is the cache key) and runs
+:mod:`mmgate.sim.core.media`, cache hits included, since the hash is the cache key) and runs
 the HF processor on what it has not processed before. That front end is the pod's CPU work, on its
 own worker(s) (``preprocess_workers``, one by default: the API server runs it inline), the same
-model a PD pod's front end follows (:class:`mmgate.sim.engine.frontend.Frontend`); the GPU's
+model a PD pod's front end follows (:class:`mmgate.sim.core.frontend.Frontend`); the GPU's
 encoder runs beside it, on the request before.
 
 The vision encoder does not speed up with batching (the profiles' calibration: about 6 images/s at
@@ -25,8 +25,9 @@ import dataclasses
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 
-from mmgate.sim.engine.media import load_ms
-from mmgate.sim.engine.types import EngineStats, MediaPayload
+from mmgate.modelserver.stats import EngineStats
+from mmgate.sim.core.media import load_ms
+from mmgate.sim.core.types import MediaPayload
 from mmgate.sim.faults import Faults
 from mmgate.sim.profiles import Profile
 

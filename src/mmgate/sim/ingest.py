@@ -4,7 +4,7 @@ The pod tokenizes with mmgate's pricing layer (text estimate + the pod's model-f
 media item), so a simulated pod sees the sequence lengths, media spans and identities that a real
 vLLM with that model would, and its prefix-cache block keys match what the scheduler computes.
 Given a model folder (``--tokenizer``) the ids are the engine-exact ones instead, laid out by the
-code the gateway's engine mode runs (:class:`~mmgate.tokens.engine.tokenizer.EngineTokenizer`), so
+code the gateway's engine mode runs (:class:`~mmgate.tokens.exact.tokenizer.EngineTokenizer`), so
 the pod's KV events carry block hashes of real token ids; what that layout does not model keeps the
 pseudo-token stream, as in the gateway.
 
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mmgate.errors import RequestError
+from mmgate.modelserver.knobs import Knobs, read_knobs
+from mmgate.modelserver.transfer import Transfer, read_transfer
 from mmgate.request import parse_request
 from mmgate.request.view import Api, Modality, RequestView
-from mmgate.serving.knobs import Knobs, read_knobs
-from mmgate.sim.roles import Transfer, read_transfer
 from mmgate.tokens import Pricing, PricingConfig, TokenSequence, build_sequence, price
 
 if TYPE_CHECKING:
-    from mmgate.tokens.engine.tokenizer import EngineTokenizer
+    from mmgate.tokens.exact.tokenizer import EngineTokenizer
 
 
 _FORM_APIS = frozenset({Api.TRANSCRIPTIONS, Api.TRANSLATIONS})

@@ -1,10 +1,10 @@
-"""One simulated pod's ``/metrics``: vLLM's families (:mod:`mmgate.serving.metrics`) and the
+"""One simulated pod's ``/metrics``: vLLM's families (:mod:`mmgate.modelserver.metrics`) and the
 simulator's own, which say whether the process keeps up with the simulated GPU (a pod whose step
 loop falls behind reports slower timings than its profile)."""
 
 from __future__ import annotations
 
-from mmgate.serving.metrics import MetricLines, ServerMetrics
+from mmgate.modelserver.metrics import MetricLines, ServerMetrics
 
 
 class PodMetrics(ServerMetrics):

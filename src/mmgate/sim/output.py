@@ -2,7 +2,7 @@
 
 The streaming hot path of a simulated pod writes one SSE event per token for hundreds of concurrent
 streams, so nothing is JSON-encoded per token: a request's chunk prefix and suffix are encoded once
-(:class:`~mmgate.serving.openai_output.OpenAIWriter`) and each token is a pre-escaped word from a
+(:class:`~mmgate.modelserver.openai_output.OpenAIWriter`) and each token is a pre-escaped word from a
 small vocabulary.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from mmgate.modelserver.openai_output import OpenAIWriter, Usage
 from mmgate.request.view import Api
-from mmgate.serving.openai_output import OpenAIWriter, Usage
 
 _TEXT = (
     "The image shows a quiet street with parked cars and tall trees under a pale sky . "
@@ -63,7 +63,7 @@ def token_events(prefix: bytes, suffix: bytes, start: int, count: int) -> bytes:
 
 
 class ResponseWriter(OpenAIWriter):
-    """A simulated chat or completions answer: :class:`~mmgate.serving.openai_output.OpenAIWriter`
+    """A simulated chat or completions answer: :class:`~mmgate.modelserver.openai_output.OpenAIWriter`
     fed from the synthetic vocabulary (``offset`` picks where in it the request's text starts)."""
 
     __slots__ = ("_offset",)

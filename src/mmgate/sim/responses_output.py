@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from mmgate.serving.openai_output import Usage
+from mmgate.modelserver.openai_output import Usage
 from mmgate.sim.output import completion_text, vocab_json
 
 _OPENING = 4  # events before the first delta

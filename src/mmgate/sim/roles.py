@@ -1,4 +1,7 @@
-"""Disaggregation roles and the transfer parameters they exchange, in vLLM's shapes.
+"""Disaggregation roles of a simulated pod, and the time what it receives takes to arrive.
+
+The transfer parameters the roles exchange, in vLLM's shapes, are the model-server contract
+(:mod:`mmgate.modelserver.transfer`); what each role does with them:
 
 * ``encode`` (``--mm-encoder-only``): runs the vision/audio encoder only, answers with one empty
   token and ``ec_transfer_params`` keyed by each item's identity (``mm_hash``), the shape vLLM's
@@ -14,11 +17,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from mmgate.errors import RequestError
+from mmgate.modelserver.transfer import Transfer
 from mmgate.vllm.blocks import MediaSpanLike
 
 
@@ -42,44 +44,6 @@ def role_from_kv_transfer_config(config: dict[str, Any]) -> Role:
     return KV_ROLE[kv_role]
 
 
-@dataclass(slots=True, frozen=True)
-class Transfer:
-    """What a request's transfer parameters ask of this pod."""
-
-    remote_decode: bool = False  # prefill here, decode elsewhere: stop after the first token
-    remote_prefill: bool = False  # the KV arrives from a prefill pod: no prefill compute here
-    remote_num_tokens: int | None = None
-    remote_encoded: frozenset[str] = frozenset()  # identities whose encoder output arrives remotely
-
-
-def read_transfer(kv: Any, ec: Any) -> Transfer:
-    """Validate ``kv_transfer_params`` / ``ec_transfer_params`` from a request body."""
-    remote_decode = remote_prefill = False
-    remote_tokens: int | None = None
-    if kv is not None:
-        if not isinstance(kv, dict):
-            raise RequestError("kv_transfer_params must be an object", param="kv_transfer_params")
-        remote_decode = _flag(kv, "do_remote_decode")
-        remote_prefill = _flag(kv, "do_remote_prefill")
-        if remote_decode and remote_prefill:
-            raise RequestError(
-                "kv_transfer_params: do_remote_decode and do_remote_prefill cannot both be true",
-                param="kv_transfer_params",
-            )
-        n = kv.get("remote_num_tokens")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-            raise RequestError("must be a non-negative integer", param="kv_transfer_params.remote_num_tokens")
-        remote_tokens = n
-    encoded: frozenset[str] = frozenset()
-    if ec is not None:
-        if not isinstance(ec, dict):
-            raise RequestError(
-                "ec_transfer_params must be an object keyed by mm_hash", param="ec_transfer_params"
-            )
-        encoded = frozenset(str(k) for k in ec)
-    return Transfer(remote_decode, remote_prefill, remote_tokens, encoded)
-
-
 def transfer_seconds(
     transfer: Transfer,
     prompt_tokens: int,
@@ -99,45 +63,3 @@ def transfer_seconds(
         remote = sum(item.length for item in mm_items if item.identity in transfer.remote_encoded)
         return remote * ec_s_per_token
     return 0.0
-
-
-def _flag(params: dict[str, Any], name: str) -> bool:
-    value = params.get(name, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise RequestError(f"{name} must be true or false", param=f"kv_transfer_params.{name}")
-    return value
-
-
-def prefill_response_params(
-    *, engine_id: str, request_id: str, host: str, port: int, block_ids: list[int], num_tokens: int
-) -> dict[str, Any]:
-    """What a prefill pod returns for the decode pod (vLLM NixlConnector's ``request_finished``)."""
-    return {
-        "do_remote_prefill": True,
-        "do_remote_decode": False,
-        "remote_block_ids": block_ids,
-        "remote_engine_id": engine_id,
-        "remote_request_id": request_id,
-        "remote_host": host,
-        "remote_port": port,
-        "tp_size": 1,
-        "remote_num_tokens": num_tokens,
-    }
-
-
-def encoder_response_params(
-    items: list[tuple[str, str, int]], *, host: str, port: int
-) -> dict[str, dict[str, Any]]:
-    """``ec_transfer_params`` of an encode-only pod: per ``(identity, modality, tokens)`` item."""
-    return {
-        identity: {
-            "do_remote_encode": True,
-            "remote_host": host,
-            "remote_port": port,
-            "modality": modality,
-            "num_tokens": tokens,
-        }
-        for identity, modality, tokens in items
-    }

@@ -23,28 +23,30 @@ import msgspec
 from aiohttp import web
 
 from mmgate.errors import RequestError
+from mmgate.modelserver import routes
+from mmgate.modelserver.kv_publisher import KVEventPublisher, kv_topic
+from mmgate.modelserver.openai_output import Usage
+from mmgate.modelserver.stats import EngineStats
+from mmgate.modelserver.transfer import encoder_response_params, prefill_response_params
 from mmgate.request.view import API_PATHS, Api, Modality
-from mmgate.serving import routes
-from mmgate.serving.kv_publisher import KVEventPublisher, kv_topic
-from mmgate.serving.openai_output import Usage
 from mmgate.sim.answers import writer_for
+from mmgate.sim.core import Engine
+from mmgate.sim.core.media import payloads_of
+from mmgate.sim.core.types import SimRequest, StepOutput
 from mmgate.sim.driver import Driver, Flight
 from mmgate.sim.encode_only import EncodeOnly
-from mmgate.sim.engine import Engine
-from mmgate.sim.engine.media import payloads_of
-from mmgate.sim.engine.types import EngineStats, SimRequest, StepOutput
 from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
 from mmgate.sim.metrics import PodMetrics
 from mmgate.sim.output import Writer
 from mmgate.sim.pooling_output import pooling_body, tokenizer_body
 from mmgate.sim.profiles import family_of, load_profile
-from mmgate.sim.roles import Role, encoder_response_params, prefill_response_params, transfer_seconds
+from mmgate.sim.roles import Role, transfer_seconds
 from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig
 
 if TYPE_CHECKING:
-    from mmgate.tokens.engine.tokenizer import EngineTokenizer
+    from mmgate.tokens.exact.tokenizer import EngineTokenizer
 
 POD_HEADER = "x-mmgate-sim-pod"
 _ID_PREFIX = {Api.CHAT: "chatcmpl", Api.COMPLETIONS: "cmpl"}  # the others' writers add their own
@@ -99,7 +101,7 @@ class SimPod:
         """The model folder's tokenizer (``--tokenizer``), checked against the pod's family."""
         if not spec.tokenizer:
             return None
-        from mmgate.tokens.engine.tokenizer import load_engine_tokenizer
+        from mmgate.tokens.exact.tokenizer import load_engine_tokenizer
 
         try:
             tokenizer = load_engine_tokenizer(spec.tokenizer)

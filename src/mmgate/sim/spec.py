@@ -21,11 +21,11 @@ from typing import Any
 import msgspec
 import yaml
 
-from mmgate.sim.engine.types import EngineConfig
+from mmgate.sim.core.types import EngineConfig
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.profiles import Profile
 from mmgate.sim.roles import Role
-from mmgate.tokens.engine.files import ModelFilesError, load_model_files
+from mmgate.tokens.exact.files import ModelFilesError, load_model_files
 from mmgate.vllm.kv_events_config import KVEventsConfig
 from mmgate.vllm.kvevents import WireFormat
 
@@ -40,7 +40,7 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     model: str | None = None  # served model name; the profile's model when unset
     family: str | None = None  # pricing family for media tokens; the profile's when unset
     # A local model folder (tokenizer.json + chat template): engine-exact token ids, as the gateway's
-    # engine mode computes them, instead of the pseudo-token stream (mmgate.tokens.engine).
+    # engine mode computes them, instead of the pseudo-token stream (mmgate.tokens.exact).
     tokenizer: str | None = None
     role: Role = Role.BOTH
     time_scale: float = 1.0  # wall seconds per simulated second (0.5 = twice as fast)

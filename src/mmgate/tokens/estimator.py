@@ -41,6 +41,29 @@ class Resolution(_Strict):
     height: int = 0
 
 
+class ImageDefaults(_Strict):
+    """What an image the gateway cannot measure (a URL it does not fetch, a payload it cannot
+    probe) is priced as, in llm-d's spelling. The one declaration of these keys: llm-d's
+    ``estimate`` block extends it, mmgate's ``exact`` block (:mod:`mmgate.tokens.served`) takes it
+    as is, and both resolve to the one value ``PricingConfig.default_image`` falls back to."""
+
+    defaultResolution: Resolution | None = None
+
+
+class VideoDefaults(_Strict):
+    """What a video the gateway cannot measure (and whose request has no ``x-llm-d-video-*``
+    headers) is priced as; see :class:`ImageDefaults`."""
+
+    defaultResolution: Resolution | None = None
+    defaultDuration: float = 0.0
+
+
+class AudioDefaults(_Strict):
+    """How long an audio clip the gateway cannot measure is taken to be; see :class:`ImageDefaults`."""
+
+    defaultDuration: float = 0.0
+
+
 class StaticImage(_Strict):
     staticToken: int = 0
 
@@ -49,9 +72,8 @@ class DynamicImage(_Strict):
     factor: int = 0
 
 
-class ImageEstimate(_Strict):
+class ImageEstimate(ImageDefaults):
     mode: Literal["", "dynamic", "static"] = ""
-    defaultResolution: Resolution | None = None
     static: StaticImage | None = None
     dynamic: DynamicImage | None = None
 
@@ -88,9 +110,7 @@ class Frames(_Strict):
     strided: StridedFrames | None = None
 
 
-class VideoEstimate(_Strict):
-    defaultResolution: Resolution | None = None
-    defaultDuration: float = 0.0
+class VideoEstimate(VideoDefaults):
     tokensPerFrame: TokensPerFrame | None = None
     frames: Frames | None = None
     maxVideoTokens: int = 0
@@ -105,9 +125,8 @@ class DynamicAudio(_Strict):
     overheadTokens: int = 0
 
 
-class AudioEstimate(_Strict):
+class AudioEstimate(AudioDefaults):
     mode: Literal["", "dynamic", "static"] = ""
-    defaultDuration: float = 0.0
     maxAudioTokens: int = 0
     static: StaticAudio | None = None
     dynamic: DynamicAudio | None = None

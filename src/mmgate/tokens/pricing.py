@@ -103,10 +103,6 @@ class Pricing(msgspec.Struct):
     def document_tokens(self) -> int:
         return self.by_modality.get(Modality.DOCUMENT, 0)
 
-    @property
-    def defaulted_assets(self) -> int:
-        return sum(1 for a in self.assets if a.defaulted)
-
 
 @dataclass(frozen=True)
 class PricingConfig:
@@ -141,10 +137,6 @@ class PricingConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_resolved", Resolved(self))
-
-    @property
-    def rule_name(self) -> str:
-        return self._resolved.name
 
     @property
     def resolved(self) -> Resolved:
@@ -346,11 +338,6 @@ class Resolved:
 
 def _first(configured: T | None, fallback: T) -> T:
     return configured if configured is not None else fallback
-
-
-def text_runs(view: RequestView) -> list[str]:
-    """The prompt's text split at each media item (what packs into whole pseudo-tokens)."""
-    return _split(view)[0]
 
 
 def _split(view: RequestView) -> tuple[list[str], list[MediaAsset]]:

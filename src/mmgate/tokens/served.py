@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.tokens.estimator import EstimateConfig, Resolution
+from mmgate.tokens.estimator import AudioDefaults, EstimateConfig, ImageDefaults, Resolution, VideoDefaults
 from mmgate.tokens.families import family_for_model
 from mmgate.tokens.pricing import PricingConfig
 
@@ -29,18 +29,12 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     pass
 
 
-class ExactImage(_Strict):
-    defaultResolution: Resolution | None = None
+class ExactVideo(VideoDefaults):
+    """llm-d's video defaults plus the source frame rate. In llm-d's ``estimate`` block the rate is
+    ``frames.strided.defaultSourceFPS``, read only by its strided frame count; the exact block has
+    no ``frames`` section, so the rate sits with the other defaults."""
 
-
-class ExactVideo(_Strict):
-    defaultResolution: Resolution | None = None
-    defaultDuration: float = 0.0
     defaultSourceFPS: float = 0.0
-
-
-class ExactAudio(_Strict):
-    defaultDuration: float = 0.0
 
 
 class ExactConfig(_Strict):
@@ -52,9 +46,9 @@ class ExactConfig(_Strict):
 
     family: str | None = None
     familyParams: dict[str, Any] = msgspec.field(default_factory=dict)
-    image: ExactImage | None = None
+    image: ImageDefaults | None = None
     video: ExactVideo | None = None
-    audio: ExactAudio | None = None
+    audio: AudioDefaults | None = None
 
 
 def _size(res: Resolution | None) -> tuple[int, int] | None:
@@ -68,7 +62,11 @@ def _positive(value: float) -> float | None:
 def exact_pricing(cfg: ExactConfig, family: str | None, **settings: Any) -> ServedPricing:
     """The pricing of the exact block: by ``family`` when one is known from the config, else by
     each request's model id. ``settings`` are further :class:`PricingConfig` fields."""
-    image, video, audio = cfg.image or ExactImage(), cfg.video or ExactVideo(), cfg.audio or ExactAudio()
+    image, video, audio = (
+        cfg.image or ImageDefaults(),
+        cfg.video or ExactVideo(),
+        cfg.audio or AudioDefaults(),
+    )
     template = PricingConfig(
         family=family,
         params=cfg.familyParams if family is not None else {},

@@ -17,11 +17,6 @@ from typing import Protocol
 BYTES_PER_TOKEN = 4
 
 
-def packed_tokens(n_bytes: int) -> int:
-    """Pseudo-tokens for a run of ``n_bytes`` bytes (zero-padded to a 4-byte boundary)."""
-    return -(-n_bytes // BYTES_PER_TOKEN)
-
-
 class TextCounter(Protocol):
     def __call__(self, runs: Iterable[str]) -> int: ...
 

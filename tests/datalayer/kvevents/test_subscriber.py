@@ -19,8 +19,8 @@ import zmq.asyncio
 from mmgate.datalayer.endpoints import EndpointRegistry, parse_endpoint
 from mmgate.datalayer.kvevents import KVEventsSettings, KVEventSubscriber
 from mmgate.datalayer.kvevents.apply import tiers_of
-from mmgate.serving.kv_publisher import KVEventPublisher, to_wire
-from mmgate.sim.engine.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from mmgate.modelserver.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from mmgate.modelserver.kv_publisher import KVEventPublisher, to_wire
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from mmgate.vllm.kvevents import WireFormat, encode_batch, encode_seq
 from support.waiting import until

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmgate.bench.overhead.envoy_system import envoy_binary
 from mmgate.gateway.extproc.envoy_config import envoy_config, render
+from support.envoy import envoy_binary
 from support.processes import REPO, mmgate_command, subprocess_env
 
 SHIPPED = REPO / "deploy" / "envoy"

@@ -7,26 +7,25 @@ from __future__ import annotations
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from mmgate.bench.overhead.bodies import BODIES
-from mmgate.bench.overhead.bodies import body as bench_body
 from mmgate.gateway.extproc.messages import MAX_CHUNK, Answer, request_body, response_body, route_body
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
 from mmgate.request.pieces import BodyPieces, joined
 from mmgate.request.view import Api
+from support.bodies import photo_chat
 
 
 def parsed(answers: list[Answer]) -> list[ep.ProcessingResponse]:
     return [ep.ProcessingResponse.FromString(a) if isinstance(a, bytes) else a for a in answers]
 
 
-@pytest.mark.parametrize("name", ["text", "image-1", "image-3"])
-def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(name: str) -> None:
-    view = parse_request(bench_body(BODIES[name]), {}, api=Api.CHAT, limits=Limits(own_media_uuids=True))
+@pytest.mark.parametrize("images", [0, 1, 3])
+def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(images: int) -> None:
+    view = parse_request(photo_chat(images), {}, api=Api.CHAT, limits=Limits(own_media_uuids=True))
     body = with_media_uuids(view)
     whole = joined(body)
-    assert isinstance(body, BodyPieces) == (name != "text")
+    assert isinstance(body, BodyPieces) == (images > 0)
     answers = parsed(request_body(body, end=True))
     streamed = [m.request_body.response.body_mutation.streamed_response for m in answers]
     cuts = range(0, len(whole), MAX_CHUNK)

@@ -8,7 +8,7 @@ import pytest
 
 from mmgate.config import ConfigError
 from mmgate.scheduling import EndpointState, Metrics, PluginHandle
-from mmgate.scheduling.framework import NoParams
+from mmgate.scheduling.contracts import NoParams
 from mmgate.scheduling.plugins.kv_cache_utilization_scorer import KVCacheUtilizationScorer
 from mmgate.scheduling.plugins.load_aware_scorer import LoadAwareParams, LoadAwareScorer
 from mmgate.scheduling.plugins.queue_scorer import QueueScorer

@@ -4,16 +4,10 @@ filter, and learning from observed TTFTs through the lifecycle hooks."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from mmgate.bench.routing.des import DesOptions, Simulation
-from mmgate.bench.routing.records import Ladder
-from mmgate.bench.routing.systems import resolve
-from mmgate.bench.workloads.synthetic import shared_prefix
 from mmgate.config import ConfigError
 from mmgate.request.view import Api, RequestView
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest
@@ -21,7 +15,6 @@ from mmgate.scheduling.keys import PREDICTED_TTFT, PredictedTTFT
 from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProducer
 from support.scheduling import image, scheduler
 
-PROFILES = Path(__file__).resolve().parents[3] / "src" / "mmgate" / "sim" / "profiles"
 PREFILL = 10_000.0  # tokens/s
 ENCODER = 1e-4  # s per media token: a 900-token image encodes in 90 ms
 
@@ -414,55 +407,3 @@ def test_bad_slo_or_work_weight_is_a_config_error() -> None:
         build(scorer={"futureWeight": -1})
     with pytest.raises(ConfigError, match="queueAverageSeconds"):
         build({"queueAverageSeconds": 0})
-
-
-def test_through_the_des_a_slow_pod_gets_less_work_with_no_rate_configured(tmp_path: Path) -> None:
-    """Two simulated pods, one with the H200 profile and one whose prefill and encoder are 4x
-    slower; the config names no rate for either. The producer learns each pod's own rates from
-    the TTFTs the controller reports, and the slow pod ends up with a small share of the work."""
-    profile = yaml.safe_load((PROFILES / "qwen3-vl-32b-h200-tp2.yaml").read_text())
-    profile["name"] = "slow-h200"
-    profile["step"]["prefill_ms_per_token"] *= 4
-    for key in ("c0_ms", "c1_ms_per_token", "c2_ms_per_token2"):
-        profile["encoder"][key] *= 4
-    slow_profile = tmp_path / "slow.yaml"
-    slow_profile.write_text(yaml.safe_dump(profile))
-    config = tmp_path / "learned.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "llm-d.ai/v1alpha1",
-                "kind": "EndpointPickerConfig",
-                "plugins": [
-                    {"type": "predicted-ttft-producer", "parameters": {"minSamples": 5}},
-                    {"type": "predicted-ttft-scorer"},
-                ],
-            }
-        )
-    )
-    workload = shared_prefix(
-        groups=400,
-        prompts_per_group=1,
-        images=1,
-        width=640,
-        height=480,
-        question_tokens=1500,
-        output_tokens=20,
-    )
-    opts = DesOptions(pods=2, profiles=("qwen3-vl-32b-h200-tp2", str(slow_profile)))
-    sim = Simulation(resolve(str(config)), opts)
-    items = workload.stream()
-    rung = sim.run_rung(lambda: next(items), 12.0, 30.0, Ladder(rates=(12.0,), duration_s=30.0), 0)
-    assert all(r.ok for r in rung.records)
-    slow = sim.endpoints[1].name
-    later = [r for r in rung.records if r.sent_s >= 15.0]
-    share = sum(r.endpoint == slow for r in later) / len(later)
-    assert share < 0.3, share
-    producer = sim.scheduler.plugins["predicted-ttft-producer"]
-    assert isinstance(producer, PredictedTTFTProducer)
-    fast_state, slow_state = (sim.picker.states[e.name] for e in sim.endpoints)
-    assert producer.learner.learned(slow)
-    assert (
-        producer.learner.rates(slow_state).prefill_s_per_token
-        > 2 * producer.learner.rates(fast_state).prefill_s_per_token
-    )

@@ -13,7 +13,7 @@ from mmgate.request.view import MediaAsset
 from mmgate.scheduling import SchedulingRequest, build_scheduler
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.plugins.token_producer import TokenProducer
-from mmgate.tokens.engine.tokenizer import load_engine_tokenizer
+from mmgate.tokens.exact.tokenizer import load_engine_tokenizer
 from support.scheduling import endpoints, image, request, scheduler
 from support.tokenizer_dir import model_dir
 

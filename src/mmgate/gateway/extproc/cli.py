@@ -11,13 +11,13 @@ import argparse
 import logging
 import sys
 
-from mmgate.cli import port as port_number
+from mmgate.arguments import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.extproc import server
 from mmgate.gateway.extproc.envoy_config import LB_POLICIES, REQUEST_BODY_MODES, render
-from mmgate.gateway.telemetry import configure_logging
+from mmgate.logs import configure_logging
 from mmgate.process import run_forever, wait_for_signal
 
 log = logging.getLogger("mmgate.extproc")

@@ -22,7 +22,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
-from mmgate.gateway.responses import Response
+from mmgate.http.responses import Response
 from mmgate.request.pieces import Body, chunks
 
 DESTINATION = "x-gateway-destination-endpoint"

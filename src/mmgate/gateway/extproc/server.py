@@ -28,8 +28,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mmgate.gateway.extproc import lean
 from mmgate.gateway.extproc.stream import RequestStream
-from mmgate.gateway.h1.server import HttpServer
 from mmgate.gateway.server import Gateway
+from mmgate.http.server import HttpServer
 
 log = logging.getLogger("mmgate.extproc")
 

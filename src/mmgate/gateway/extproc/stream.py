@@ -39,8 +39,8 @@ from mmgate.control.admission import Overloaded, client_key
 from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace, Usage
 from mmgate.errors import RequestError
 from mmgate.gateway.extproc import messages
-from mmgate.gateway.h1.request import Headers
-from mmgate.gateway.headers import (
+from mmgate.gateway.server import ROUTES, Gateway
+from mmgate.http.headers import (
     REQUEST_ID,
     RESPONSE_ENDPOINT,
     RESPONSE_TOKENS,
@@ -48,8 +48,8 @@ from mmgate.gateway.headers import (
     is_routing_header,
     request_id_from,
 )
-from mmgate.gateway.responses import Response, error_response, request_error_response
-from mmgate.gateway.server import ROUTES, Gateway
+from mmgate.http.request import Headers
+from mmgate.http.responses import Response, error_response, request_error_response
 from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.extproc")

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 import msgspec
 
 from mmgate.errors import RequestError
+from mmgate.request.apis.chat import file_part, role_header
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.decode import decode_body, require_utf8
-from mmgate.request.parse import file_part, role_header
 from mmgate.request.payload import json_string
 from mmgate.request.view import Api, Modality, RequestView
 

@@ -13,9 +13,9 @@ import msgspec
 
 from mmgate.errors import RequestError
 from mmgate.request import bodies
+from mmgate.request.apis.chat import render_messages
 from mmgate.request.assets import PromptBuilder
 from mmgate.request.decode import decode_body, require_utf8
-from mmgate.request.parse import render_messages
 from mmgate.request.view import Api, RequestView
 
 

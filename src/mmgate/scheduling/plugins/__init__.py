@@ -6,7 +6,7 @@ registers this tuple. A new plugin is a module here and one line in the tuple.
 
 from typing import Any
 
-from mmgate.scheduling.framework import Plugin
+from mmgate.scheduling.contracts import Plugin
 from mmgate.scheduling.plugins.active_request_scorer import ActiveRequestScorer
 from mmgate.scheduling.plugins.always_disagg_multimodal_decider import AlwaysDisaggMultimodalDecider
 from mmgate.scheduling.plugins.always_disagg_pd_decider import AlwaysDisaggPDDecider

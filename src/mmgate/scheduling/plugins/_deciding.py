@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import ParamsT, Plugin
+from mmgate.scheduling.contracts import ParamsT, Plugin
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from mmgate.scheduling.framework import ParamsT, Plugin, PluginHandle, PreRequest
+from mmgate.scheduling.contracts import ParamsT, Plugin, PluginHandle
+from mmgate.scheduling.lifecycle import PreRequest
 from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER, SchedulingRequest, SchedulingResult
 
 __all__ = ["ENCODERS_HEADER", "PREFILLER_HEADER", "HeaderHandler"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mmgate.scheduling.framework import Picker, PluginHandle
+from mmgate.scheduling.contracts import Picker, PluginHandle
 
 
 class PickerParams(msgspec.Struct, forbid_unknown_fields=True):

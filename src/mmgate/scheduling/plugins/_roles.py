@@ -9,7 +9,7 @@ new state when they change), so the same states keep the same roles.
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import EndpointAware, Filter, NoParams, PluginHandle
+from mmgate.scheduling.contracts import EndpointAware, Filter, NoParams, PluginHandle
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 FLEETS = 16  # distinct endpoint lists remembered per filter (pools, breaker-trimmed lists)

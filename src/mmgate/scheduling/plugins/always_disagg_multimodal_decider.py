@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmgate.scheduling.framework import NoParams
+from mmgate.scheduling.contracts import NoParams
 from mmgate.scheduling.keys import TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest

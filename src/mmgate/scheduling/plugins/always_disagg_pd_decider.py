@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import NoParams
+from mmgate.scheduling.contracts import NoParams
 from mmgate.scheduling.plugins._deciding import Decider
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 

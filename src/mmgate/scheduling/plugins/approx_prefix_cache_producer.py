@@ -39,8 +39,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mmgate.datalayer.index.store import AffinityStore
-from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
+from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
+from mmgate.scheduling.lifecycle import PreRequest
 from mmgate.scheduling.plugins._block_chain import ChainKey, PrefixChains, block_count, chain
 from mmgate.scheduling.plugins._schemas import (
     DEFAULT_BLOCK_SIZE_TOKENS,

@@ -11,14 +11,15 @@ offered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 import msgspec
 
-from mmgate.scheduling.framework import Plugin, PluginHandle, Profile, ProfileHandler, no_target
+from mmgate.scheduling.contracts import Plugin, PluginHandle, ProfileHandler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
+from mmgate.scheduling.profile import no_target
 from mmgate.scheduling.types import DataKey, ProfileResult, SchedulingRequest, SchedulingResult
 
 
@@ -69,7 +70,7 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
     def pick_profiles(
         self,
         request: SchedulingRequest,
-        profiles: Mapping[str, Profile],
+        profiles: Collection[str],
         results: Mapping[str, ProfileResult | None],
     ) -> list[str]:
         decode = self._decode

@@ -7,7 +7,7 @@ profile handler): when the ``encode`` profile ran, the upstream request carries
 With ``perItem`` (the default, mmgate's), the header names one encoder per distinct media item, in
 prompt order: each item's encoder is one believed to hold it in its encoder cache, a cold item the
 least loaded encode pod among the profile's candidates (queue depth plus in-flight requests plus the
-items this request already gave it; stable tie-break), see :func:`mmgate.disagg.plan.assign_encoders`.
+items this request already gave it; stable tie-break): :mod:`mmgate.scheduling.encoder_assignment`.
 llm-d's sidecar sends item ``i`` to entry ``i % n``, so it follows the plan as mmgate's does. The
 plan is left in the request (``ENCODER_PLAN``) so ``mm-embeddings-cache-producer`` records each item
 on its own encoder, and the encoders it uses become the encode profile's targets, so that
@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import msgspec
 
-from mmgate.disagg.plan import assign_encoders
+from mmgate.scheduling.encoder_assignment import assign_encoders
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, ENCODER_PLAN
 from mmgate.scheduling.plugins._header_handler import ENCODERS_HEADER, HeaderHandler
 from mmgate.scheduling.types import EndpointState, SchedulingRequest, SchedulingResult

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.framework import PluginHandle, Producer, RequestLifecycle
+from mmgate.scheduling.contracts import PluginHandle, Producer
 from mmgate.scheduling.keys import (
     INFLIGHT_LOAD,
     PREFIX_MATCH,
@@ -33,6 +33,7 @@ from mmgate.scheduling.keys import (
     PrefixMatch,
     TokenizedPrompt,
 )
+from mmgate.scheduling.lifecycle import RequestLifecycle
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 PREFILL_PROFILE = "prefill"

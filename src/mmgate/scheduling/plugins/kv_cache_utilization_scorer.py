@@ -5,7 +5,7 @@ Missing or stale metrics score 0.
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import NoParams, Scorer
+from mmgate.scheduling.contracts import NoParams, Scorer
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mmgate.scheduling.framework import PluginHandle, Scorer
+from mmgate.scheduling.contracts import PluginHandle, Scorer
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 
 

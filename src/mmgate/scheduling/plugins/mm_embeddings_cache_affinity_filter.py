@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.framework import Filter, PluginHandle
+from mmgate.scheduling.contracts import Filter, PluginHandle
 from mmgate.scheduling.keys import ENCODER_CACHE_MATCH, INFLIGHT_LOAD, EncoderCacheMatch
 from mmgate.scheduling.plugins._affinity_gate import check_gate_params, gate
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from mmgate.datalayer.index.store import AffinityStore
-from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Producer
+from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
 from mmgate.scheduling.keys import (
     ENCODER_CACHE_MATCH,
     ENCODER_PLAN,
@@ -27,6 +27,7 @@ from mmgate.scheduling.keys import (
     EncoderCacheMatch,
     TokenizedPrompt,
 )
+from mmgate.scheduling.lifecycle import PreRequest
 from mmgate.scheduling.plugins._schemas import MMEmbeddingsParams
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.framework import EndpointAware, PluginHandle, PreRequest, Scorer
+from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Scorer
 from mmgate.scheduling.keys import PREFIX_MATCH, PrefixMatch
+from mmgate.scheduling.lifecycle import PreRequest
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest, SchedulingResult
 
 PREFILL_PROFILE = "prefill"

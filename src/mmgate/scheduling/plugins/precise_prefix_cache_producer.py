@@ -14,7 +14,7 @@ precise-prefix-cache-producer``.
 The keys match only when the gateway's token ids are the ones the engine sees: true for the
 simulator (same pseudo-token stream, or the same engine-exact ids with ``mmgate sim --tokenizer``);
 for a real vLLM, give ``token-producer`` the served model's folder (``tokens: [{mode: engine,
-tokenizerDir: ...}]``, :mod:`mmgate.tokens.engine.modes`). Unlike the approximate producer,
+tokenizerDir: ...}]``, :mod:`mmgate.tokens.exact.modes`). Unlike the approximate producer,
 nothing is recorded after a decision: the next events say what the pod really stored. llm-d's
 ``indexerConfig`` and ``kvEventsConfig`` are accepted so its configs load; in mmgate the
 subscriber is configured under ``mmgate.kvEvents`` and the endpoints.
@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from mmgate.datalayer.index.store import AffinityStore
-from mmgate.scheduling.framework import PluginHandle, Producer
+from mmgate.scheduling.contracts import PluginHandle, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.vllm.blocks import HASH_ALGOS, BlockHasher, event_hash

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from mmgate.request.view import Modality
-from mmgate.scheduling.framework import EndpointAware, PluginHandle, Producer, RequestLifecycle
+from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
 from mmgate.scheduling.keys import (
     ENCODER_CACHE_MATCH,
     INFLIGHT_LOAD,
@@ -70,6 +70,7 @@ from mmgate.scheduling.keys import (
     PrefixMatch,
     TokenizedPrompt,
 )
+from mmgate.scheduling.lifecycle import RequestLifecycle
 from mmgate.scheduling.plugins._schemas import PredictedTTFTParams
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
 from mmgate.scheduling.ttft._frontend import NO_FRONTEND, FrontendQueue, frontend_seconds

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmgate.scheduling.framework import PluginHandle, Scorer
+from mmgate.scheduling.contracts import PluginHandle, Scorer
 from mmgate.scheduling.keys import PREDICTED_TTFT, PredictedTTFT
 from mmgate.scheduling.plugins._min_max import lower_is_better, lower_is_better_known
 from mmgate.scheduling.plugins._schemas import PredictedTTFTScorerParams

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.framework import Filter, PluginHandle
+from mmgate.scheduling.contracts import Filter, PluginHandle
 from mmgate.scheduling.keys import PREDICTED_TTFT, PredictedTTFT
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.framework import PluginHandle
+from mmgate.scheduling.contracts import PluginHandle
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
 from mmgate.scheduling.plugins._deciding import Decider
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest

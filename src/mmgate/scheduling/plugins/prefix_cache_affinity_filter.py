@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from mmgate.scheduling.framework import Filter, PluginHandle
+from mmgate.scheduling.contracts import Filter, PluginHandle
 from mmgate.scheduling.keys import INFLIGHT_LOAD, PREFIX_MATCH, PrefixMatch
 from mmgate.scheduling.plugins._affinity_gate import check_gate_params, gate
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest

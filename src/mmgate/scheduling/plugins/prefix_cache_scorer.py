@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from mmgate.scheduling.framework import PluginHandle, Scorer
+from mmgate.scheduling.contracts import PluginHandle, Scorer
 from mmgate.scheduling.keys import PREFIX_MATCH, PrefixMatch
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 

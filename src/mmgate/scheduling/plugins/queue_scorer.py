@@ -6,7 +6,7 @@ every queue is equal. An endpoint whose metrics are missing or stale scores 0.
 
 from __future__ import annotations
 
-from mmgate.scheduling.framework import NoParams, Scorer
+from mmgate.scheduling.contracts import NoParams, Scorer
 from mmgate.scheduling.plugins._min_max import lower_is_better
 from mmgate.scheduling.types import EndpointState, SchedulingRequest
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from mmgate.scheduling.framework import NoParams, Profile, ProfileHandler, no_target
+from mmgate.scheduling.contracts import NoParams, ProfileHandler
+from mmgate.scheduling.profile import no_target
 from mmgate.scheduling.types import ProfileResult, SchedulingRequest, SchedulingResult
 
 
@@ -21,7 +22,7 @@ class SingleProfileHandler(ProfileHandler[NoParams]):
     def pick_profiles(
         self,
         request: SchedulingRequest,
-        profiles: Mapping[str, Profile],
+        profiles: Collection[str],
         results: Mapping[str, ProfileResult | None],
     ) -> list[str]:
         if results or len(profiles) != 1:

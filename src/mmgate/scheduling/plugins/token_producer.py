@@ -16,7 +16,7 @@ call on the routing hot path, which mmgate avoids.
 A modality the served family cannot take (audio to a vision-only model) is refused with a 400
 naming the part and the model unless ``mmgate.validation.modalities`` is off.
 
-``tokens`` chooses the ids per served model (:mod:`mmgate.tokens.engine.modes`): the pseudo-token
+``tokens`` chooses the ids per served model (:mod:`mmgate.tokens.exact.modes`): the pseudo-token
 stream (the default), or ``mode: engine`` with ``tokenizerDir``, the ids a vLLM server serving that
 model computes from its tokenizer.json and chat template, which precise prefix routing against
 real pods needs. Requests engine mode does not model keep the pseudo layout.
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from mmgate.scheduling.framework import PluginHandle, Producer
+from mmgate.scheduling.contracts import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.tokens import EstimateConfig, Pricing, PricingConfig, build_sequence, price, price_stream
-from mmgate.tokens.engine import TokenMode, TokenModes
+from mmgate.tokens.exact import TokenMode, TokenModes
 from mmgate.tokens.served import MAX_MODELS, ExactConfig, ServedPricing, exact_pricing
 
 if TYPE_CHECKING:  # the tokenizer needs the optional extra; modes imports it when used
-    from mmgate.tokens.engine.tokenizer import EngineTokenizer
+    from mmgate.tokens.exact.tokenizer import EngineTokenizer
 
 
 class TokenProducerParams(msgspec.Struct, forbid_unknown_fields=True):

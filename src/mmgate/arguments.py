@@ -1,0 +1,17 @@
+"""Argument types the subcommands share (each subcommand owns its own flags, :mod:`mmgate.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def port(text: str) -> int:
+    """An argparse ``type`` for a TCP port flag: 0..65535 (0 picks a free one). Without it the
+    socket layer would wrap 99999 to 34463 and listen there."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+    return value

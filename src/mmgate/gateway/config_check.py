@@ -1,0 +1,122 @@
+"""A config file's meaning, checked where the app is assembled.
+
+:mod:`mmgate.config` checks a file's shape. What the values mean is checked by the code that uses
+each one: the scheduler build (plugin types, parameters, references, default injection), the
+endpoint parser, the pricing family table and the TLS set-up. This module runs them all against
+one file and gives every mistake its path and line, so ``mmgate check`` and ``mmgate serve``
+report the same mistakes, all of them, in file order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mmgate.config import ConfigError, GatewayConfig, in_file_order, read_config
+from mmgate.config.schema import EndpointSpec, MmgateSection
+from mmgate.config.strict import raise_if_any
+from mmgate.datalayer.endpoints import parse_endpoint
+from mmgate.scheduling import Plugin, Scheduler, build_scheduler
+from mmgate.tls import client_context
+from mmgate.tokens import get_family
+
+
+def reference_errors(m: MmgateSection) -> list[ConfigError]:
+    """Values that name something outside the file: endpoint addresses, the pricing family and the
+    CA file. Each is checked by the code that uses it; this only gives the mistake its path, so
+    ``mmgate check`` finds what ``mmgate serve`` would refuse."""
+    errors: list[ConfigError] = []
+    for i, item in enumerate(m.endpoints):
+        spec = item if isinstance(item, EndpointSpec) else EndpointSpec(url=item)
+        try:
+            parse_endpoint(
+                spec.url,
+                role=spec.role,
+                labels=spec.labels,
+                kv_events=spec.kvEvents,
+                kv_replay=spec.kvEventsReplay,
+            )
+        except ValueError as exc:
+            where = f"mmgate.endpoints[{i}]" + (".url" if isinstance(item, EndpointSpec) else "")
+            errors.append(ConfigError(str(exc), path=where))
+    if m.pricing.family is not None:
+        try:
+            get_family(m.pricing.family)
+        except ValueError as exc:
+            errors.append(ConfigError(str(exc), path="mmgate.pricing.family"))
+    if m.upstreamTLS.caFile is not None:
+        try:
+            client_context(m.upstreamTLS.caFile)
+        except ConfigError as exc:
+            errors.append(exc)
+    return errors
+
+
+def check_config(config: GatewayConfig) -> tuple[Scheduler | None, list[ConfigError]]:
+    """Every meaning mistake of ``config`` (located, in file order); the scheduler when none."""
+    errors = [config.locate(e) for e in reference_errors(config.mmgate)]
+    scheduler: Scheduler | None = None
+    try:
+        scheduler = build_scheduler(config.picker, mmgate=config.mmgate)
+    except ConfigError as exc:
+        errors += config.locate(exc).errors
+    return (None, in_file_order(errors)) if errors else (scheduler, [])
+
+
+def check_file(path: str) -> tuple[GatewayConfig | None, Scheduler | None, list[ConfigError]]:
+    """Every mistake of one file, located; the config and scheduler when there is none.
+
+    The meaning is checked even when the ``mmgate:`` section has shape mistakes (with that
+    section's defaults), so both kinds show up in one run; it is not when the picker part did not
+    decode.
+    """
+    config, errors = read_config(path)
+    if config is None:
+        return None, None, errors
+    scheduler, meaning = check_config(config)
+    if errors or meaning:
+        return config, None, in_file_order(errors + meaning)
+    return config, scheduler, []
+
+
+def load_checked(path: str) -> GatewayConfig:
+    """The config in ``path``, or :class:`ConfigError` / ``ConfigErrors`` with every mistake."""
+    config, _, errors = check_file(path)
+    raise_if_any(errors)
+    assert config is not None
+    return config
+
+
+def describe(scheduler: Scheduler, configured: set[str]) -> list[tuple[str, str, str]]:
+    """Rows of (stage, plugin, non-default parameters); injected defaults are marked."""
+
+    def row(where: str, p: Plugin[Any], extra: str = "") -> tuple[str, str, str]:
+        name = p.name if p.name == p.type_name else f"{p.name} ({p.type_name})"
+        if p.name not in configured:
+            name += " (injected default)"
+        return (where, name, ", ".join(x for x in (extra, _params(p)) if x))
+
+    rows = [row(f"producer {i + 1}", p) for i, p in enumerate(scheduler.producers)]
+    rows.append(row("profile handler", scheduler.handler))
+    for profile in scheduler.profiles.values():
+        rows += [row(f"{profile.name}: filter", f) for f in profile.filters]
+        rows += [row(f"{profile.name}: scorer", ws.scorer, f"weight={ws.weight:g}") for ws in profile.scorers]
+        rows.append(row(f"{profile.name}: picker", profile.picker))
+    return rows
+
+
+def _params(p: Plugin[Any]) -> str:
+    raw = msgspec.to_builtins(p.params)
+    defaults = msgspec.to_builtins(type(p.params)())
+    changed = {k: v for k, v in raw.items() if defaults.get(k) != v} if isinstance(raw, dict) else {}
+    return ", ".join(f"{k}={_short(v)}" for k, v in changed.items())
+
+
+def _short(value: object) -> str:
+    """Numbers without noise; nested sections by their keys (the YAML has the details)."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(value) + "}"
+    return str(value)
