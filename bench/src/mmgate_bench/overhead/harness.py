@@ -355,10 +355,13 @@ class Bench:
         assert self.client is not None
         pids = system.process.tree() if system.process else []
         upstream = self.upstream.tree() if self.upstream else []
-        cpu0, up0 = cpu_seconds(pids), cpu_seconds(upstream)
+        pickers = envoy_system.picker_pids(pids) if system.kind == "envoy" else []
+        cpu0, up0, picker0 = cpu_seconds(pids), cpu_seconds(upstream), cpu_seconds(pickers)
         result = self.client.run({"port": system.port, "body_file": str(body_path), **shape})
         result["router_cpu_s"] = cpu_seconds(pids) - cpu0 if pids else None
         result["upstream_cpu_s"] = cpu_seconds(upstream) - up0
+        if pickers:  # the ext_proc picker's own share of the system's CPU
+            result["picker_cpu_s"] = cpu_seconds(pickers) - picker0
         return result
 
     def run(self) -> dict[str, Any]:

@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --print-envoy-config: Envoy keeps routing (round-robin) while the picker is down",
     )
     parser.add_argument(
+        "--envoy-pickers",
+        metavar="HOST:PORT,...",
+        help="with --print-envoy-config: several picker replicas (active-active, health-checked) "
+        "instead of the one at --host/--port",
+    )
+    parser.add_argument(
         "--envoy-lb",
         choices=LB_POLICIES,
         default="override-host",
@@ -120,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             text = render(
                 listen_port=args.envoy_port,
-                extproc=f"{args.host or '127.0.0.1'}:{port}",
+                extproc=[a.strip() for a in args.envoy_pickers.split(",") if a.strip()]
+                if args.envoy_pickers
+                else f"{args.host or '127.0.0.1'}:{port}",
                 endpoints=endpoints,
                 dns=args.envoy_dns,
                 fail_open=args.fail_open,

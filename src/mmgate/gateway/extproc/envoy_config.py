@@ -27,6 +27,14 @@ when the picker enforces limits or routes disaggregated requests); ``true`` (fai
 keeps routing with the cluster's own policy while mmgate is down — round-robin for
 ``override_host``; nothing for ``ORIGINAL_DST``, which has no address without the header).
 
+Several picker replicas (``extproc`` a list) sharing their affinity indexes through Redis: the
+picker cluster lists them all, health-checked with gRPC health
+(``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included). Observed
+with Envoy 1.40: its ext_proc client kept opening every stream to the replica it used first, also
+after the health checks marked that replica down (the requests got 500s) — so for failover run one
+Envoy per replica (each with its own picker), which the tests do; the shared index keeps their
+routing the same.
+
 The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
 Service name resolving to every pod, the usual Kubernetes setup); ``override_host`` can only pick
 hosts the cluster knows. ``ORIGINAL_DST`` connects to whatever address the header names, so it
@@ -62,13 +70,14 @@ def envoy_config(
     *,
     listen_port: int = 8080,
     listen_host: str = "0.0.0.0",
-    extproc: str = "127.0.0.1:9002",
+    extproc: str | Sequence[str] = "127.0.0.1:9002",
     admin_port: int = 9901,
     endpoints: Sequence[str] = (),
     dns: str | None = None,
     fail_open: bool = False,
     retries: int = 2,
     timeout_s: float = 600.0,
+    picker_health_interval_s: float = 1.0,
     lb: Literal["override-host", "original-dst"] = "override-host",
     request_body: Literal["streamed", "buffered"] = "streamed",
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -91,7 +100,10 @@ def envoy_config(
     else:
         lb_endpoints = [{"endpoint": {"address": _address(*_host_port(e))}} for e in endpoints]
         discovery = "STATIC"
-    ext_host, ext_port = _host_port(extproc)
+    pickers = [extproc] if isinstance(extproc, str) else list(extproc)
+    if not pickers:
+        raise ValueError("give at least one picker address")
+    picker_endpoints = [{"endpoint": {"address": _address(*_host_port(a))}} for a in pickers]
     ext_proc_filter = {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -227,13 +239,35 @@ def envoy_config(
                     },
                     "load_assignment": {
                         "cluster_name": "mmgate_extproc",
-                        "endpoints": [
-                            {"lb_endpoints": [{"endpoint": {"address": _address(ext_host, ext_port)}}]}
-                        ],
+                        "endpoints": [{"lb_endpoints": picker_endpoints}],
                     },
+                    **(_picker_health(picker_health_interval_s) if len(pickers) > 1 else {}),
                 },
             ],
         },
+    }
+
+
+def _picker_health(interval_s: float) -> dict[str, Any]:
+    """Active gRPC health checks on the picker replicas (active-active: every replica whose
+    ``envoy.service.ext_proc.v3.ExternalProcessor`` service answers SERVING takes streams), also
+    while no stream goes to a replica (``no_traffic_interval``), one failure marking it down."""
+    every = f"{interval_s:g}s"
+    return {
+        "lb_policy": "LEAST_REQUEST",  # as llm-d's chart: a stream goes to the less busy replica
+        # Never route to a replica marked down (Envoy's default panic mode spreads over every
+        # host once too few are healthy; with two replicas, one down is already that).
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        "health_checks": [
+            {
+                "timeout": every,
+                "interval": every,
+                "no_traffic_interval": every,
+                "unhealthy_threshold": 1,
+                "healthy_threshold": 1,
+                "grpc_health_check": {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"},
+            }
+        ],
     }
 
 

@@ -29,6 +29,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
+from mmgate.gateway.extproc import messages
 from mmgate.gateway.extproc.messages import Answer
 from mmgate.gateway.extproc.stream import RequestStream
 from mmgate.gateway.server import Gateway
@@ -152,12 +153,20 @@ class _ProcessStream:
     def _handle(self, found: list[Buffer]) -> None:
         request = self._request
         for n, raw in enumerate(found):
-            try:
-                message = ep.ProcessingRequest.FromString(raw)
-            except DecodeError:
-                self._fail(INVALID_ARGUMENT, "not a ProcessingRequest")
-                return
-            answers = request.on_message(message)
+            chunk = messages.body_chunk(raw)
+            if chunk is not None:  # most messages: a body chunk, read without the runtime
+                kind, data, end = chunk
+                if kind == messages.REQUEST_CHUNK:
+                    answers = request.request_chunk(data, end)
+                else:
+                    answers = request.response_chunk(data, end)
+            else:
+                try:
+                    message = ep.ProcessingRequest.FromString(raw)
+                except DecodeError:
+                    self._fail(INVALID_ARGUMENT, "not a ProcessingRequest")
+                    return
+                answers = request.on_message(message)
             if answers is None:  # waits for an admission slot; what follows waits behind it
                 self._queued = found[n + 1 :]
                 self._waiting = asyncio.get_running_loop().create_task(self._admitted())

@@ -52,6 +52,57 @@ _CHUNK = _number(ep.StreamedBodyResponse, "body")
 _END = _number(ep.StreamedBodyResponse, "end_of_stream")
 
 
+_REQUEST_BODY_IN = _number(ep.ProcessingRequest, "request_body")
+_RESPONSE_BODY_IN = _number(ep.ProcessingRequest, "response_body")
+_IN_BODY = _number(ep.HttpBody, "body")
+_IN_END = _number(ep.HttpBody, "end_of_stream")
+REQUEST_CHUNK, RESPONSE_CHUNK = _REQUEST_BODY_IN, _RESPONSE_BODY_IN
+
+
+def body_chunk(raw: bytes | memoryview) -> tuple[int, memoryview, bool] | None:
+    """A ``ProcessingRequest`` that is only a body chunk, read without the protobuf runtime:
+    (:data:`REQUEST_CHUNK` or :data:`RESPONSE_CHUNK`, the chunk as a view of ``raw``,
+    ``end_of_stream``). ``None`` for anything else — another kind, or any other field beside the
+    body (metadata, attributes) — which the caller parses whole. A body arrives as dozens of such
+    messages; parsing each with the runtime copied its bytes twice."""
+    view = memoryview(raw)
+    size = len(view)
+    if size < 2 or view[0] not in (_REQUEST_BODY_IN << 3 | 2, _RESPONSE_BODY_IN << 3 | 2):
+        return None
+    kind = view[0] >> 3
+    length, pos = _read_varint(view, 1)
+    if pos + length != size:
+        return None
+    chunk = view[pos:pos]
+    end = False
+    while pos < size:
+        key = view[pos]
+        if key == _IN_BODY << 3 | 2:
+            length, pos = _read_varint(view, pos + 1)
+            if pos + length > size:
+                return None
+            chunk = view[pos : pos + length]
+            pos += length
+        elif key == _IN_END << 3:
+            value, pos = _read_varint(view, pos + 1)
+            end = bool(value)
+        else:
+            return None
+    return kind, chunk, end
+
+
+def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < len(view):
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    return -1, len(view) + 1  # truncated: no caller's bounds check passes
+
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
@@ -196,10 +247,10 @@ def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingRes
     return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
 
 
-def _slices(body: Body) -> Iterator[bytes | memoryview]:
+def _slices(body: Body | memoryview) -> Iterator[bytes | memoryview]:
     """``body`` in slices of at most :data:`MAX_CHUNK` bytes: views of the client's bytes when
     it is one object, else copied once out of the pieces."""
-    if isinstance(body, bytes):
+    if isinstance(body, (bytes, memoryview)):
         whole = memoryview(body)
         for start in range(0, len(body), MAX_CHUNK):
             yield whole[start : start + MAX_CHUNK]
@@ -213,12 +264,12 @@ def request_body(body: Body, *, end: bool) -> list[Answer]:
     return _streamed(_REQUEST_BODY, body, end)
 
 
-def response_body(body: bytes, *, end: bool) -> list[Answer]:
+def response_body(body: bytes | memoryview, *, end: bool) -> list[Answer]:
     """An upstream body chunk passed through to the client unchanged."""
     return _streamed(_RESPONSE_BODY, body, end)
 
 
-def _streamed(answer: int, body: Body, end: bool) -> list[Answer]:
+def _streamed(answer: int, body: Body | memoryview, end: bool) -> list[Answer]:
     if not body:
         return [_streamed_body(answer, b"", end)]
     last = (len(body) - 1) // MAX_CHUNK

@@ -78,7 +78,7 @@ class RequestStream:
         self.method = ""
         self.path = ""
         self.subset: list[str] | None = None
-        self._chunks: list[bytes] = []  # the request body as Envoy sent it, joined once at its end
+        self._chunks: list[bytes | memoryview] = []  # the request body as it came, joined at its end
         self._size = 0
         self.api: Api | None = None
         self.view: RequestView | None = None
@@ -103,13 +103,15 @@ class RequestStream:
         if kind == "request_headers":
             return self._request_headers(message)
         if kind == "request_body":
-            return self._request_body(message.request_body)
+            body = message.request_body
+            return self.request_chunk(body.body, body.end_of_stream)
         if kind == "request_trailers":
             return [messages.request_trailers()]
         if kind == "response_headers":
             return self._response_headers(message)
         if kind == "response_body":
-            return self._response_body(message.response_body)
+            body = message.response_body
+            return self.response_chunk(body.body, body.end_of_stream)
         if kind == "response_trailers":
             self._end(ok=True)
             return [messages.response_trailers()]
@@ -146,10 +148,11 @@ class RequestStream:
             error_response(404, f"Not Found: {self.method} {self.path}"), "mmgate_not_found"
         )
 
-    def _request_body(self, body: ep.HttpBody) -> list[messages.Answer] | None:
+    def request_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer] | None:
+        """A request body message (:meth:`on_message` for one the transport read without the
+        protobuf runtime: ``chunk`` may be a view of the bytes received)."""
         if self.done:
             return []
-        chunk = body.body  # each read of a protobuf bytes field is a copy: read it once
         if chunk:
             self._chunks.append(chunk)
             self._size += len(chunk)
@@ -158,7 +161,7 @@ class RequestStream:
             self._chunks.clear()
             message = f"the request body is larger than the gateway's limit of {limit} bytes"
             return [self._immediate(error_response(413, message, code="body_too_large"), "mmgate_too_large")]
-        if not body.end_of_stream:
+        if not end:
             return []
         return self._route()
 
@@ -172,7 +175,7 @@ class RequestStream:
             ]
         controller = self.controller
         chunks = self._chunks
-        whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy, not one per chunk
+        whole = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)  # one copy (none of bytes)
         chunks.clear()
         try:
             self.view = controller.parse(whole, self.headers, self.api, self.trace)
@@ -263,19 +266,19 @@ class RequestStream:
             self._end(ok=True)
         return [messages.response_headers(mine)]
 
-    def _response_body(self, body: ep.HttpBody) -> list[messages.Answer]:
+    def response_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer]:
+        """A response body message (as :meth:`request_chunk`)."""
         self._first_byte()
-        chunk = body.body
         if chunk:
             self.sent += len(chunk)
             self.tail += chunk
             if len(self.tail) > USAGE_TAIL:
                 del self.tail[: len(self.tail) - USAGE_TAIL]
         if self.response_mode == FULL_DUPLEX:  # what mmgate does not send back, the client never gets
-            out = messages.response_body(chunk, end=body.end_of_stream)
+            out = messages.response_body(chunk, end=end)
         else:  # STREAMED or BUFFERED: an empty answer leaves the chunk as it is
             out = [messages.continue_response_body()]
-        if body.end_of_stream:
+        if end:
             self._end(ok=True)
         return out
 
