@@ -39,12 +39,18 @@ class AdmissionSettings:
 
 
 class Overloaded(Exception):
-    """Refused by admission control; ``retry_after_s`` goes into the ``Retry-After`` header."""
+    """Refused by admission or flow control; ``retry_after_s`` goes into the ``Retry-After``
+    header, ``status`` is the answer's (429, or 503 when the gateway itself is full: flow
+    control's byte bound, a request held for its whole TTL), ``code`` the error's code."""
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
+    def __init__(
+        self, message: str, retry_after_s: int, *, status: int = 429, code: str = "overloaded"
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
+        self.status = status
+        self.code = code
 
 
 def client_key(headers: Mapping[str, str], remote: str | None) -> str:

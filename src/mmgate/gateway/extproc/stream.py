@@ -212,7 +212,7 @@ class RequestStream:
 
     def _shed(self, exc: Overloaded) -> ep.ProcessingResponse:
         headers = {"Retry-After": str(exc.retry_after_s)}
-        shed = error_response(429, exc.message, code="overloaded", headers=headers)
+        shed = error_response(exc.status, exc.message, code=exc.code, headers=headers)
         return self._immediate(shed, "mmgate_overloaded")
 
     def _decided(self) -> list[messages.Answer]:
