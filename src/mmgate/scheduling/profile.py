@@ -1,8 +1,9 @@
 """A scheduling profile: one named Filter → Score → Pick pipeline (llm-d's SchedulingProfile).
 
 Scores are clamped to [0, 1], multiplied by the scorer's weight and summed in scorer order. When
-the scheduler was built with a :class:`~mmgate.scheduling.contracts.PluginTimer`, each plugin's
-processing time is handed to it (GIE records the same per plugin, so a slow plugin shows by name).
+the scheduler was built with a :class:`~mmgate.scheduling.contracts.PluginTimer`, the runs it asks
+to be timed hand each plugin's processing time to it (GIE records the same per plugin, so a slow
+plugin shows by name).
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ class Profile:
             timer("picker", self.picker),
         )
 
-    def run(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> ProfileResult | None:
-        timed = self._timed
+    def run(
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointState], *, timed_run: bool = False
+    ) -> ProfileResult | None:
+        """The profile's result for ``request``; ``timed_run``: time each plugin (when a timer is set)."""
+        timed = self._timed if timed_run else None
         candidates = list(endpoints)
         for i, f in enumerate(self.filters):
             if not candidates:
