@@ -79,3 +79,35 @@ def test_engine_tokens_without_a_tokenizer_folder_exit_2(tmp_path: Path) -> None
     assert out.returncode == 2
     assert "no tokenizer.json" in out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_every_example_config_checks_clean_as_the_readme_invites() -> None:
+    """``mmgate check examples/*.yaml`` as a shell expands it: every file there is a gateway config."""
+    files = sorted(str(p.relative_to(REPO)) for p in EXAMPLES.glob("*.yaml"))
+    assert len(files) >= 10
+    out = subprocess.run(
+        mmgate_command("check", *files), capture_output=True, text=True, env=subprocess_env(), cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+
+
+def test_a_price_table_is_named_for_what_it_is() -> None:
+    out = check(str(EXAMPLES / "cost" / "prices.yaml"))
+    assert out.returncode == 2
+    lines = out.stderr.splitlines()
+    assert "looks like a `mmgate cost` price table" in lines[0] and "unknown key" not in out.stderr
+    assert lines[1:] == ["1 mistake in 1 of 1 file(s)"]
+
+
+def test_a_file_with_no_config_key_is_one_mistake(tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("name: web\nreplicas: 3\nimage: nginx\n")
+    out = check(str(other))
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"{other}: not an EndpointPickerConfig: none of its top-level keys (name, replicas, image) is one "
+        "of apiVersion, dataLayer, featureGates, flowControl, kind, parser, plugins, requestHandler, "
+        "saturationDetector, schedulingProfiles or mmgate",
+        "1 mistake in 1 of 1 file(s)",
+    ]

@@ -15,6 +15,8 @@ from mmgate.tokens import cli, cost_cli, get_family, get_provider
 from support.media import mp4
 from support.processes import REPO, mmgate_command, subprocess_env
 
+PRICES = REPO / "examples" / "cost" / "prices.yaml"
+
 
 def run_cli(module: object, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser()
@@ -155,7 +157,7 @@ def test_cost_json_and_break_even(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         cost_cli,
         "--prefix-tokens", "10000", "--question-tokens", "0", "--output-tokens", "0", "--questions", "4",
-        "--price-table", str(REPO / "examples" / "prices.yaml"), "--model", "claude-sonnet-4", "--json",
+        "--price-table", str(PRICES), "--model", "claude-sonnet-4", "--json",
         "--per-question",
         capsys=capsys,
     )  # fmt: skip
@@ -174,7 +176,8 @@ def test_cost_json_and_break_even(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cost_table_through_the_real_command() -> None:
     out = subprocess.run(
         mmgate_command(
-            "cost", "--prefix-tokens", "12000", "--questions", "5", "--price-table", "examples/prices.yaml"
+            "cost", "--prefix-tokens", "12000", "--questions", "5",
+            "--price-table", "examples/cost/prices.yaml",
         ),
         capture_output=True,
         text=True,
@@ -205,7 +208,7 @@ def test_cost_bad_price_tables(
 
 
 def test_cost_unknown_model_lists_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    table = str(REPO / "examples/prices.yaml")
+    table = str(PRICES)
     code, _, err = run_cli(
         cost_cli, "--prefix-tokens", "10", "--price-table", table, "--model", "gpt-9", capsys=capsys
     )
@@ -221,7 +224,7 @@ def test_the_shipped_price_table_covers_every_hosted_model_tokens_prices() -> No
     from mmgate.tokens.cost import load_price_table
     from mmgate.tokens.providers import OPENAI_MODELS, hosted_rules
 
-    table = load_price_table(REPO / "examples" / "prices.yaml")
+    table = load_price_table(PRICES)
     assert table.read is not None and table.read.startswith("20")  # the date the prices were read
     assert set(OPENAI_MODELS) <= set(table.models)
     rules = {get_provider(name).name for name in table.models}  # every row is a name tokens takes
