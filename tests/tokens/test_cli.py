@@ -176,8 +176,13 @@ def test_cost_json_and_break_even(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cost_table_through_the_real_command() -> None:
     out = subprocess.run(
         mmgate_command(
-            "cost", "--prefix-tokens", "12000", "--questions", "5",
-            "--price-table", "examples/cost/prices.yaml",
+            "cost",
+            "--prefix-tokens",
+            "12000",
+            "--questions",
+            "5",
+            "--price-table",
+            "examples/cost/prices.yaml",
         ),
         capture_output=True,
         text=True,
