@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import io
 import shlex
 import sys
@@ -20,12 +21,12 @@ import msgspec
 import orjson
 import yaml
 
-from mmgate.arguments import port
+from mmgate.arguments import port, positive
 from mmgate.config import ConfigError, parse_config
 from mmgate.config.schema import TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever
+from mmgate.process import listen_failure, run_forever
 from mmgate.sim.profiles import ProfileError, load_profile
 
 # examples/encoder-affinity.yaml with the exact Qwen3-VL pricing rule the simulated pods use:
@@ -68,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--time-scale",
-        type=float,
+        type=positive,
         default=0.1,
         help="wall seconds per simulated second (default 0.1: ten times faster than real)",
     )
@@ -206,11 +207,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             run_forever(main)
         except OSError as exc:
-            print(
-                f"mmgate demo: cannot start: {exc} (is port {args.port} free? try --port 8081, "
-                "or make run DEMO_ARGS='--port 8081')",
-                file=sys.stderr,
-            )
-            return 1
+            reason = listen_failure(exc, args.host, args.port)
+            if exc.errno == errno.EADDRINUSE:
+                reason += " (make run DEMO_ARGS='--port 8081')"
+            print(f"mmgate demo: cannot start: {reason}", file=sys.stderr)
+            return 2
         print("mmgate demo: stopped.")
         return code

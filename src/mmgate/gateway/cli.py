@@ -17,7 +17,7 @@ from mmgate.gateway.config_check import load_checked
 from mmgate.gateway.malloc_tuning import keep_large_buffers
 from mmgate.gateway.workers import serve_workers
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever
+from mmgate.process import listen_failure, run_forever
 
 log = logging.getLogger("mmgate.gateway")
 
@@ -187,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             return serve_workers(args.workers, section.host, section.port, serve_one)
         except OSError as exc:
-            print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
-            return 1
+            print(f"mmgate serve: {listen_failure(exc, section.host, section.port)}", file=sys.stderr)
+            return 2
     try:
         run_forever(lambda: serve_until_signal(gateway, ready))
     except ConfigError as exc:  # found only on start, e.g. a kubeconfig that does not load
@@ -197,8 +197,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate serve: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        print(f"mmgate serve: {listen_failure(exc, config.mmgate.host, config.mmgate.port)}", file=sys.stderr)
+        return 2
     return 0
 
 

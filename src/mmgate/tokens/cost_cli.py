@@ -114,6 +114,8 @@ def document_tokens(path: Path) -> int:
     from mmgate.tokens.cli import parse_input
     from mmgate.tokens.providers import anthropic_document
 
+    if not path.is_file():  # else parse_input would try it as a size ("neither a file nor a size")
+        raise ValueError(f"--document {path}: no such file")
     item = parse_input(str(path))
     if item.pages is None:
         raise ValueError(f"{path}: --document takes a PDF")

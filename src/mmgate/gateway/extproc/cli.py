@@ -15,10 +15,9 @@ from mmgate.arguments import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
-from mmgate.gateway.extproc import server
 from mmgate.gateway.extproc.envoy_config import render
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever, wait_for_signal
+from mmgate.process import listen_failure, run_forever, wait_for_signal
 
 log = logging.getLogger("mmgate.extproc")
 
@@ -92,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workers != 1:
         print("mmgate extproc: --workers is not supported (run more replicas instead)", file=sys.stderr)
         return 2
+    # grpc (the extproc extra) only from here on: --help and --print-envoy-config work without it.
+    from mmgate.gateway.extproc import server
+
     configure_logging(args.log_level, json=args.log_format == "json")
     args.port = None  # the file's mmgate.port is the HTTP gateway's; the gRPC port is --port
     try:
@@ -121,6 +123,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate extproc: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"mmgate extproc: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        print(f"mmgate extproc: {listen_failure(exc, host, port)}", file=sys.stderr)
+        return 2
     return 0
