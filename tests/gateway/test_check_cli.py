@@ -5,26 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from support.configs import THREE_MISTAKES
 from support.processes import REPO, mmgate_command, subprocess_env
 
 EXAMPLES = REPO / "examples"
-
-THREE_MISTAKES = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-affinity-filter
-  parameters:
-    afinityThreshold: 0.6
-- type: token-load-scorer
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: prefix-cache-affinity-filter
-  - pluginRef: token-load-scorr
-mmgate:
-  port: 99999
-"""
 
 
 def check(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from support.configs import THREE_MISTAKES
 from support.processes import mmgate_command, subprocess_env
 from support.upstreams import Upstream
 
@@ -45,6 +46,22 @@ def test_serve_names_the_file_and_line_of_each_plugin_mistake(tmp_path: Path) ->
     assert out.returncode == 2
     assert out.stderr.startswith(f"mmgate serve: {config}:3: plugins[1].type: unknown plugin type")
     assert "Traceback" not in out.stderr
+
+
+def test_serve_reports_every_mistake_in_file_order_and_the_check_command(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(THREE_MISTAKES)
+    out = subprocess.run(
+        mmgate_command("serve", "--config", str(config)), capture_output=True, text=True, env=subprocess_env()
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert [line.split(": ", 2)[1] for line in lines[:3]] == [f"{config}:6", f"{config}:12", f"{config}:14"]
+    assert "afinityThreshold" in lines[0] and "token-load-scorr" in lines[1] and "99999" in lines[2]
+    assert lines[3:] == [
+        f"mmgate serve: 3 mistakes; `mmgate check {config}` lists a config's mistakes (or the scheduler "
+        "it becomes) without starting the gateway"
+    ]
 
 
 async def test_serve_proxies_logs_json_and_stops_on_ctrl_c(tmp_path: Path) -> None:

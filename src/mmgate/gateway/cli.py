@@ -203,7 +203,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config_errors(error: ConfigError) -> int:
-    """Every mistake, one per line, each naming the file (and line) it is in; exit status 2."""
+    """Every mistake, one per line in file order, each naming the file (and line) it is in, then
+    the command that checks a file without starting anything; exit status 2."""
     for one in error.errors:
         print(f"mmgate serve: {one}", file=sys.stderr)
+    files = sorted({one.source for one in error.errors if one.source and not one.source.startswith("<")})
+    if files:
+        count = len(error.errors)
+        noun = "mistake" if count == 1 else "mistakes"
+        print(
+            f"mmgate serve: {count} {noun}; `mmgate check {' '.join(files)}` lists a config's "
+            "mistakes (or the scheduler it becomes) without starting the gateway",
+            file=sys.stderr,
+        )
     return 2
