@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def test_a_good_file_prints_the_scheduler_it_becomes(tmp_path: Path) -> None:
     assert "aggregated.yaml (llm-d.ai/v1alpha1)" in out.stdout
     out = check(str(EXAMPLES / "aggregated.yaml"), "--format", "tsv")
     lines = out.stdout.splitlines()
-    assert lines[0] == "stage\tplugin\tparameters (non-default)"
+    assert lines[0] == f"# {EXAMPLES / 'aggregated.yaml'} (llm-d.ai/v1alpha1)"
+    assert lines[1] == "stage\tplugin\tparameters (non-default)"
     assert "default: picker\tmax-score-picker (injected default)\t" in lines
 
 
@@ -95,3 +97,30 @@ def test_a_file_with_no_config_key_is_one_mistake(tmp_path: Path) -> None:
         "saturationDetector, schedulingProfiles or mmgate",
         "1 mistake in 1 of 1 file(s)",
     ]
+
+
+def test_json_has_one_shape_for_one_or_several_files_good_or_bad(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(THREE_MISTAKES)
+    good = str(EXAMPLES / "random.yaml")
+    both = check(str(bad), good, "--json")
+    assert both.returncode == 2
+    data = json.loads(both.stdout)  # the errors are JSON too, on stdout
+    assert list(data) == ["configs", "errors"]
+    assert [c["file"] for c in data["configs"]] == [good]
+    assert data["configs"][0]["scheduler"][-1] == {
+        "stage": "default: picker",
+        "plugin": "random-picker",
+        "parameters (non-default)": "",
+    }
+    assert [(e["file"], e["line"], e["path"]) for e in data["errors"]] == [
+        (str(bad), 6, "plugins[0].parameters.afinityThreshold"),
+        (str(bad), 12, "schedulingProfiles[0].plugins[1].pluginRef"),
+        (str(bad), 14, "mmgate.port"),
+    ]
+    assert data["errors"][2]["message"] == "port must be in 0..65535, got 99999"
+    assert both.stderr == "3 mistakes in 1 of 2 file(s)\n"
+    one = json.loads(check(good, "--format", "json").stdout)
+    assert list(one) == ["configs", "errors"] and one["errors"] == [] and len(one["configs"]) == 1
+    only_bad = json.loads(check(str(bad), "--json").stdout)
+    assert one["configs"][0] == data["configs"][0] and only_bad["configs"] == []

@@ -32,7 +32,7 @@ examples:
 
 gRPC (ext_proc, health: liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor) on
 --port (default 9002); /metrics, /ready and /health over HTTP on --admin-port (default 9090).
-See docs/envoy.md.
+Serving needs the extproc extra (pip install 'mmgate[extproc]'). See docs/envoy.md.
 """
 
 
