@@ -39,12 +39,21 @@ class AdmissionSettings:
 
 
 class Overloaded(Exception):
-    """Refused by admission control; ``retry_after_s`` goes into the ``Retry-After`` header."""
+    """Refused by admission control; ``retry_after_s`` goes into the ``Retry-After`` header.
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
+    ``code`` is the error's ``code``: ``overloaded`` when the gateway as a whole is full,
+    ``rate_limit_exceeded`` when the client or its API key is at its own limit (OpenAI's code for
+    a 429 the caller can fix by slowing down; SDKs and dashboards key on it).
+    """
+
+    def __init__(self, message: str, retry_after_s: int, *, code: str = "overloaded") -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
+        self.code = code
+
+
+CLIENT_LIMIT = "rate_limit_exceeded"
 
 
 def client_key(headers: Mapping[str, str], remote: str | None) -> str:
@@ -106,6 +115,7 @@ class Admission:
                 raise Overloaded(
                     f"this client already has {held} requests in flight; the limit is {per_client}",
                     s.retry_after_s,
+                    code=CLIENT_LIMIT,
                 )
         if not limit or (self.inflight < limit and not self.queued):
             self.inflight += 1
@@ -168,6 +178,7 @@ class Admission:
             raise Overloaded(
                 f"this API key already has {held} requests in flight; its limit is {identity.max_inflight}",
                 retry_after,
+                code=CLIENT_LIMIT,
             )
         rate = identity.rate_per_s
         if not rate:
@@ -178,7 +189,8 @@ class Admission:
         if tokens < 1.0:
             self._buckets[identity.key_id] = (tokens, now)
             wait = math.ceil((1.0 - tokens) / rate)
-            raise Overloaded(f"this API key is limited to {rate:g} requests/s; retry shortly", max(1, wait))
+            message = f"this API key is limited to {rate:g} requests/s; retry shortly"
+            raise Overloaded(message, max(1, wait), code=CLIENT_LIMIT)
         self._buckets[identity.key_id] = (tokens - 1.0, now)
 
     def _drop_key(self, identity: Identity) -> None:

@@ -245,7 +245,7 @@ class Gateway:
                     error_response(
                         429,
                         exc.message,
-                        code="overloaded",
+                        code=exc.code,
                         headers={"Retry-After": str(exc.retry_after_s), REQUEST_ID: request_id},
                     )
                 )
