@@ -115,9 +115,6 @@ def test_tokens_reads_an_mp4_header_and_openai_detail(
             "unknown family 'qwen9' (did you mean 'qwen3-vl'?); valid choices: gemma3",
         ),
         (["1920x1080", "-p", "openai:gpt-9"], "gpt-4o"),
-        (["0x10"], "at least 1 pixel"),
-        (["99999x10"], "exceeds the maximum"),
-        (["nonsense.png"], "neither a file nor a size"),
         (["1920x1080", "--param", "max_pixel=5"], "max_pixels"),
         (["1920x1080", "--param", "noequals"], "KEY=VALUE"),
     ],
@@ -128,6 +125,30 @@ def test_tokens_bad_input_is_a_clear_error(
     code, out, err = run_cli(cli, *argv, capsys=capsys)
     assert code == 2 and out == ""
     assert needle in err
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("0x10", "at least 1 pixel"),
+        ("99999x10", "exceeds the maximum"),
+        ("nonsense.png", "neither a file nor a size"),
+    ],
+)
+def test_one_bad_input_does_not_hide_the_other_rows(
+    bad: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bad input's row says so, the others print, and the exit status is 2 at the end."""
+    code, out, err = run_cli(cli, "1280x720", bad, "640x480", "--format", "tsv", capsys=capsys)
+    assert code == 2
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in out.splitlines()[2:]}
+    assert rows["1280x720"] == ["1280x720", "880 (+2)"] and rows["640x480"] == ["640x480", "300 (+2)"]
+    assert "error" in " ".join(rows[bad])
+    assert err.splitlines() == [next(line for line in err.splitlines() if needle in line)]
+    assert err.startswith(f"mmgate tokens: error: {bad}: ")
+    code, out, _ = run_cli(cli, bad, "640x480", "--json", capsys=capsys)
+    records = json.loads(out)
+    assert code == 2 and needle in records[0]["error"] and records[1]["tokens"] == 300
 
 
 def test_tokens_table_and_list_through_the_real_command() -> None:
