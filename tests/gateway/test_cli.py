@@ -12,7 +12,7 @@ import aiohttp
 import orjson
 
 from support.configs import THREE_MISTAKES
-from support.processes import mmgate_command, subprocess_env
+from support.processes import REPO, mmgate_command, subprocess_env
 from support.upstreams import Upstream
 
 IMAGE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
@@ -143,3 +143,36 @@ def test_flags_are_applied_to_the_config_before_the_gateway_is_built(tmp_path: P
     settings = build_gateway(load(parser.parse_args(flags))).settings  # what every worker builds
     limit = settings.control.max_inflight
     assert (settings.port, settings.admin_port, limit, settings.access_log) == (0, 0, 0, True)
+
+
+def test_help_examples_load_and_its_routes_are_the_route_table() -> None:
+    """Every example of ``mmgate serve --help`` (bar the one naming your own files) loads into a
+    gateway with endpoints, and the help names every route the gateway serves."""
+    import argparse
+    import shlex
+
+    from mmgate.gateway.app import build_gateway
+    from mmgate.gateway.cli import add_arguments, load
+    from mmgate.gateway.server import route_list
+
+    out = subprocess.run(
+        mmgate_command("serve", "--help"), capture_output=True, text=True, env=subprocess_env(), cwd=REPO
+    )
+    assert out.returncode == 0
+    examples = [
+        line.split(None, 2)[2] for line in out.stdout.splitlines() if line.startswith("  mmgate serve ")
+    ]
+    assert len(examples) == 3
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for example in examples:
+        if "my.yaml" in example:
+            continue
+        args = parser.parse_args(shlex.split(example.replace("examples/", f"{REPO}/examples/")))
+        config = load(args)
+        assert config.mmgate.endpoints, example  # `mmgate serve` refuses a config without them
+        gateway = build_gateway(config)
+        assert {path for _, path in route_list()} == set(gateway.routes())
+    help_text = " ".join(out.stdout.split())
+    for _method, path in route_list():
+        assert f" {path}," in help_text or f" {path}." in help_text or f" {path};" in help_text, path

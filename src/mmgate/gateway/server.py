@@ -60,6 +60,15 @@ Routes = dict[str, tuple[str, RouteHandler]]  # path -> (method, handler)
 # as is; vLLM's route takes both (``{model_name:path}``), so the rest of the path is the id.
 MODEL_ROUTE = "/v1/models/{model}"
 MODEL_PREFIX = MODEL_ROUTE.split("{", 1)[0]
+GET_ROUTES = ("/v1/models", MODEL_ROUTE, "/health")  # on the API port
+ADMIN_ROUTES = ("/ready", "/metrics")  # on the API port, or on the admin port when one is set
+
+
+def route_list() -> list[tuple[str, str]]:
+    """(method, path) of every route the gateway serves, as :meth:`Gateway.routes` builds them
+    (for ``--help`` and docs; a test holds the two together)."""
+    return [("POST", path) for path in ROUTES] + [("GET", path) for path in (*GET_ROUTES, *ADMIN_ROUTES)]
+
 
 ROUTES: dict[str, Api] = API_PATHS  # every POST route vLLM serves, at vLLM's paths
 
@@ -160,9 +169,9 @@ class Gateway:
     def routes(self) -> Routes:
         """The API port's routes (``/metrics`` and ``/ready`` too unless an admin port is set)."""
         routes: Routes = {path: ("POST", self._api_handler(api)) for path, api in ROUTES.items()}
-        routes["/v1/models"] = ("GET", self._simple(self.models))
-        routes[MODEL_ROUTE] = ("GET", self._model_route)
-        routes["/health"] = ("GET", self._simple(self.health))
+        gets = {"/v1/models": self._simple(self.models), MODEL_ROUTE: self._model_route}
+        gets["/health"] = self._simple(self.health)
+        routes.update({path: ("GET", gets[path]) for path in GET_ROUTES})
         if self.settings.admin_port is None:
             routes.update(self._admin_routes())
         return routes
@@ -173,7 +182,8 @@ class Gateway:
         return {"/health": ("GET", self._simple(self.health)), **self._admin_routes()}
 
     def _admin_routes(self) -> Routes:
-        return {"/ready": ("GET", self._simple(self.ready)), "/metrics": ("GET", self._simple(self.metrics))}
+        handlers = {"/ready": self._simple(self.ready), "/metrics": self._simple(self.metrics)}
+        return {path: ("GET", handlers[path]) for path in ADMIN_ROUTES}
 
     def dispatcher(self, routes: Routes) -> Callable[[Request, ResponseWriter], Awaitable[None]]:
         """The server handler for ``routes``: 404 for an unknown path, 405 (with Allow) for a
