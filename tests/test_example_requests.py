@@ -30,13 +30,14 @@ async def test_each_body_runs_against_its_demo(body: str, route: str, command: s
     found = re.search(r"--profile (\S+)", command)
     profile = found.group(1) if found else "qwen3-vl-32b-h200-tp2"  # mmgate demo's default
     data = (REQUESTS / body).read_bytes()
-    async with stack(demo_config_yaml(load_profile(profile).model), pods=1, profile=profile) as s:
-        async with s.session.post(
-            s.url + route, data=data, headers={"Content-Type": "application/json"}
-        ) as r:
-            answer = await r.read()
-            assert 200 <= r.status < 300, (body, r.status, answer[:500])
-            assert r.headers["x-mmgate-endpoint"]
+    json_type = {"Content-Type": "application/json"}
+    async with (
+        stack(demo_config_yaml(load_profile(profile).model), pods=1, profile=profile) as s,
+        s.session.post(s.url + route, data=data, headers=json_type) as r,
+    ):
+        answer = await r.read()
+        assert 200 <= r.status < 300, (body, r.status, answer[:500])
+        assert r.headers["x-mmgate-endpoint"]
 
 
 def test_profile_help_says_it_chooses_the_model() -> None:
