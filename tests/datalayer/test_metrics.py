@@ -1,4 +1,5 @@
 from mmgate.datalayer.metrics import parse_metrics
+from mmgate.vllm.lora import Adapter
 
 VLLM_PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -49,3 +50,27 @@ def test_missing_and_malformed_values_are_unknown_not_zero() -> None:
 
 def test_deprecated_vllm_usage_name_still_read() -> None:
     assert parse_metrics(b"vllm:gpu_cache_usage_perc 0.4\n").kv_usage == 0.4
+
+
+def test_lora_requests_info_newest_sample_wins_and_joins_the_served_adapters() -> None:
+    """The gauge keeps one sample per label set ever seen; its value is the update time."""
+    page = (
+        b"# TYPE vllm:lora_requests_info gauge\n"
+        b'vllm:lora_requests_info{max_lora="2",running_lora_adapters="old",waiting_lora_adapters=""} 100.0\n'
+        b'vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql, chat",'
+        b'waiting_lora_adapters="math"} 200.0\n'
+        b'vllm:lora_requests_info{max_lora="2",running_lora_adapters="older",waiting_lora_adapters=""} 50.0\n'
+    )
+    snap = parse_metrics(page, adapters={"sql": Adapter("base")})
+    assert snap.lora is not None
+    assert (snap.lora.running, snap.lora.waiting, snap.lora.max_loras) == ({"sql", "chat"}, {"math"}, 2)
+    assert snap.lora.adapters == {"sql": Adapter("base")} and not snap.lora.room()
+    assert parse_metrics(b"vllm:num_requests_waiting 1\n").lora is None
+    assert parse_metrics(b"vllm:num_requests_waiting 1\n", adapters={"a": Adapter("b")}).lora is not None
+
+
+def test_lora_names_from_the_page_are_bounded() -> None:
+    names = ",".join(f"a{i}" for i in range(50_000)) + "," + "x" * 10_000
+    page = f'vllm:lora_requests_info{{max_lora="zz",running_lora_adapters="{names}"}} 1\n'.encode()
+    snap = parse_metrics(page)
+    assert snap.lora is not None and len(snap.lora.running) == 1024 and snap.lora.max_loras == 0

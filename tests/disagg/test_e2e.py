@@ -9,6 +9,7 @@ queries, hits and items encoded; a PD pod skips encoding the items it gets param
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -93,6 +94,7 @@ async def stack(
     *,
     listed: Sequence[str] | None = None,
     fallback: str = "local",
+    debug: bool = False,
 ) -> AsyncIterator[Stack]:
     """A gateway (and, in sidecar mode, one sidecar per decode-side pod) in front of ``fleet``'s
     pods named in ``listed`` (default: all)."""
@@ -126,9 +128,11 @@ async def stack(
             orchestrator="gateway" if mode == "gateway" else "sidecar",
             fallback=fallback,
         )
-        section = msgspec.structs.replace(config.mmgate, endpoints=endpoints, port=0, disaggregation=disagg)
+        section = msgspec.structs.replace(
+            config.mmgate, endpoints=endpoints, port=0, disaggregation=disagg, debugHeaders=debug
+        )
         gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
-        gateway.settings.access_log = False
+        gateway.settings.access_log = debug
         running = await start(gateway, port=0)
         try:
             await wait_until_scraped(running)
@@ -424,3 +428,43 @@ async def test_p_d_prefills_a_long_prompt_remotely_and_keeps_a_short_one_local(m
         assert (await post(s.url, chat_body(model, "hi", max_tokens=3)))[0] == 200
         assert fleet["pre-0"].stats().generation_tokens == 1  # a short prompt: no prefill leg
         assert fleet["dec-0"].stats().generation_tokens == 8
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_encode_choice_is_in_a_debug_header_the_access_log_and_a_metric(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mmgate.access")
+    async with SimFleet(specs(*E_PD)) as fleet, stack(fleet, mode, "e-pd-adaptive.yaml", debug=True) as s:
+        body = chat_body(fleet["pd-0"].model, "what is this?", [png(70)], max_tokens=2)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(s.url + "/v1/chat/completions", data=body, headers={"x-mmgate-debug": "1"}) as r,
+        ):
+            assert r.status == 200
+            outcome, _, reason = r.headers["x-mmgate-encode"].partition("; reason=")
+        assert outcome in {"tier", "local", "split"} and reason
+        if outcome == "local":
+            assert s.queries("enc-0", "enc-1") == [0, 0]  # no encode leg: the PD pod encoded it
+        else:
+            assert sum(s.encoded("enc-0", "enc-1")) == 1
+        async with aiohttp.ClientSession() as session, session.get(s.url + "/metrics") as r:
+            metrics = await r.text()
+        assert f'mmgate_encode_decisions_total{{outcome="{outcome}",reason="{reason}"}} 1.0' in metrics
+        assert 'mmgate_tier_replicas{role="encode"} 2.0' in metrics  # the tiers' sizing signals
+        assert 'mmgate_tier_desired_replicas{role="prefill-decode"} 1.0' in metrics
+        text, _ = await post(s.url, chat_body(fleet["pd-0"].model, "only words", max_tokens=2))
+        assert text == 200
+    logged = [getattr(rec, "fields", {}) for rec in caplog.records if rec.name == "mmgate.access"]
+    assert [(f.get("encode"), f.get("encode_reason")) for f in logged] == [(outcome, reason), (None, None)]
+
+
+async def test_an_item_named_local_is_encoded_by_the_pd_pod_and_the_rest_by_their_encoders() -> None:
+    """A split plan (adaptive-encode-decider): the sidecar sends no leg for the ``local`` entry."""
+    async with SimFleet(specs(*E_PD)) as fleet, stack(fleet, "sidecar", "e-pd.yaml") as s:
+        enc = fleet["enc-1"].url.split("://", 1)[1]
+        body = chat_body(fleet["pd-0"].model, "two", [png(80), png(81)], max_tokens=2)
+        status, answer = await post(s.sidecars[0].url, body, {"x-encoder-hosts-ports": f"local,{enc}"})
+        assert status == 200 and answer["choices"]
+        assert s.encoded("enc-0", "enc-1") == [0, 1]  # the second item on its encoder
+        assert fleet["pd-0"].metrics.encoder_s > 0  # the first one encoded where it is consumed

@@ -120,6 +120,8 @@ async def test_keys_are_required_checked_and_never_logged(
             {"Authorization": "Bearer wrong-key"},
             {"x-api-key": "wrong"},
             {"Authorization": key},
+            {"Authorization": f"Bearer {key}\u00a0"},  # not OWS: never trimmed into the key
+            {"Authorization": f"Bearer {key}", "x-api-key": "another"},  # two keys: a conflict
         ):
             status, body = await g.chat(headers)
             assert status == 401, headers

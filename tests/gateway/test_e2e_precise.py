@@ -24,7 +24,7 @@ from mmgate.request.view import Api
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.ingest import ingest
 from mmgate.sim.server import SimPod
-from mmgate.vllm.blocks import event_hash
+from mmgate.vllm.blocks import LoRA, event_hash
 from mmgate.vllm.kv_events_config import parse_kv_events_config
 from support.stack import data_url, png
 from support.tokenizer_dir import model_dir
@@ -245,3 +245,39 @@ async def test_with_media_uuids_off_the_body_goes_out_as_sent(fleet: SimFleet) -
         await until(lambda: all(sub.index.holds(chosen, k) for k in keys), "the pod keyed it itself")
     finally:
         await up.stop()
+
+
+async def test_an_adapters_blocks_are_keyed_apart_from_the_base_models() -> None:
+    """vLLM puts the LoRA adapter into every block key of its requests: the same prompt cached by
+    the base model on one pod and by adapter ``sql`` on another must route by model."""
+    adapters = {"sql": "/adapters/sql"}
+    async with SimFleet(
+        pods=3, profile="fast", kv_events=parse_kv_events_config(KV), lora_modules=adapters
+    ) as fleet:
+        up = await gateway_for(fleet)
+        try:
+            sub = up.gateway.data.kv_events
+            assert sub is not None
+            base = fleet.pods[0].model
+            async with aiohttp.ClientSession() as http:
+                for pod, model in ((fleet.pods[1], "sql"), (fleet.pods[2], base)):
+                    data = body(model, 7, "Summarise it.")
+                    async with http.post(pod.url + "/v1/chat/completions", data=data) as r:
+                        assert r.status == 200
+                    seq = ingest(data, {}, Api.CHAT, pod.pricing, natural_output_tokens=2).sequence
+                    lora = LoRA(model, adapters[model]) if model in adapters else None
+                    key = int(
+                        event_hash(pod.engine.hasher.block_hashes(seq.token_ids, seq.mm_items, None, lora)[0])
+                    )
+                    name = pod.url.removeprefix("http://")
+                    await until(lambda name=name, key=key: sub.index.holds(name, key), f"{name} reported")
+                await until(
+                    lambda: all(r.adapters for r in up.gateway.data.registry.records()), "models listed"
+                )
+                for model, pod in (("sql", fleet.pods[1]), (base, fleet.pods[2])):
+                    data = body(model, 7, "And the second clause?")
+                    async with http.post(up.url + "/v1/chat/completions", data=data) as r:
+                        assert r.status == 200
+                        assert r.headers["x-mmgate-endpoint"] == pod.url.removeprefix("http://"), model
+        finally:
+            await up.stop()

@@ -334,6 +334,67 @@ async def test_a_handler_that_fails_gets_an_openai_shaped_500_and_the_connection
     assert closed
 
 
+@dataclass
+class Upload:
+    sent_at_answer: int | None = None  # body bytes sent when the answer was first readable
+    sent: int = 0  # body bytes the kernel accepted before sending stopped
+    answer: bytes = b""
+    ended_by: str = ""
+
+
+def chunked_upload(port: int, total: int, piece: int = 256 * 1024) -> Upload:
+    """Stream a ``total``-byte chunked body over a blocking socket (run in a thread), watching
+    for an early answer after every piece, and keep sending after it until the server stops
+    taking bytes: what a client that does not stop on its own would do."""
+    import select
+    import socket
+
+    out = Upload()
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    sock.settimeout(3.0)
+    chunk = b"%x\r\n%b\r\n" % (piece, b"x" * piece)
+    try:
+        sock.sendall(b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while out.sent < total:
+            if out.sent_at_answer is None and select.select([sock], [], [], 0)[0]:
+                out.sent_at_answer = out.sent
+                out.answer = sock.recv(65536)
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                out.ended_by = type(exc).__name__
+                break
+            except TimeoutError:
+                out.ended_by = "stalled"
+                break
+            out.sent += piece
+        else:
+            out.ended_by = "everything sent"
+        if out.sent_at_answer is None:
+            with contextlib.suppress(OSError):
+                out.answer = sock.recv(65536)
+    finally:
+        sock.close()
+    return out
+
+
+async def test_a_chunked_upload_over_the_limit_is_refused_at_the_limit_and_reading_stops(
+    serve: Serve,
+) -> None:
+    """100 MiB chunked against a 64 MiB limit: the 413 is readable once about the limit has been
+    sent (the slack is the sockets' buffers), and the server reads no more after it."""
+    limit, total = 64 << 20, 100 << 20
+    _, port = await serve(max_body_bytes=limit, linger_s=0.5)
+    up = await asyncio.to_thread(chunked_upload, port, total)
+    print(f"answer after {up.sent_at_answer} body bytes; {up.sent} sent in all; ended by {up.ended_by}")
+    assert up.answer.startswith(b"HTTP/1.1 413 ")
+    assert b'"code":"body_too_large"' in up.answer and b"connection: close" in up.answer
+    assert up.sent_at_answer is not None and up.sent_at_answer <= limit + (8 << 20)
+    assert up.ended_by in ("BrokenPipeError", "ConnectionResetError", "stalled")
+    assert up.sent <= limit + (16 << 20)
+
+
 async def test_the_application_names_the_headers_it_reads_once(serve: Serve) -> None:
     """The HTTP layer refuses repeats of the headers any relay reads (Host, Authorization, ...);
     a header only the application reads repeats freely unless its limits name it."""

@@ -24,6 +24,7 @@ SHIPPED = {
     "qwen3-vl-32b-h200-tp2",
     "qwen3-vl-4b-a100",
     "qwen3-vl-8b-h100",
+    "qwen3-vl-32b-encoder-l4",
     "qwen2.5-omni-7b-h100",
 }
 
@@ -190,3 +191,16 @@ async def test_the_omni_profile_prices_audio_at_25_tokens_a_second_over_http() -
                 assert r.status == 200
                 prompts.append((await r.json())["usage"]["prompt_tokens"])
         assert prompts[1] - prompts[0] == 100  # 4 more seconds of audio: 100 more embeddings
+
+
+def test_the_l4_encoder_profile_is_the_h200_one_scaled_by_the_hardware_ratios() -> None:
+    """Compute-bound terms by the tensor FLOPs ratio (989 / 121 TFLOPS), as its sources say."""
+    l4, h200 = load_profile("qwen3-vl-32b-encoder-l4"), load_profile("qwen3-vl-32b-h200-tp2")
+    ratio = 989 / 121
+    assert l4.encoder.c1_ms_per_token == pytest.approx(h200.encoder.c1_ms_per_token * ratio, rel=1e-3)
+    assert l4.encoder.c2_ms_per_token2 == pytest.approx(h200.encoder.c2_ms_per_token2 * ratio, rel=1e-3)
+    assert (
+        l4.tensor_parallel_size == 1
+        and l4.sources
+        and "ESTIMATES" in (REPO / "src/mmgate/sim/profiles/qwen3-vl-32b-encoder-l4.yaml").read_text()
+    )

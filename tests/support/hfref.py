@@ -112,5 +112,10 @@ class _IntRange:
 def qwen2_video_module() -> types.ModuleType:
     """Qwen2-VL's video processor; its ``sample_frames`` only needs ``torch.arange`` (given by numpy)."""
     mod = load_without_torch("transformers.models.qwen2_vl", "video_processing_qwen2_vl")
-    mod.torch.arange = _IntRange  # type: ignore[attr-defined]
+    # The module's own view of torch gets the numpy arange: when the real torch is already imported
+    # (another test loaded it), patching ``mod.torch.arange`` would change torch for every later test.
+    own = types.ModuleType("torch_with_numpy_arange")
+    own.__dict__.update(vars(mod.torch))  # type: ignore[attr-defined]
+    own.arange = _IntRange  # type: ignore[attr-defined]
+    mod.torch = own  # type: ignore[attr-defined]
     return mod

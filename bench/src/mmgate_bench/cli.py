@@ -76,6 +76,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "add_export_arguments",
         "export",
     ),
+    "flow-control": Benchmark(
+        "routing",
+        "mmgate_bench.routing.flow_control",
+        "noisy neighbours in the DES: no flow control vs global FCFS, round-robin, media-aware fairness",
+    ),
     "shared-index": Benchmark(
         "routing", "mmgate_bench.routing.shared_index", "prefix hit ratio: one gateway vs two sharing Redis"
     ),
@@ -108,6 +113,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "parse": Benchmark(
         "micro", "mmgate_bench.micro.parse", "parse + probe + identity per body; header probers vs libraries"
+    ),
+    "flow-overhead": Benchmark(
+        "micro",
+        "mmgate_bench.micro.flow_control",
+        "what flow control adds to a request that is not held: off vs on (FCFS, media-aware)",
     ),
     "decision": Benchmark(
         "micro", "mmgate_bench.micro.decision", "one scheduling decision for a three-image request"

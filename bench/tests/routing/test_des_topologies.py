@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from mmgate.disagg.orchestrate import OrchestrationSettings
+from mmgate.scheduling.plugins.adaptive_encode_decider import AdaptiveEncodeDecider
 from mmgate_bench.routing.des import DesOptions, PodReport, Simulation
 from mmgate_bench.routing.records import Ladder, RungResult
 from mmgate_bench.routing.systems import resolve
-from mmgate_bench.workloads.synthetic import mixed
+from mmgate_bench.workloads.synthetic import image_mixed, mixed
 
 E_PD = ("encode", "encode", "prefill-decode", "prefill-decode")
 E_P_D = ("encode", "prefill", "decode", "decode")
@@ -85,3 +86,30 @@ def test_an_encode_pod_with_encoder_data_parallelism_encodes_legs_side_by_side()
     assert enc1.encoder_seconds == enc4.encoder_seconds  # ... and encoder time, on four lanes at once:
     waited = [sum(r.ttft_s or 0.0 for r in rung.records) for rung in (one, four)]
     assert waited[1] < waited[0]
+
+
+def test_adaptive_encode_sends_one_workload_both_ways_as_its_costs_say() -> None:
+    """Image-light and image-heavy requests interleaved on 1 E + 3 PD: some requests' media are
+    encoded on the encode pod, others' on their PD pod, each where its priced cost was lower,
+    and the engines show both (legs on the encoder, encoder seconds on the PD pods)."""
+    sim = Simulation(resolve("e-pd-adaptive"), DesOptions(pods=4, roles=("encode", *("prefill-decode",) * 3)))
+    (decider,) = [p for p in sim.scheduler.plugins.values() if isinstance(p, AdaptiveEncodeDecider)]
+    seen: list[tuple[str, float, float]] = []
+    choose = decider.choose
+
+    def spy(*args: Any) -> Any:
+        choice = choose(*args)
+        seen.append((choice.outcome, choice.local_cost, choice.tier_cost))
+        return choice
+
+    decider.choose = spy  # type: ignore[method-assign,assignment]
+    items = image_mixed(requests=80).stream()
+    rung = sim.run_rung(lambda: next(items), 5.0, 12.0, Ladder(rates=(5.0,), duration_s=12.0), 0)
+    assert rung.records and all(r.ok for r in rung.records)
+    outcomes = {r.encode for r in rung.records}
+    assert {"tier", "local"} <= outcomes
+    for outcome, local, tier in seen:
+        assert (local <= tier) if outcome == "local" else (tier < local)
+    pods = sim.pod_reports()
+    assert _by_role(pods, "encode")[0].legs > 0
+    assert sum(p.encoder_seconds for p in _by_role(pods, "prefill-decode")) > 0

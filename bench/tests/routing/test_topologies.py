@@ -22,6 +22,7 @@ from mmgate_bench.routing.topologies import (
     sustained,
     topologies,
 )
+from mmgate_bench.workloads.synthetic import export_jsonl, image_mixed
 
 
 def test_the_same_accelerators_make_each_layout() -> None:
@@ -67,6 +68,31 @@ def test_a_topology_may_run_another_config() -> None:
     )
     with pytest.raises(ValueError, match="name a gateway config after '@'"):
         topologies(8, 2, ("e-pd@",))
+
+
+def test_encoders_of_another_profile_come_on_top_of_the_accelerators() -> None:
+    l4 = "qwen3-vl-32b-encoder-l4"
+    hetero, agg = topologies(6, 2, ("e-pd:6+3@e-pd-adaptive", "aggregated"), encoder_profile=l4)
+    assert hetero.layout == f"6 E [{l4}] + 3 PD" and hetero.pods == 9 and hetero.accelerators == 6
+    assert hetero.profiles == (l4,) * 6 + ("",) * 3
+    assert agg.layout == "3 EPD" and agg.profiles == ()  # no encode pods: the run's profile alone
+    with pytest.raises(ValueError, match="state the split"):
+        topologies(6, 2, ("e-pd",), encoder_profile=l4)
+    with pytest.raises(ValueError, match="besides the encoders"):
+        topologies(6, 2, ("e-pd:6+2",), encoder_profile=l4)
+
+
+def test_the_mixed_workload_runs_adaptive_and_reports_where_media_were_encoded(tmp_path: Path) -> None:
+    argv = ["topologies", "--quick", "--quiet", "--workloads", "mixed", "--accelerators", "6",
+            "--encoder-profile", "qwen3-vl-32b-encoder-l4",
+            "--topologies", "aggregated,e-pd:2+3@e-pd-adaptive", "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "mixed-des" / "report.json").read_text())
+    assert doc["meta"]["encoder_profile"] == "qwen3-vl-32b-encoder-l4"
+    by = {r["system"]: r for r in doc["records"] if r["rate"] == 2.0}
+    assert by["aggregated"]["encode_outcomes"] == {}
+    outcomes = by["e-pd:2+3@e-pd-adaptive"]["encode_outcomes"]
+    assert sum(outcomes.values()) == by["e-pd:2+3@e-pd-adaptive"]["requests"]  # every request has media
 
 
 def test_accelerators_per_pod_reads_the_tensor_parallel_degree() -> None:
@@ -149,6 +175,8 @@ def test_bad_flags_are_a_message_and_exit_2(capsys: pytest.CaptureFixture[str]) 
     assert "whole number" in capsys.readouterr().err
     assert main(["topologies", "--topologies", "e-pd@no-such.yaml"]) == 2
     assert "no-such.yaml does not exist" in capsys.readouterr().err
+    assert main(["topologies", "--encoder-profile", "qwen3-vl-32b-encoder-l4", "--http"]) == 2
+    assert "DES only" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -175,3 +203,17 @@ def test_the_http_fleet_runs_the_topologys_engine_settings() -> None:
     encode, pd = pods(2, profile, 2.0, 0, ("encode", "prefill-decode"), ENCODER_DP)
     assert encode.encoder is not None and encode.encoder.lanes == 2 and pd.engine.encoder_lanes == 2
     assert [p.engine.encoder_lanes for p in pods(1, profile, 2.0, 0)] == [1]  # weights mode: one lane
+
+
+def test_a_recorded_jsonl_file_is_a_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recorded = tmp_path / "traffic.jsonl"
+    export_jsonl(image_mixed(requests=12), recorded, n=12)
+    argv = ["topologies", "--quick", "--quiet", "--jsonl", str(recorded),
+            "--topologies", "aggregated,e-pd@e-pd-adaptive", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "out" / "traffic-des" / "report.json").read_text())
+    assert doc["meta"]["workload_params"] == {"jsonl": str(recorded)}
+    assert all(r["workload"] == "traffic" and r["completed"] == r["requests"] > 0 for r in doc["records"])
+    capsys.readouterr()
+    assert main(["topologies", "--jsonl", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err

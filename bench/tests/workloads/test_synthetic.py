@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -207,3 +208,16 @@ def test_inference_perf_order_cycles_one_shuffled_prompt_list() -> None:
     assert wl.in_prompt_order(own, "mmgate") is own
     with pytest.raises(ValueError, match="inference-perf"):
         wl.in_prompt_order(own, "sorted")
+
+
+def test_image_mixed_interleaves_light_and_heavy_requests() -> None:
+    w = wl.image_mixed(requests=200, heavy_fraction=0.25, seed=3)
+    kinds = [item.id.split("-")[0] for item in w.items]
+    assert set(kinds) == {"ih", "il"} and 30 <= kinds.count("ih") <= 70  # about a quarter heavy
+    switches = sum(a != b for a, b in itertools.pairwise(kinds))
+    assert switches > 40  # interleaved request by request, not in two blocks
+    assert [i.id for i in wl.image_mixed(requests=200, heavy_fraction=0.25, seed=3).items] == [
+        i.id for i in w.items
+    ]
+    with pytest.raises(ValueError, match="heavy_fraction"):
+        wl.image_mixed(heavy_fraction=1.5)

@@ -248,7 +248,8 @@ def _check_kv_events(m: MmgateSection) -> list[ConfigError]:
         port = getattr(kv, key)
         if port is not None and not 1 <= port <= 65535:
             errors.append(ConfigError(f"must be in 1..65535, got {port}", path=f"mmgate.kvEvents.{key}"))
-    for key in ("dataParallelSize", "queueSize", "batchesPerTick"):
+    bounds = ("maxBatchBytes", "maxPublishers", "maxSequenceGap", "maxBlocksPerEndpoint")
+    for key in ("dataParallelSize", "queueSize", "batchesPerTick", *bounds):
         if getattr(kv, key) < 1:
             errors.append(ConfigError(f"must be >= 1, got {getattr(kv, key)}", path=f"mmgate.kvEvents.{key}"))
     if kv.replayTimeoutS <= 0:

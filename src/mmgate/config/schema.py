@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from mmgate.config.flow import FlowControlSpec, ObjectiveSpec, SaturationDetectorSpec
 from mmgate.config.lines import line_of
 from mmgate.config.strict import ConfigError, ConfigErrors
 
@@ -65,19 +66,21 @@ class DataLayerSpec(_Strict):
 
 
 class EndpointPickerConfig(_Strict):
-    """llm-d's ``EndpointPickerConfig`` (apix/config/v1alpha1). Sections mmgate does not act on
-    (``featureGates``, ``flowControl``, ``requestHandler`` and the deprecated ``saturationDetector``
-    and ``parser``) are accepted so llm-d files load, and ignored."""
+    """llm-d's ``EndpointPickerConfig`` (apix/config/v1alpha1). ``featureGates``, ``flowControl``
+    and the deprecated ``saturationDetector`` configure flow control (:mod:`mmgate.config.flow`;
+    on only with the ``flowControl`` gate, as in llm-d). Sections mmgate does not act on
+    (``requestHandler`` and the deprecated ``parser``) are accepted so llm-d files load, and
+    ignored."""
 
     apiVersion: str = API_VERSIONS[0]
     kind: str = KIND
     plugins: list[PluginSpec] = msgspec.field(default_factory=list)
     schedulingProfiles: list[SchedulingProfile] = msgspec.field(default_factory=list)
     dataLayer: DataLayerSpec | None = None
-    featureGates: Any = None
-    flowControl: Any = None
+    featureGates: list[str] = msgspec.field(default_factory=list)
+    flowControl: FlowControlSpec | None = None
     requestHandler: Any = None
-    saturationDetector: Any = None
+    saturationDetector: SaturationDetectorSpec | None = None
     parser: Any = None
 
 
@@ -102,7 +105,11 @@ class KVEventsSpec(_Strict):
     centralised mode instead: the gateway binds that address and the pods connect to it, naming
     themselves in the topic ``kv@POD@MODEL``. ``queueSize`` bounds the batches waiting per socket
     (beyond it they are dropped, counted, and the endpoint resyncs); ``batchesPerTick`` bounds the
-    work done between two turns of the event loop, so requests never wait behind a flood."""
+    work done between two turns of the event loop, so requests never wait behind a flood. The rest
+    bound what an untrusted sender can make the gateway hold: ``maxBatchBytes`` per message (ZMQ
+    drops a larger sender's link), ``maxPublishers`` sequence trackers, ``maxBlocksPerEndpoint``
+    index entries per endpoint (least recently stored evicted), and ``maxSequenceGap``, beyond
+    which a sequence jump counts as a reset rather than as lost batches."""
 
     port: int | None = None
     replayPort: int | None = None
@@ -112,6 +119,10 @@ class KVEventsSpec(_Strict):
     queueSize: int = 10_000
     replayTimeoutS: float = 2.0
     batchesPerTick: int = 64
+    maxBatchBytes: int = 16 << 20
+    maxPublishers: int = 4096
+    maxSequenceGap: int = 1_000_000
+    maxBlocksPerEndpoint: int = 1_000_000
 
 
 class SharedIndexSpec(_Strict):
@@ -295,6 +306,9 @@ class MmgateSection(_Strict):
     seed: int | None = None
     kvEvents: KVEventsSpec | None = None
     sharedIndex: SharedIndexSpec | None = None
+    inferenceObjectives: list[ObjectiveSpec] = msgspec.field(default_factory=list)
+    """Priorities by name for flow control (GIE's InferenceObjective resources, given here):
+    ``x-gateway-inference-objective`` names one (docs/flow-control.md)."""
     mediaUuids: bool = True
     """Write each chat media part's content identity as its ``uuid`` when the client gave none, so
     vLLM keys the item (caches, KV events) as the gateway does (``mmgate.request.media_uuids``)."""

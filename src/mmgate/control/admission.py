@@ -39,17 +39,20 @@ class AdmissionSettings:
 
 
 class Overloaded(Exception):
-    """Refused by admission control; ``retry_after_s`` goes into the ``Retry-After`` header.
+    """Refused by admission or flow control; ``retry_after_s`` goes into the ``Retry-After``
+    header, ``status`` is the answer's (429, or 503 when the gateway itself is full: flow
+    control's byte bound, a request held for its whole TTL), ``code`` the error's code:
+    ``overloaded`` when the gateway as a whole is full, ``rate_limit_exceeded`` when the client or
+    its API key is at its own limit (OpenAI's code for a 429 the caller can fix by slowing down;
+    SDKs and dashboards key on it)."""
 
-    ``code`` is the error's ``code``: ``overloaded`` when the gateway as a whole is full,
-    ``rate_limit_exceeded`` when the client or its API key is at its own limit (OpenAI's code for
-    a 429 the caller can fix by slowing down; SDKs and dashboards key on it).
-    """
-
-    def __init__(self, message: str, retry_after_s: int, *, code: str = "overloaded") -> None:
+    def __init__(
+        self, message: str, retry_after_s: int, *, status: int = 429, code: str = "overloaded"
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
+        self.status = status
         self.code = code
 
 

@@ -10,6 +10,18 @@ keys and logs why (without any digest). Keys come as ``Authorization: Bearer KEY
 OpenAI clients send) or ``x-api-key: KEY`` (what the Anthropic clients send). A missing or unknown
 key is refused with OpenAI's 401 body (``code: invalid_api_key``); nothing here logs a key.
 
+What counts as the presented key, exactly:
+
+* Only the spaces and tabs at the two ends of a header value are dropped: RFC 9110 §5.5 says they
+  are not part of the value and a recipient MUST exclude them (Envoy does, so in ext_proc mode the
+  gateway never sees them either). Nothing else is stripped or folded: a key with any other
+  whitespace or a control character in it (a vertical tab, a no-break space read as Latin-1, a
+  space inside) is refused, never trimmed into a different key.
+* ``Authorization`` must use the ``Bearer`` scheme (RFC 6750 §2.1: ``Bearer 1*SP token``); another
+  scheme carries no key for the gateway.
+* Both headers present: with the same key, fine; with different keys, a 401 that names the
+  conflict. Neither header silently wins: a client sending two keys has a bug worth seeing.
+
 File format (YAML or JSON)::
 
     keys:
@@ -70,15 +82,49 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+_OWS = " \t"
+"""RFC 9110 §5.5: the optional whitespace around a field value, which is not part of it."""
+
+MISSING = "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'."
+
+
 def presented_key(headers: Mapping[str, str]) -> str | None:
-    """The key a request carries (``Authorization: Bearer KEY`` or ``x-api-key: KEY``)."""
+    """The key a request carries (``Authorization: Bearer KEY`` or ``x-api-key: KEY``); None when
+    it carries none. Raises a 401 :class:`RequestError` for a key that is malformed, an
+    ``Authorization`` of another scheme with no ``x-api-key``, or two different keys."""
+    bearer: str | None = None
     auth = headers.get("Authorization")
-    if auth:
-        scheme, _, value = auth.strip().partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-    key = headers.get("x-api-key")
-    return key.strip() if key and key.strip() else None
+    other_scheme = False
+    if auth is not None and auth.strip(_OWS):
+        scheme, _, rest = auth.strip(_OWS).partition(" ")
+        if scheme.lower() == "bearer":
+            bearer = _checked(rest.lstrip(" "), "Authorization")
+        else:
+            other_scheme = True
+    api_key: str | None = None
+    raw = headers.get("x-api-key")
+    if raw is not None and raw.strip(_OWS):
+        api_key = _checked(raw.strip(_OWS), "x-api-key")
+    if bearer is not None and api_key is not None and bearer != api_key:  # both from the client
+        raise unauthorized(
+            "The request carries two different API keys, in 'Authorization' and 'x-api-key'."
+            " Send one of them (or the same key in both)."
+        )
+    if bearer is None and api_key is None and other_scheme:
+        raise unauthorized("'Authorization' must use the Bearer scheme: 'Authorization: Bearer KEY'.")
+    return bearer if bearer is not None else api_key
+
+
+def _checked(key: str, header: str) -> str:
+    """``key`` unchanged, or a 401 when it cannot be a key (empty, whitespace or control chars)."""
+    if not key:
+        raise unauthorized(f"The '{header}' header carries an empty API key.")
+    if not key.isprintable() or any(c.isspace() for c in key):
+        raise unauthorized(
+            f"The API key in '{header}' contains whitespace or a control character;"
+            " keys are matched exactly, nothing is trimmed from inside a header value."
+        )
+    return key
 
 
 def load_keys(path: Path) -> dict[str, Identity]:
@@ -128,9 +174,7 @@ class KeyStore:
         self._maybe_reload()
         key = presented_key(headers)
         if key is None:
-            raise unauthorized(
-                "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'."
-            )
+            raise unauthorized(MISSING)
         digest = hash_key(key).encode()
         found: Identity | None = None
         for stored, identity in self._keys.items():

@@ -9,7 +9,9 @@ sidecar) behaves the same and only moves bytes::
     view    = controller.parse(body, headers, api, trace)      # once; RequestError -> 4xx
     flight  = controller.open(view, request_id, headers, identity=who, trace=trace)  # NoCandidates -> 503
     await controller.admit(flight)                             # admission; Overloaded -> 429;
-                                                               # then URL media sized (opt in)
+                                                               # then URL media sized (opt in);
+                                                               # then flow control (held while
+                                                               # the pool is saturated; 429/503)
     attempt = controller.decide(flight)                        # None: nothing left to try
     while attempt is not None:
         controller.started(attempt)                            # load on every stage's pod, hooks
@@ -52,10 +54,14 @@ from typing import Protocol
 
 import msgspec
 
-from mmgate.control.admission import Admission, AdmissionSettings
+from mmgate.control.admission import Admission, AdmissionSettings, Overloaded
 from mmgate.control.apikeys import Identity, KeyStore
 from mmgate.control.circuit_breaker import Breaker, BreakerSettings, State
 from mmgate.control.decision import Decision, EndpointPicker, NoEndpoint
+from mmgate.control.flow.classify import FlowKey
+from mmgate.control.flow.dispatcher import BYTES_FULL, EVICTED, QUEUE_FULL, SHED, STATUS, TTL
+from mmgate.control.flow.gate import FlowGate
+from mmgate.control.flow.queues import HeldRequest
 from mmgate.control.parser import Parser
 from mmgate.control.retry_budget import RetryBudget
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry
@@ -158,6 +164,14 @@ class Flight(msgspec.Struct, eq=False):
     tried: set[str] | None = None  # endpoints decided on so far (made at the first decision)
     _errors: list[str] | None = None  # made at the first failed attempt: most have none
     _admitted: bool = False
+    held_s: float = 0.0  # time flow control held the request before it was released
+    flow: FlowKey | None = None  # flow control on: the request's flow
+    _expected_output: int = 0  # output tokens its flow was charged for before they were seen
+    _prompt_tokens: int = 0  # priced by flow control (when its band or detector needs them)
+    # (candidates, the unsaturated ones among them) as admit_now found them, for decide
+    _free: tuple[list[EndpointRecord], list[EndpointRecord]] | None = None
+    _early: bool = False  # flow control decided its first attempt when releasing it
+    _ready: Attempt | None = None  # that attempt (None: no endpoint could take it)
 
     @property
     def errors(self) -> Sequence[str]:
@@ -192,6 +206,9 @@ class Attempt(msgspec.Struct, eq=False):
     # of the client's; else empty and the client's pass through.
     propagation: Sequence[tuple[str, str]] = ()
     sent_at: float | None = None  # when started() was called (the clock's time)
+    # Flow control on: the prompt tokens counted on the endpoint until its first byte (0 after
+    # it, while the request still counts there until finished); -1: not placed.
+    placed: int = -1
 
     @property
     def endpoint(self) -> str:
@@ -217,8 +234,13 @@ class RequestController:
         keys: KeyStore | None = None,
         sizer: UrlSizer | None = None,
         tracer: RequestTracer | None = None,
+        flow: FlowGate | None = None,
     ) -> None:
         self.picker = picker
+        self.flow = flow  # flow control (featureGates: [flowControl]), else None
+        self._timer: asyncio.TimerHandle | None = None  # the next held request's TTL
+        self._timer_due = 0.0  # when it is due, on the controller's clock
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tracer = tracer  # tracing on, else None
         self.keys = keys  # API keys (authentication on), else None
         self._sizer = sizer  # URL media sizing (mmgate.urlProbe), else None
@@ -239,6 +261,7 @@ class RequestController:
         """Run deferred PreRequest work (index updates) on ``loop``'s next turn, after the
         request was sent, instead of inline before it."""
         call_soon = loop.call_soon
+        self._loop = loop
 
         def later(hook: Callable[[], None]) -> None:
             call_soon(run_hook, hook)
@@ -343,6 +366,12 @@ class RequestController:
         self._budget.on_request()
         if self._sizer is not None and flight.view.unprobed_assets:
             await self._sizer.size(flight.view)
+        if self.flow is not None:
+            try:
+                await self._held(flight)
+            except BaseException:
+                self.leave(flight)
+                raise
 
     def admit_now(self, flight: Flight) -> bool:
         """:meth:`admit` without awaiting, when nothing can make it wait: a free slot, no
@@ -351,10 +380,25 @@ class RequestController:
         ``Overloaded`` as :meth:`admit` does. Two coroutines less on every request."""
         if flight.identity is not None or (self._sizer is not None and flight.view.unprobed_assets):
             return False
+        flow = self.flow
+        if flow is not None:
+            if flow.dispatcher.count:
+                return False  # requests are held: admit() queues it behind or beside them
+            free = self._unsaturated(flight.candidates)
+            if not free:
+                return False  # every endpoint is saturated: admit() holds it
+            flight._free = (flight.candidates, free)  # decide() narrows to these without asking again
         if not self._admission.enter_now(self.settings.max_inflight, flight.client):
+            flight._free = None  # admit() may wait for a slot: by then the room may be gone
             return False
         flight._admitted = True
         self._budget.on_request()
+        if flow is not None:  # nothing held and room: released at once
+            try:
+                self.hold(flight, _nothing, _raise)
+            except Overloaded:
+                self.leave(flight)
+                raise
         return True
 
     def leave(self, flight: Flight) -> None:
@@ -365,7 +409,15 @@ class RequestController:
 
     def decide(self, flight: Flight) -> Attempt | None:
         """The next attempt over the candidates not tried yet; ``None`` when nothing is left
-        (``flight.last_error`` says why)."""
+        (``flight.last_error`` says why). Under flow control the first attempt was decided when
+        the request was released (late binding): that one is returned."""
+        if flight._early:
+            flight._early = False
+            ready, flight._ready = flight._ready, None  # no flight <-> attempt cycle left for the GC
+            return ready
+        return self._decide(flight)
+
+    def _decide(self, flight: Flight) -> Attempt | None:
         while True:
             # The one place candidates narrow: the flight's healthy, model-serving ones (open),
             # minus the ones tried; before the first attempt, minus the breaker's ejections (all
@@ -373,6 +425,13 @@ class RequestController:
             tried = flight.tried
             if tried is None:
                 pending = flight.candidates = self._breaker.filter(flight.candidates)
+                if self.flow is not None:  # flow control on: to an endpoint with room, if any
+                    known = flight._free
+                    if known is not None and known[0] is pending:  # admit_now found these just now
+                        pending = known[1]
+                    else:
+                        pending = self._unsaturated(pending) or pending
+                    flight._free = None
             else:
                 pending = [r for r in flight.candidates if r.name not in tried]
             if not pending:
@@ -410,7 +469,10 @@ class RequestController:
                 continue
             eligible = decision.eligible if decision.eligible is not None else len(pending)
             is_last = flight.attempts >= self.settings.max_attempts or eligible <= 1
-            return Attempt(flight, decision, record, is_last)
+            attempt = Attempt(flight, decision, record, is_last)
+            if self.flow is not None:
+                self._place(attempt)
+            return attempt
 
     def fallbacks(self, attempt: Attempt) -> list[str]:
         """The other candidates, best first: for a transport that hands the whole list on
@@ -443,6 +505,8 @@ class RequestController:
         flight = attempt.flight
         flight.first_byte_s = now - flight.received
         self.picker.first_token(attempt.decision)
+        if attempt.placed > 0:  # its prompt is prefilled: no longer the pod's backlog
+            self._prefilled(attempt)
         if flight.trace is not None:
             flight.trace.first_byte(status)
         predicted = attempt.decision.predicted_ttft_s
@@ -462,8 +526,16 @@ class RequestController:
         self.picker.stage_done(attempt.decision, endpoint)
 
     def usage(self, attempt: Attempt, usage: Usage) -> None:
-        """Tokens the endpoint reported for the attempt. No plugin reads them yet; the seam is
-        here so precise accounting needs no transport change."""
+        """Tokens the endpoint reported for the attempt. Flow control's media-aware fairness
+        charges the flow the output actually generated instead of the estimate."""
+        flight = attempt.flight
+        key = flight.flow
+        if self.flow is not None and key is not None and flight._expected_output:
+            delta = self.flow.output_correction(
+                key.priority, flight._expected_output, usage.completion_tokens
+            )
+            flight._expected_output = 0
+            self.flow.dispatcher.charge(key.priority, key.fairness_id, delta)
 
     def broke(self, attempt: Attempt, detail: str) -> None:
         """The stream broke after the first byte: counts against the endpoint."""
@@ -480,6 +552,8 @@ class RequestController:
         self.picker.finished(decision, ok=ok)
         if attempt.flight.trace is not None:
             attempt.flight.trace.attempt_done(ok, sent)
+        if attempt.placed >= 0:
+            self._unplace(attempt)
 
     def retry(
         self, attempt: Attempt, reason: str, detail: str, *, unreachable: bool = False
@@ -529,7 +603,10 @@ class RequestController:
             return None
         flight.decision = decision
         flight.attempts += 1
-        return Attempt(flight, decision, record, True)
+        moved = Attempt(flight, decision, record, True)
+        if self.flow is not None:
+            self._place(moved)
+        return moved
 
     # -- endpoints ------------------------------------------------------------------------------
 
@@ -537,6 +614,162 @@ class RequestController:
         """``endpoint`` left the fleet: the picker's indexes and the breaker drop it."""
         self.picker.forget(endpoint)
         self._breaker.forget(endpoint)
+        if self.flow is not None:
+            self.flow.dispatcher.forget(endpoint)
+
+    def refreshed(self, endpoint: str) -> None:
+        """``endpoint``'s metrics were just scraped: flow control releases what now has room."""
+        flow = self.flow
+        if flow is not None:
+            flow.dispatcher.refreshed(endpoint)
+            if flow.dispatcher.count:
+                flow.dispatcher.pump(self.clock())
+                self._arm()
+
+    # -- flow control -----------------------------------------------------------------------------
+
+    def hold(
+        self, flight: Flight, released: Callable[[], None], refused: Callable[[Overloaded], None]
+    ) -> HeldRequest | None:
+        """Put ``flight`` under flow control (on only): ``released()`` is called once it may go
+        (its first attempt already decided: :meth:`decide` returns it), possibly before this
+        returns; ``refused(error)`` when it is turned away (429/503). Returns its held form while
+        it may still be held (``None`` when it went at once). The transport of a coroutine uses
+        :meth:`admit`; one driven by callbacks (the discrete-event benchmark) calls this after
+        :meth:`admit_now` said it could not be admitted at once, and :meth:`expire_held` at
+        :meth:`next_expiry`."""
+        flow = self.flow
+        assert flow is not None, "flow control is off"
+        now = self.clock()
+        tenant = flight.identity.tenant if flight.identity is not None else None
+        ticket = flow.ticket(flight.view, flight.headers, tenant)
+        flight.flow = ticket.key
+        flight._expected_output = ticket.expected_output
+        flight._prompt_tokens = ticket.prompt_tokens
+        if flight._free is not None and not flow.dispatcher.count:
+            # admit_now found room and nothing is held: it goes now, without a held form.
+            flow.dispatcher.passed(ticket.key, ticket.cost)
+            flight._ready = self._decide(flight)
+            flight._early = True
+            released()
+            return None
+
+        def release() -> None:
+            flight.held_s = self.clock() - now
+            flight._ready = self._decide(flight)
+            flight._early = True
+            released()
+
+        def reject(reason: str) -> None:
+            refused(self._refusal(reason, flight))
+
+        names = [r.name for r in flight.candidates]
+        item = flow.held(ticket, flight.view, names, now, release, reject)
+        flow.dispatcher.submit(item, now)
+        if item.queued:
+            self._arm()
+        return item
+
+    def withdraw(self, held: HeldRequest) -> None:
+        """The client of a held request hung up: it leaves its queue now."""
+        if self.flow is not None and self.flow.dispatcher.withdraw(held):
+            self._arm()
+
+    def next_expiry(self) -> float | None:
+        """When the earliest held request's TTL ends, on the controller's clock."""
+        return self.flow.dispatcher.next_expiry() if self.flow is not None else None
+
+    def expire_held(self) -> None:
+        """Refuse the held requests whose TTL has ended (503)."""
+        self._timer = None
+        if self.flow is not None:
+            self.flow.dispatcher.expire(self.clock())
+            self._arm()
+
+    async def _held(self, flight: Flight) -> None:
+        """Hold ``flight`` until flow control releases it; raises :class:`Overloaded` when it is
+        refused. A cancelled wait (the client went away) withdraws it at once."""
+        loop = self._loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def refused(error: Overloaded) -> None:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+        def released() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        item = self.hold(flight, released, refused)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if item is not None and item.queued:
+                self.withdraw(item)
+            elif flight._early and flight._ready is not None:  # released as the client left
+                flight._early = False
+                ready, flight._ready = flight._ready, None
+                self._unplace(ready)
+            raise
+
+    def _unsaturated(self, candidates: list[EndpointRecord]) -> list[EndpointRecord]:
+        flow = self.flow
+        assert flow is not None
+        now = self.clock()
+        saturated = flow.dispatcher.detector.saturated
+        loads = flow.dispatcher.loads
+        return [r for r in candidates if not saturated(r.metrics, loads.get(r.name), now)]
+
+    def _place(self, attempt: Attempt) -> None:
+        assert self.flow is not None
+        # The decision's priced tokens; a picker that does not report them (the DES's) leaves
+        # the ones flow control priced.
+        attempt.placed = tokens = attempt.decision.request_tokens or attempt.flight._prompt_tokens
+        self.flow.dispatcher.placed(attempt.decision.endpoint, tokens)
+
+    def _prefilled(self, attempt: Attempt) -> None:
+        flow = self.flow
+        assert flow is not None
+        flow.dispatcher.prefilled(attempt.decision.endpoint, attempt.placed)
+        attempt.placed = 0
+        if flow.dispatcher.count:
+            flow.dispatcher.pump(self.clock())
+            self._arm()
+
+    def _unplace(self, attempt: Attempt) -> None:
+        """``attempt``'s load leaves its endpoint; the held requests that now fit go."""
+        flow = self.flow
+        assert flow is not None
+        flow.dispatcher.finished(attempt.decision.endpoint, attempt.placed)
+        attempt.placed = -1
+        if flow.dispatcher.count:
+            flow.dispatcher.pump(self.clock())
+            self._arm()
+
+    def _arm(self) -> None:
+        """The TTL timer at the earliest held request's expiry (on the event loop, when there is
+        one: the discrete-event benchmark calls :meth:`expire_held` itself)."""
+        if self._loop is None:
+            return
+        due = self.next_expiry()
+        if self._timer is not None:
+            if due == self._timer_due:
+                return
+            self._timer.cancel()
+            self._timer = None
+        if due is not None:
+            self._timer_due = due
+            self._timer = self._loop.call_later(max(0.0, due - self.clock()), self.expire_held)
+
+    def _refusal(self, reason: str, flight: Flight) -> Overloaded:
+        retry = self.flow.settings.retry_after_s if self.flow is not None else 1
+        status = STATUS[reason]
+        if reason == TTL:
+            held = self.clock() - flight.received
+            message = f"held for {held:.1f} s while every endpoint stayed saturated; retry later"
+        else:
+            message = _REFUSALS.get(reason, _REFUSALS[QUEUE_FULL])
+        return Overloaded(message, retry, status=status, code=f"flow_control_{reason}")
 
     # -- candidates: the one place they are narrowed ---------------------------------------------
 
@@ -564,6 +797,22 @@ class RequestController:
                 code="model_not_found",
             )
         return out
+
+
+_REFUSALS = {
+    SHED: "every endpoint for this request is saturated and its objective is sheddable; retry later",
+    EVICTED: "a more important request took this sheddable request's place in the queue; retry later",
+    BYTES_FULL: "the gateway holds as many request bytes as it may; retry shortly",
+    QUEUE_FULL: "the gateway holds as many requests as it may for this flow; retry shortly",
+}
+
+
+def _nothing() -> None:
+    pass
+
+
+def _raise(error: Overloaded) -> None:
+    raise error
 
 
 def run_hook(hook: Callable[[], None]) -> None:

@@ -33,7 +33,9 @@ class Decision(msgspec.Struct):
     does not say, and every candidate counts. ``profile`` names the scheduling profile whose pick
     this is ("" when the picker has no profiles). ``predicted_ttft_s`` is the picker's predicted
     time to first token there (``predicted-ttft-producer``; ``None`` when nothing predicts it),
-    which the controller reports beside the TTFT it observes.
+    which the controller reports beside the TTFT it observes. ``encode`` is where the request's
+    media are encoded and why (``adaptive-encode-decider``: ``("tier", "cheaper-tier")``, ``("local",
+    "cached-local")``...; ``None`` when no such decider was asked).
 
     A msgspec struct, as one is made on every attempt: its fields are filled in C (each empty
     dict default a fresh one) rather than by a generated Python ``__init__``.
@@ -50,6 +52,7 @@ class Decision(msgspec.Struct):
     eligible: int | None = None
     profile: str = ""
     predicted_ttft_s: float | None = None
+    encode: tuple[str, str] | None = None
     pre_request: Callable[[], None] | None = None
     handle: object = None
 

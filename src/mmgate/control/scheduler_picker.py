@@ -19,10 +19,12 @@ from mmgate.datalayer.endpoints import Endpoint, EndpointRecord
 from mmgate.request.view import RequestView
 from mmgate.scheduling import ROLE_LABEL, EndpointState, NoEndpointsError, Scheduler, SchedulingRequest
 from mmgate.scheduling.keys import (
+    ENCODE_CHOICE,
     ENCODER_CACHE_MATCH,
     PREDICTED_TTFT,
     PREFIX_MATCH,
     TOKENIZED_PROMPT,
+    EncodeChoice,
     EncoderCacheMatch,
     PredictedTTFT,
     PrefixMatch,
@@ -152,6 +154,9 @@ class SchedulerPicker:
         predicted = request.data.get(PREDICTED_TTFT.name)
         if isinstance(predicted, PredictedTTFT):  # also when not describing: the DES reports errors
             decision.predicted_ttft_s = predicted.seconds.get(target.name)
+        choice = request.data.get(ENCODE_CHOICE.name)
+        if isinstance(choice, EncodeChoice):
+            decision.encode = (choice.outcome, choice.reason)
         if self._header_hooks:
             scheduler.pre_request_before_send(request, result, now)
             if request.upstream_headers:

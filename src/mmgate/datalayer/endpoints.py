@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from mmgate.datalayer.health import Health
 from mmgate.datalayer.metrics import MetricsSnapshot
+from mmgate.vllm.lora import Adapter
 
 
 @dataclass(slots=True, frozen=True)
@@ -85,6 +86,7 @@ class EndpointRecord:
     metrics: MetricsSnapshot | None = None
     models: tuple[str, ...] = ()
     model_cards: tuple[dict[str, Any], ...] = ()  # the /v1/models objects behind ``models``
+    adapters: dict[str, Adapter] = field(default_factory=dict)  # LoRA adapters, from the cards
 
     @property
     def name(self) -> str:

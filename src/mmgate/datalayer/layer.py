@@ -112,8 +112,15 @@ class DataLayer:
         return [r for r in self.registry.records() if r.health.healthy]
 
     def ready(self) -> bool:
-        """At least one endpoint has answered a scrape and is healthy."""
+        """At least one endpoint has answered a scrape and is healthy, and the KV-event readers (when
+        configured) still read: a stopped reader leaves precise routing on a stale index."""
+        if not self.kv_events_ingesting():
+            return False
         return any(r.health.healthy and r.health.ever_succeeded for r in self.registry.records())
+
+    def kv_events_ingesting(self) -> bool:
+        """False only when KV events are configured and a reader has stopped."""
+        return self.kv_events is None or self.kv_events.ingesting()
 
     def models(self) -> list[str]:
         """The union of the models the fleet serves, in first-seen order."""

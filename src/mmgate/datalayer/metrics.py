@@ -9,7 +9,10 @@ from whichever names the page carries.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from mmgate.vllm.lora import LORA_INFO, Adapter, LoraState, adapter_names
 
 # Which snapshot field each source metric fills, per engine. Counts are summed over label sets
 # (data-parallel engines, several served models); usage takes the maximum.
@@ -18,6 +21,7 @@ _VLLM_RUNNING = (b"vllm:num_requests_running",)
 # The deprecated name is still read so that older vLLM releases keep working.
 _VLLM_USAGE = (b"vllm:kv_cache_usage_perc", b"vllm:gpu_cache_usage_perc")
 _VLLM_CACHE_INFO = b"vllm:cache_config_info"
+_VLLM_LORA_INFO = LORA_INFO.encode()
 _SGLANG_WAITING = (b"sglang:num_queue_reqs",)
 _SGLANG_RUNNING = (b"sglang:num_running_reqs",)
 _SGLANG_USAGE = (b"sglang:token_usage",)
@@ -28,7 +32,9 @@ class MetricsSnapshot:
     """Load of one endpoint at one instant (``scraped_at`` is ``time.monotonic()``).
 
     A field is ``None`` when the page did not carry it, so the scheduler can tell "zero" from
-    "unknown". ``kv_usage`` is a fraction in [0, 1].
+    "unknown". ``kv_usage`` is a fraction in [0, 1]. ``lora`` joins the page's
+    ``vllm:lora_requests_info`` with the adapters the endpoint's ``/v1/models`` lists (None when
+    it has neither).
     """
 
     engine: str
@@ -38,6 +44,7 @@ class MetricsSnapshot:
     block_size: int | None = None
     num_gpu_blocks: int | None = None
     scraped_at: float = 0.0
+    lora: LoraState | None = None
 
     def age(self, now: float) -> float:
         return now - self.scraped_at
@@ -107,8 +114,28 @@ def _int_label(line: bytes, key: bytes) -> int | None:
         return None
 
 
-def parse_metrics(page: bytes, *, now: float = 0.0) -> MetricsSnapshot:
-    """Extract a :class:`MetricsSnapshot` from a Prometheus text exposition page.
+def _lora(page: bytes, adapters: Mapping[str, Adapter]) -> LoraState | None:
+    """The newest ``vllm:lora_requests_info`` sample (largest value: its update time), with the
+    adapters ``/v1/models`` listed."""
+    best: bytes | None = None
+    newest = float("-inf")
+    for line in _lines_of(page, _VLLM_LORA_INFO):
+        value = _value(line)
+        if value is not None and value >= newest:
+            best, newest = line, value
+    if best is None:
+        return LoraState(adapters) if adapters else None
+    running = (_label(best, b"running_lora_adapters") or b"").decode("utf-8", "replace")
+    waiting = (_label(best, b"waiting_lora_adapters") or b"").decode("utf-8", "replace")
+    max_loras = max(0, _int_label(best, b"max_lora") or 0)
+    return LoraState(adapters, adapter_names(running), adapter_names(waiting), max_loras)
+
+
+def parse_metrics(
+    page: bytes, *, now: float = 0.0, adapters: Mapping[str, Adapter] | None = None
+) -> MetricsSnapshot:
+    """Extract a :class:`MetricsSnapshot` from a Prometheus text exposition page (``adapters``:
+    the LoRA adapters the endpoint's ``/v1/models`` lists, by name).
 
     Never raises on odd input: unknown or malformed lines are simply not read.
     """
@@ -132,4 +159,5 @@ def parse_metrics(page: bytes, *, now: float = 0.0) -> MetricsSnapshot:
         block_size=block_size,
         num_gpu_blocks=num_blocks,
         scraped_at=now,
+        lora=None if sglang else _lora(page, adapters or {}),
     )

@@ -22,6 +22,7 @@ import orjson
 
 from mmgate.datalayer.endpoints import Endpoint, EndpointRecord, EndpointRegistry
 from mmgate.datalayer.metrics import parse_metrics
+from mmgate.vllm.lora import adapters_of
 
 log = logging.getLogger("mmgate.datalayer")
 
@@ -38,6 +39,9 @@ def model_cards(body: bytes) -> tuple[dict[str, Any], ...]:
     if not isinstance(data, list):
         return ()
     return tuple(m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
+
+
+RefreshListener = Callable[[EndpointRecord], None]
 
 
 class MetricsScraper:
@@ -64,8 +68,14 @@ class MetricsScraper:
         self.failures = 0
         self._session: aiohttp.ClientSession | None = None
         self._loops: dict[str, asyncio.Task[None]] = {}
+        self._refresh_listeners: list[RefreshListener] = []
         registry.on_add(self._start_loop)
         registry.on_remove(self._stop_loop)
+
+    def on_refresh(self, listener: RefreshListener) -> None:
+        """``listener(record)`` after each scrape that refreshed ``record.metrics`` (flow control
+        releases held requests the moment a pod has room)."""
+        self._refresh_listeners.append(listener)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -129,7 +139,7 @@ class MetricsScraper:
                 if resp.status != 200:
                     error = f"/metrics returned HTTP {resp.status}"
                 else:
-                    record.metrics = parse_metrics(body, now=self.clock())
+                    record.metrics = parse_metrics(body, now=self.clock(), adapters=record.adapters)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -144,6 +154,9 @@ class MetricsScraper:
         if changed:
             state = "healthy" if record.health.healthy else f"unhealthy ({error})"
             log.warning("endpoint %s is %s", record.name, state)
+        if error is None:
+            for listener in self._refresh_listeners:
+                listener(record)
         return error is None
 
     async def fetch_models(self, record: EndpointRecord) -> None:
@@ -154,6 +167,7 @@ class MetricsScraper:
                     cards = model_cards(await resp.read())
                     record.model_cards = cards
                     record.models = tuple(card["id"] for card in cards)
+                    record.adapters = adapters_of(cards)
         except asyncio.CancelledError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

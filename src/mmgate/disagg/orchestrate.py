@@ -34,6 +34,7 @@ from mmgate.http.client import UpstreamError, UpstreamPool
 from mmgate.request.pieces import Body as RequestBody
 from mmgate.request.pieces import joined
 from mmgate.request.view import RequestView
+from mmgate.scheduling.encoder_assignment import LOCAL
 
 log = logging.getLogger("mmgate.disagg")
 
@@ -193,6 +194,9 @@ class Orchestrator:
         ec: dict[str, Any] = {}
         items = plan.media_items(request, ((a.identity, a.field) for a in view.assets))
         chosen = plan.spread(len(items), stages.encoders) if stages.encoders else []
+        if LOCAL in chosen:  # items the serving pod encodes itself: no leg
+            items = [item for item, host in zip(items, chosen, strict=True) if host != LOCAL]
+            chosen = [host for host in chosen if host != LOCAL]
         holds = _Holds([*chosen, *stages.prefillers[:1]], released)
         holds.drop([*stages.encoders, *stages.prefillers])  # named, but no leg goes there: free now
         if chosen:
@@ -218,7 +222,7 @@ class Orchestrator:
         prepared: Prepared,
         holds: _Holds,
     ) -> dict[str, Any]:
-        pool = list(dict.fromkeys([*stages.encoders, *stages.encoder_spares]))
+        pool = [h for h in dict.fromkeys([*stages.encoders, *stages.encoder_spares]) if h != LOCAL]
         legs = [
             self._leg(
                 "encode",

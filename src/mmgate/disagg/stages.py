@@ -14,6 +14,7 @@ from collections.abc import Container, Iterable, Mapping
 from mmgate.datalayer.endpoints import EndpointRecord
 from mmgate.disagg.orchestrate import StageMetrics, Stages
 from mmgate.disagg.plan import parse_hosts, split_host
+from mmgate.scheduling.encoder_assignment import LOCAL
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
 from mmgate.scheduling.plugins.prefill_filter import PrefillFilter
 from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER
@@ -67,13 +68,13 @@ def stages_from(
     for stage, name in STAGE_HEADERS.items():
         hosts = parse_hosts(headers.get(name) or "")
         if allow is not None:
-            refused = [h for h in hosts if h not in allow]
+            refused = [h for h in hosts if h not in allow and h != LOCAL]
             if refused:
                 if metrics is not None:
                     metrics.refused.labels(stage).inc(len(refused))
                 named = ", ".join(sorted(set(refused)))
                 log.warning("%s: refused host(s) not on the allow-list: %s", name, named)
-                hosts = [h for h in hosts if h in allow]
+                hosts = [h for h in hosts if h in allow or h == LOCAL]
         found[stage] = hosts
     return Stages(encoders=found["encode"], prefillers=found["prefill"])
 

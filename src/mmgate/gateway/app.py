@@ -20,6 +20,7 @@ from mmgate.control.admission import AdmissionSettings
 from mmgate.control.apikeys import KeyStore
 from mmgate.control.circuit_breaker import BreakerSettings
 from mmgate.control.controller import ControlSettings
+from mmgate.control.flow import flow_settings_of
 from mmgate.control.parser import make_parser
 from mmgate.control.scheduler_picker import SchedulerPicker
 from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
@@ -37,6 +38,7 @@ from mmgate.request.limits import Limits
 from mmgate.request.urlprobe import UrlProbeSettings
 from mmgate.scheduling import build_scheduler
 from mmgate.scheduling.registry import PluginRegistry
+from mmgate.scheduling.tiers import TierSizer
 from mmgate.tls import client_context
 from mmgate.tokens import PricingConfig
 
@@ -245,10 +247,15 @@ def build_gateway(
     settings = settings_of(section)
     settings.data.shared_index = shared
     settings.data.kv_block_index = blocks
+    flow = flow_settings_of(config.picker, section)
     gateway = Gateway(
-        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section), tracing=tracing_of(section)
-    )
+        settings, picker, make_parser(limits), clock=clock, keys=keys_of(section),
+        tracing=tracing_of(section), flow=flow, pricing=pricing,
+    )  # fmt: skip
     times.register(gateway.telemetry.registry)
+    sizers = [p for p in scheduler.plugins.values() if isinstance(p, TierSizer)]
+    if sizers:  # the first one's view of the tiers (one encode decider per config)
+        gateway.telemetry.tiers_from(sizers[0].tier_demand)
     return gateway
 
 

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from mmgate.config import ConfigError
-from mmgate.gateway.config_check import check_file, describe
+from mmgate.gateway.config_check import check_file, describe, describe_flow
 from mmgate.tables import Column, Table, add_format_argument, emit
 
 
@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         table = Table(COLUMNS, title=f"{path} ({config.picker.apiVersion})")
         for r in describe(scheduler, {p.instance_name for p in config.picker.plugins}):
+            table.add(*r)
+        for r in describe_flow(config):
             table.add(*r)
         tables.append(table)
         configs.append({"file": path, "apiVersion": config.picker.apiVersion, "scheduler": table.records()})

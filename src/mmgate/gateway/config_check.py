@@ -14,8 +14,10 @@ from typing import Any
 import msgspec
 
 from mmgate.config import ConfigError, GatewayConfig, in_file_order, read_config
+from mmgate.config.flow import FEATURE_GATE, FLOW_PLUGIN_TYPES
 from mmgate.config.schema import EndpointSpec, MmgateSection
 from mmgate.config.strict import raise_if_any
+from mmgate.control.flow import flow_settings_of
 from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.scheduling import Plugin, Scheduler, build_scheduler
 from mmgate.tls import client_context
@@ -60,6 +62,10 @@ def check_config(config: GatewayConfig) -> tuple[Scheduler | None, list[ConfigEr
     scheduler: Scheduler | None = None
     try:
         scheduler = build_scheduler(config.picker, mmgate=config.mmgate)
+    except ConfigError as exc:
+        errors += config.locate(exc).errors
+    try:  # the flow-control sections' meaning (policy references, sizes, durations)
+        flow_settings_of(config.picker, config.mmgate)
     except ConfigError as exc:
         errors += config.locate(exc).errors
     return (None, in_file_order(errors)) if errors else (scheduler, [])
@@ -122,6 +128,31 @@ def describe(scheduler: Scheduler, configured: set[str]) -> list[tuple[str, str,
         rows += [row(f"{profile.name}: scorer", ws.scorer, f"weight={ws.weight:g}") for ws in profile.scorers]
         rows.append(row(f"{profile.name}: picker", profile.picker))
     return rows
+
+
+def describe_flow(config: GatewayConfig) -> list[tuple[str, str, str]]:
+    """Rows for flow control when its feature gate is on: its plugins, then each band given."""
+    if FEATURE_GATE not in config.picker.featureGates:
+        return []
+    rows = [
+        ("flow control", p.instance_name, _given(p.parameters))
+        for p in config.picker.plugins
+        if p.type in FLOW_PLUGIN_TYPES
+    ]
+    fc = config.picker.flowControl
+    if fc is not None:
+        for band in fc.priorityBands:
+            given = {
+                k: v for k, v in msgspec.structs.asdict(band).items() if v is not None and k != "priority"
+            }
+            rows.append(("flow control", f"priority {band.priority}", _given(given)))
+    return rows or [("flow control", "on", "llm-d's defaults")]
+
+
+def _given(params: Any) -> str:
+    if not params:
+        return ""
+    return ", ".join(f"{k}={_short(v)}" for k, v in dict(params).items())
 
 
 def _params(p: Plugin[Any]) -> str:

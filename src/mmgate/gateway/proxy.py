@@ -39,6 +39,7 @@ from mmgate.http.client import (
 )
 from mmgate.http.headers import (
     REQUEST_ID,
+    RESPONSE_ENCODE,
     RESPONSE_ENDPOINT,
     RESPONSE_SCORES,
     RESPONSE_TOKENS,
@@ -246,8 +247,11 @@ class Proxy:
         headers.append((RESPONSE_ENDPOINT, decision.endpoint))
         headers.append((RESPONSE_TOKENS, str(decision.request_tokens)))
         headers.append((REQUEST_ID, flight.request_id))
-        if flight.debug and decision.scores is not None:
-            headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
+        if flight.debug:
+            if decision.scores is not None:
+                headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
+            if decision.encode is not None:
+                headers.append((RESPONSE_ENCODE, f"{decision.encode[0]}; reason={decision.encode[1]}"))
         deadline = flight.received + self.settings.request_timeout_s
         held = first  # read from the upstream, not yet written to the client
         if whole:

@@ -31,10 +31,13 @@ from mmgate.control.controller import (
     RequestTrace,
 )
 from mmgate.control.decision import EndpointPicker
+from mmgate.control.flow import FlowGate, FlowSettings
 from mmgate.control.parser import PARSED_HEADERS, Parser
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
+from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
 from mmgate.errors import RequestError, did_you_mean
+from mmgate.gateway.flowmetrics import FlowCollector
 from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
 from mmgate.gateway.telemetry import Telemetry
 from mmgate.http.headers import REQUEST_ID, request_id_from
@@ -45,6 +48,7 @@ from mmgate.http.writer import ResponseWriter
 from mmgate.request.urlprobe import UrlProber, UrlProbeSettings
 from mmgate.request.urlsizing import UrlSizer
 from mmgate.request.view import API_PATHS, Api, RequestView
+from mmgate.tokens import PricingConfig
 
 if TYPE_CHECKING:  # imported only when tracing is configured (it loads OpenTelemetry)
     from mmgate.gateway.tracing import Tracing
@@ -116,7 +120,11 @@ class Gateway:
         clock: Callable[[], float] = time.monotonic,
         keys: KeyStore | None = None,
         tracing: Tracing | None = None,
+        flow: FlowSettings | None = None,
+        pricing: PricingConfig | None = None,
     ) -> None:
+        """``flow``: flow control's settings (``None``: off); ``pricing``: how it prices requests
+        for media-aware fairness."""
         self.settings = settings
         self.tracing = tracing
         self.picker = picker
@@ -127,10 +135,23 @@ class Gateway:
         sizer = None
         if settings.url_probe is not None:
             sizer = UrlSizer(UrlProber(settings.url_probe, on_outcome=self.telemetry.url_probed, clock=clock))
+        gate = None
+        if flow is not None:
+            registry = self.data.registry
+
+            def metrics_of(name: str) -> MetricsSnapshot | None:
+                record = registry.get(name)
+                return record.metrics if record is not None else None
+
+            gate = FlowGate(flow, metrics_of, pricing)
         self.controller = RequestController(
             picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry,
-            keys=keys, sizer=sizer, tracer=tracing,
+            keys=keys, sizer=sizer, tracer=tracing, flow=gate,
         )  # fmt: skip
+        if gate is not None:
+            controller = self.controller
+            self.data.scraper.on_refresh(lambda record: controller.refreshed(record.name))
+            self.telemetry.registry.register(FlowCollector(gate.dispatcher, clock))
         stage_metrics = StageMetrics(self.telemetry.registry) if settings.orchestration is not None else None
         self.proxy = Proxy(
             self.controller, settings.proxy, clock=clock, orchestration=settings.orchestration,
@@ -263,10 +284,10 @@ class Gateway:
                 if not controller.admit_now(flight):  # a free slot: no coroutine
                     await controller.admit(flight)
             except Overloaded as exc:
-                status = 429
+                status = exc.status
                 writer.send(
                     error_response(
-                        429,
+                        exc.status,
                         exc.message,
                         code=exc.code,
                         headers={"Retry-After": str(exc.retry_after_s), REQUEST_ID: request_id},
@@ -318,9 +339,15 @@ class Gateway:
         if flight is not None and flight.decision is not None:
             fields["request_tokens"] = flight.decision.request_tokens
             fields["decision_us"] = round(flight.decision_s * 1e6, 1)
+            if flight.decision.encode is not None:
+                fields["encode"], fields["encode_reason"] = flight.decision.encode
         if flight is not None and flight.identity is not None:  # the tenant and key id, never the key
             fields["tenant"] = flight.identity.tenant
             fields["key_id"] = flight.identity.key_id
+        if flight is not None and flight.flow is not None:
+            fields["flow"] = flight.flow.fairness_id
+            fields["priority"] = flight.flow.priority
+            fields["held_ms"] = round(flight.held_s * 1000, 3)
         if first_byte_s is not None:
             fields["ttfb_ms"] = round(first_byte_s * 1000, 3)
         if flight is not None and flight.errors:
@@ -367,7 +394,10 @@ class Gateway:
                 "last_error": record.health.last_error,
             }
         ready = self.data.ready()
-        return json_response({"ready": ready, "endpoints": endpoints}, status=200 if ready else 503)
+        body: dict[str, object] = {"ready": ready, "endpoints": endpoints}
+        if not self.data.kv_events_ingesting():
+            body["kv_events"] = "a KV-event reader stopped; see mmgate_kv_events_ingesting"
+        return json_response(body, status=200 if ready else 503)
 
     def metrics(self) -> Response:
         return Response(200, generate_latest(self.telemetry.registry), CONTENT_TYPE_LATEST)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -21,6 +21,7 @@ from mmgate.control.circuit_breaker import State
 from mmgate.control.decision import Decision
 from mmgate.datalayer.endpoints import EndpointRegistry
 from mmgate.gateway.loopmetrics import CounterChild, HistogramChild, LoopCounter, LoopHistogram
+from mmgate.scheduling.tiers import TierDemand
 
 log = logging.getLogger("mmgate.gateway")
 
@@ -78,6 +79,34 @@ class _EndpointCollector(Collector):
         yield waiting
 
 
+class _TierCollector(Collector):
+    """Per role, the work the gateway holds and the pods it asks for (:mod:`mmgate.scheduling.tiers`),
+    read at scrape time."""
+
+    def __init__(self, read: Callable[[], Sequence[TierDemand]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        families = (
+            ("mmgate_tier_encoder_seconds", "encoder_seconds",
+             "Encoder seconds placed on the role's pods and not yet ended"),
+            ("mmgate_tier_prefill_tokens", "prefill_tokens",
+             "Prompt tokens in flight on the role's pods still to prefill"),
+            ("mmgate_tier_inflight_requests", "requests", "Requests in flight on the role's pods"),
+            ("mmgate_tier_work_seconds", "work_seconds",
+             "Encoder and prefill seconds the role's pods hold (queued and in service)"),
+            ("mmgate_tier_replicas", "replicas", "Pods of the role the gateway routes to"),
+            ("mmgate_tier_desired_replicas", "desired_replicas",
+             "Pods the role's held work asks for (docs/disaggregation.md, sizing each tier)"),
+        )  # fmt: skip
+        demand = self.read()
+        for name, field, documentation in families:
+            family = GaugeMetricFamily(name, documentation, labels=["role"])
+            for d in demand:
+                family.add_metric([d.role], float(getattr(d, field)))
+            yield family
+
+
 class Telemetry:
     """The gateway's metrics; also the request controller's observer (decisions, failed attempts,
     retries, circuit breaker changes)."""
@@ -121,6 +150,12 @@ class Telemetry:
             "mmgate_ttft_prediction_error_seconds",
             "Per streamed answer where a TTFT was predicted: |predicted - observed| on the chosen endpoint",
             ["endpoint"], buckets=ERROR_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.encode_decisions = LoopCounter(
+            "mmgate_encode_decisions",
+            "Requests with media by where their media were encoded (adaptive-encode-decider): "
+            "outcome tier, local or split, and the reason",
+            ["outcome", "reason"], registry=r,
         )  # fmt: skip
         self.priced_tokens = LoopCounter(
             "mmgate_priced_tokens", "Prompt tokens as priced by the gateway, by modality",
@@ -222,6 +257,12 @@ class Telemetry:
             self._encoder_hit_ratio.observe(hits / queried)
         if decision.prefix_match is not None:
             self._prefix_match.observe(decision.prefix_match)
+        if decision.encode is not None:
+            self.encode_decisions.labels(*decision.encode).inc()
+
+    def tiers_from(self, read: Callable[[], Sequence[TierDemand]]) -> None:
+        """Export each tier's held work and desired replicas, read from ``read()`` at scrape time."""
+        self.registry.register(_TierCollector(read))
 
     def inflight_from(self, read: Callable[[], float]) -> None:
         """Read ``mmgate_inflight_requests`` from ``read()`` at scrape time (e.g. the admission

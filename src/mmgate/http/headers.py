@@ -54,6 +54,7 @@ TRACE_CONTEXT_HEADERS = frozenset({"traceparent", "tracestate"})
 RESPONSE_ENDPOINT = "x-mmgate-endpoint"
 RESPONSE_TOKENS = "x-mmgate-request-tokens"
 RESPONSE_SCORES = "x-mmgate-scores"
+RESPONSE_ENCODE = "x-mmgate-encode"  # debug mode: where the media were encoded, and why
 REQUEST_ID = "x-request-id"
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")

@@ -87,6 +87,7 @@ class _Refusal:
     message: str
     param: str | None = None
     code: str | None = None
+    stop_reading: bool = False  # stop taking the client's bytes now (a body past the limit)
 
 
 class HttpConnection(asyncio.Protocol):
@@ -412,7 +413,7 @@ class HttpConnection(asyncio.Protocol):
                 self._set_deadline(_IDLE, self._limits.keepalive_timeout_s)
             return
         item = self._queue.popleft()
-        if self._reading_paused and len(self._queue) < self._limits.max_pipelined // 2:
+        if self._reading_paused and not self._dead and len(self._queue) < self._limits.max_pipelined // 2:
             self._reading_paused = False
             if self.transport is not None:
                 self.transport.resume_reading()
@@ -483,7 +484,8 @@ class HttpConnection(asyncio.Protocol):
         )
         transport.write(head.encode() + body)
         # Half-close and keep reading (discarding) for a moment: closing with unread bytes would
-        # send a reset that can destroy the answer before the client reads it.
+        # send a reset that can destroy the answer before the client reads it. (After a body past
+        # the limit reading has stopped already: the client gets the linger to read the answer.)
         if transport.can_write_eof():
             transport.write_eof()
             self._set_deadline(_LINGER, self._limits.linger_s)
@@ -495,6 +497,12 @@ class HttpConnection(asyncio.Protocol):
         if self._dead:
             return
         self._dead = True
+        if refusal.stop_reading and self.transport is not None:
+            # A body past the limit: read no more of it. Draining the rest during the linger, as for
+            # other refusals, would take in a whole oversized upload (100 MiB against 64 MiB was read
+            # to the end); the client, writing, sees the answer, then a reset once the linger ends.
+            self.transport.pause_reading()
+            self._reading_paused = True
         self._in_head = False
         self._body = []
         self._spill = None
@@ -584,7 +592,8 @@ class HttpConnection(asyncio.Protocol):
 
 
 def _too_large(detail: str, limit: int) -> _Refusal:
-    return _Refusal(413, f"request body too large: {detail}; the limit is {limit}", "body", "body_too_large")
+    message = f"request body too large: {detail}; the limit is {limit}"
+    return _Refusal(413, message, "body", "body_too_large", stop_reading=True)
 
 
 def _origin_form(target: str) -> tuple[str, str]:

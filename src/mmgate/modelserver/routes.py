@@ -43,20 +43,25 @@ def unknown_model(model: str) -> RequestError:
     )
 
 
-def models_response(model: str, max_model_len: int, headers: Mapping[str, str]) -> web.Response:
-    """``GET /v1/models`` as vLLM lists its one served model."""
+def models_response(
+    model: str, max_model_len: int, headers: Mapping[str, str], adapters: Mapping[str, str] | None = None
+) -> web.Response:
+    """``GET /v1/models`` as vLLM lists its served model and its LoRA adapters (name -> path):
+    an adapter's card has the path as ``root`` and the base model as ``parent``."""
+    cards = [(model, model, None)] + [(name, path, model) for name, path in (adapters or {}).items()]
     doc = {
         "object": "list",
         "data": [
             {
-                "id": model,
+                "id": name,
                 "object": "model",
                 "created": 0,
                 "owned_by": "vllm",
-                "root": model,
-                "parent": None,
+                "root": root,
+                "parent": parent,
                 "max_model_len": max_model_len,
             }
+            for name, root, parent in cards
         ],
     }
     return web.json_response(doc, headers=headers)

@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from mmgate.config.flow import FLOW_PLUGIN_TYPES
 from mmgate.config.schema import EndpointPickerConfig, MmgateSection, PluginRef, SchedulingProfile
 from mmgate.config.strict import ConfigError, raise_if_any
 from mmgate.datalayer.index.memory import AffinityIndex
@@ -89,6 +90,8 @@ def build_scheduler(
     plugins: dict[str, Plugin[Any]] = {}
     broken: set[str] = set()  # configured, but not made: references to them are not new mistakes
     for i, spec in enumerate(cfg.plugins):
+        if spec.type in FLOW_PLUGIN_TYPES:  # the flow controller builds these (mmgate.control.flow)
+            continue
         name = spec.instance_name
         if name in plugins or name in broken:
             errors.append(ConfigError(f"duplicate plugin name {name!r}", path=f"plugins[{i}].name"))

@@ -14,6 +14,12 @@ from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 from itertools import repeat
 
+LOCAL = "local"
+"""The routing-header entry of a media item the serving pod encodes itself (``adaptive-encode-decider``
+splitting a request's items): mmgate's orchestration sends it no encode leg, so the serving pod
+gets no encoder output for it and encodes it. Not a ``host:port``: llm-d's sidecar does not know
+it, so a config that splits is for mmgate's orchestration (gateway mode or ``mmgate sidecar``)."""
+
 
 def assign_encoders(
     identities: Sequence[str],
@@ -66,14 +72,14 @@ def assign_encoders(
                     tied.append(e)
             # Only a tie needs the hash (the order of the choices does not matter: the least loaded
             # win, and the hash of each picks among them).
-            best = tied[0] if len(tied) == 1 else max(tied, key=lambda e: _rendezvous(identity, e))
+            best = tied[0] if len(tied) == 1 else max(tied, key=lambda e: rendezvous(identity, e))
         given[best] = given.get(best, 0) + 1
         out[identity] = best
     return out
 
 
 @lru_cache(maxsize=4096)
-def _rendezvous(identity: str, encoder: str) -> int:
+def rendezvous(identity: str, encoder: str) -> int:
     """The tie-break weight of ``encoder`` for ``identity`` (cached: a warm fleet sees the same
     items and encoders again, and a blake2b digest costs more than the lookup)."""
     digest = hashlib.blake2b(f"{identity}\x00{encoder}".encode(), digest_size=8).digest()

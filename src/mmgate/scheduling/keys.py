@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from mmgate.scheduling.types import DataKey
+from mmgate.scheduling.types import DataKey, EndpointState
 from mmgate.tokens import MMItem
 
 
@@ -166,9 +166,29 @@ PREFIX_MATCH: DataKey[PrefixMatch] = DataKey("PrefixCacheMatchInfo")
 ENCODER_CACHE_MATCH: DataKey[EncoderCacheMatch] = DataKey("EncoderCacheMatchInfo")
 INFLIGHT_LOAD: DataKey[InflightEstimate] = DataKey("InFlightLoad")
 PREDICTED_TTFT: DataKey[PredictedTTFT] = DataKey("PredictedTTFT")
+
+
+class EncodeChoice(msgspec.Struct):
+    """Where a request's media are encoded (``adaptive-encode-decider``): ``outcome`` ``tier``,
+    ``local`` (the serving pod) or ``split``, why (``reason``), the encode pod of each item sent to
+    the tier (``plan``, by identity; ``local`` for an item the serving pod encodes), the costs
+    compared (seconds, ``tier_cost`` ``inf`` when there was no tier to ask) and the encoder
+    seconds the choice puts on each pod (``seconds``, by endpoint)."""
+
+    outcome: str
+    reason: str
+    plan: dict[str, str]
+    local_cost: float
+    tier_cost: float
+    seconds: dict[str, float] = {}
+
+
 ENCODER_PLAN: DataKey[dict[str, str]] = DataKey("EncoderPlan")
 """Per distinct media item (identity), the encode pod planned for it (``encoder-header-handler``):
 the encoder-cache producer records each item on that pod alone."""
+ENCODE_CHOICE: DataKey[EncodeChoice] = DataKey("EncodeChoice")
+ENCODE_TIER: DataKey[list[EndpointState]] = DataKey("EncodeTier")
+"""The request's candidates that can encode for another pod (``adaptive-encode-decider``)."""
 
 # The producer created when a consumer needs a key nobody produces (llm-d RegisterAsDefaultProducer).
 DEFAULT_PRODUCERS: dict[str, str] = {

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from mmgate.request.view import RequestView
+from mmgate.vllm.lora import LoraState
 
 T = TypeVar("T")
 
@@ -46,6 +47,8 @@ class MetricsView(Protocol):
     def num_gpu_blocks(self) -> int | None: ...
     @property
     def scraped_at(self) -> float: ...
+    @property
+    def lora(self) -> LoraState | None: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -59,6 +62,7 @@ class Metrics:
     block_size: int | None = None
     num_gpu_blocks: int | None = None
     scraped_at: float = 0.0
+    lora: LoraState | None = None  # the endpoint's LoRA adapters (mmgate.vllm.lora)
 
 
 @dataclass(slots=True)

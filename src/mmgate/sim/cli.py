@@ -120,6 +120,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPUs of one replica (default: the profile's); data mode encodes on that many at once",
     )
 
+    lora = parser.add_argument_group("LoRA adapters (vLLM flag names)")
+    lora.add_argument(
+        "--lora-modules",
+        metavar="NAME=PATH",
+        nargs="+",
+        help="adapters served beside the base model, listed in /v1/models with it as parent; a "
+        'request names one in "model" (also vLLM\'s JSON form {"name": ..., "path": ...})',
+    )
+    lora.add_argument(
+        "--max-loras", metavar="N", type=int, help="adapters resident in GPU slots at once (default 1)"
+    )
+    lora.add_argument(
+        "--lora-load-time",
+        metavar="S",
+        type=float,
+        help="simulated seconds to load an adapter that is not resident (default 0.05)",
+    )
+    lora.add_argument("--enable-lora", action="store_true", help="accepted for vLLM compatibility")
+
     roles = parser.add_argument_group("disaggregation")
     roles.add_argument(
         "--role",
@@ -219,6 +238,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         out["ec_transfer_s_per_token"] = args.ec_transfer_time_per_token
     if args.transfer_path is not None:
         out["transfer_path"] = args.transfer_path
+    if args.lora_modules:
+        out["lora_modules"] = dict(lora_module(text) for text in args.lora_modules)
+    if args.max_loras is not None:
+        out["max_loras"] = args.max_loras
+    if args.lora_load_time is not None:
+        out["lora_load_s"] = args.lora_load_time
     if args.kv_events_config:
         out["kv_events"] = parse_kv_events_config(args.kv_events_config)
     if args.kv_events_format:
@@ -236,6 +261,23 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if any(v is not None for v in faults.values()):
         out["faults"] = FaultSettings(**{k: v for k, v in faults.items() if v is not None})
     return out
+
+
+def lora_module(text: str) -> tuple[str, str]:
+    """One ``--lora-modules`` value: ``name=path``, or vLLM's JSON ``{"name": ..., "path": ...}``."""
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--lora-modules: not JSON: {exc}") from None
+        name, path = (doc.get("name"), doc.get("path")) if isinstance(doc, dict) else (None, None)
+        if not isinstance(name, str) or not isinstance(path, str) or not name or not path:
+            raise ValueError('--lora-modules: a JSON module needs string "name" and "path"')
+        return name, path
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"--lora-modules: expected NAME=PATH, got {text!r}")
+    return name, path
 
 
 def specs_from_args(args: argparse.Namespace) -> list[PodSpec]:

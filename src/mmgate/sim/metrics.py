@@ -4,7 +4,11 @@ loop falls behind reports slower timings than its profile)."""
 
 from __future__ import annotations
 
+import time
+
 from mmgate.modelserver.metrics import MetricLines, ServerMetrics
+from mmgate.sim.lora import LoraSlots
+from mmgate.vllm.lora import LORA_INFO, lora_info_labels
 
 
 class PodMetrics(ServerMetrics):
@@ -16,8 +20,17 @@ class PodMetrics(ServerMetrics):
         self.busy_sim_s = 0.0  # simulated seconds of engine steps run
         self.encoder_s = 0.0  # of which the vision/audio encoder
         self.busy_wall_s = 0.0  # wall seconds those steps took (x time scale); > sim means falling behind
+        self.lora: LoraSlots | None = None  # the pod's adapter slots, when it serves LoRA adapters
 
     def extra(self, out: MetricLines) -> None:
+        if self.lora is not None:
+            # vLLM's labels only (no engine/model_name); the value is when the state was rendered.
+            slots = self.lora
+            labels = lora_info_labels(slots.running, slots.waiting, slots.max_loras)
+            out.head(LORA_INFO, "gauge", "Running stats on lora requests.")
+            out.lines.append(
+                LORA_INFO + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "} " + repr(time.time())
+            )
         out.gauge(
             "mmgate_sim:driver_lag_seconds",
             self.driver_lag,

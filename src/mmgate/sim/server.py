@@ -39,6 +39,7 @@ from mmgate.sim.driver import Driver, Flight
 from mmgate.sim.encode_only import EncodeOnly
 from mmgate.sim.faults import ERROR_STATUS, ERROR_TYPE, Faults, Outcome
 from mmgate.sim.ingest import Ingested, ingest
+from mmgate.sim.lora import LoraSlots
 from mmgate.sim.metrics import PodMetrics
 from mmgate.sim.output import Writer
 from mmgate.sim.pooling_output import pooling_body, tokenizer_body
@@ -46,6 +47,7 @@ from mmgate.sim.profiles import family_of, load_profile
 from mmgate.sim.roles import Role, transfer_seconds
 from mmgate.sim.spec import PodSpec, engine_config, transfer_times
 from mmgate.tokens import PricingConfig
+from mmgate.vllm.blocks import LoRA
 
 if TYPE_CHECKING:
     from mmgate.tokens.exact.tokenizer import EngineTokenizer
@@ -85,6 +87,10 @@ class SimPod:
         )
         self.faults = Faults(spec.faults, seed=spec.seed)
         self.metrics = PodMetrics(model_name=self.model, prefix_caching=self.config.enable_prefix_caching)
+        self.lora: LoraSlots | None = None
+        if spec.lora_modules:
+            self.lora = self.metrics.lora = LoraSlots(spec.lora_modules, spec.max_loras, spec.lora_load_s)
+        self._lora_freed = asyncio.Event()
         self.engine_id = f"{spec.name}-{uuid.uuid4().hex[:8]}"
         self.publisher: KVEventPublisher | None = None
         self.driver: Driver | None = None
@@ -175,7 +181,9 @@ class SimPod:
         return web.Response(headers={POD_HEADER: self.name})
 
     async def _models(self, request: web.Request) -> web.Response:
-        return routes.models_response(self.model, self.profile.engine.max_model_len, {POD_HEADER: self.name})
+        adapters = None if self.lora is None else self.lora.modules
+        headers = {POD_HEADER: self.name}
+        return routes.models_response(self.model, self.profile.engine.max_model_len, headers, adapters)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return routes.metrics_response(self.metrics.render(self.stats), {POD_HEADER: self.name})
@@ -232,7 +240,8 @@ class SimPod:
                 natural_output_tokens=self.spec.natural_output_tokens,
                 tokenizer=self.tokenizer,
             )
-            if job.view.model and job.view.model != self.model:
+            adapter = self._adapter_of(job.view.model)
+            if job.view.model and job.view.model != self.model and adapter is None:
                 raise routes.unknown_model(job.view.model)
         except RequestError as err:
             return error_response(err, self.name)
@@ -254,9 +263,56 @@ class SimPod:
             return web.Response(body=body, headers={POD_HEADER: self.name}, content_type="application/json")
         if self.spec.role is Role.ENCODE:
             return await self._encode_only(request, job, request_id)
-        return await self._generate(
-            request, job, request_id, f"{request_id}#{n}", api, outcome is Outcome.RESET
-        )
+        if adapter is not None:
+            await self._load_adapter(adapter)
+        try:
+            return await self._generate(
+                request, job, request_id, f"{request_id}#{n}", api, outcome is Outcome.RESET
+            )
+        finally:
+            if adapter is not None:
+                self._release_adapter(adapter)
+
+    # --- LoRA adapters -----------------------------------------------------------------------
+
+    def _lora_key(self, model: str) -> LoRA | None:
+        """The adapter as vLLM keys its requests' blocks (name and path), None for the base model."""
+        if self.lora is None or model not in self.lora.modules:
+            return None
+        return LoRA(model, self.lora.modules[model])
+
+    def _adapter_of(self, model: str) -> str | None:
+        """``model`` when it names one of the pod's adapters (vLLM serves them by name)."""
+        return model if self.lora is not None and model in self.lora.modules else None
+
+    async def _load_adapter(self, name: str) -> None:
+        """Take an adapter slot: wait while every slot is busy with other adapters, then pay the
+        load time when the adapter was not resident."""
+        assert self.lora is not None
+        slots = self.lora
+        cost = slots.acquire(name)
+        if cost is None:
+            slots.wait(name)
+            self.metrics.touch()
+            try:
+                while (cost := slots.acquire(name)) is None:
+                    self._lora_freed.clear()
+                    await self._lora_freed.wait()
+            finally:
+                slots.wait(name, -1)
+        self.metrics.touch()
+        if cost:
+            try:
+                await asyncio.sleep(cost * self.spec.time_scale)
+            except BaseException:  # the client left while the adapter loaded: give the slot back
+                self._release_adapter(name)
+                raise
+
+    def _release_adapter(self, name: str) -> None:
+        assert self.lora is not None
+        self.lora.release(name)
+        self.metrics.touch()
+        self._lora_freed.set()
 
     async def _generate(
         self, request: web.Request, job: Ingested, request_id: str, engine_id: str, api: Api, reset: bool
@@ -288,6 +344,7 @@ class SimPod:
             remote_prefill=transfer.remote_prefill,
             remote_encoded=transfer.remote_encoded,
             media=payloads_of(job.view.assets),
+            lora=self._lora_key(job.view.model),
         )
         choices = 1
         if api in (Api.CHAT, Api.COMPLETIONS):
@@ -311,10 +368,12 @@ class SimPod:
             return error_response(RequestError(str(exc), status=503, type="service_unavailable"), self.name)
         flight, others = flights[0], flights[1:]
         audio = [a.duration_s or 0.0 for a in job.pricing.assets if a.modality is Modality.AUDIO]
+        # vLLM answers with the model the request named: the adapter's name for a LoRA request.
+        served = self.model if self._adapter_of(job.view.model) is None else job.view.model
         writer = writer_for(
             api,
             request_id,
-            self.model,
+            served,
             offset=zlib.crc32(request_id.encode()) & 0xFF,
             include_usage=job.knobs.include_usage,
             prompt_tokens=prompt_tokens,

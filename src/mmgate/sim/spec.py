@@ -56,6 +56,11 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kv_events_int_hashes: bool = True  # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
     faults: FaultSettings = msgspec.field(default_factory=FaultSettings)
     engine: dict[str, Any] = msgspec.field(default_factory=dict)  # engine/profile overrides
+    # LoRA (vLLM's --lora-modules and --max-loras): adapter name -> path, served beside the base
+    # model; at most max_loras resident at once, loading one that is not costs lora_load_s.
+    lora_modules: dict[str, str] = msgspec.field(default_factory=dict)
+    max_loras: int = 1
+    lora_load_s: float = 0.05
 
     def validate(self) -> None:
         if self.time_scale <= 0:
@@ -71,6 +76,16 @@ class PodSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         if self.transfer_path not in TRANSFER_PATHS:
             raise ValueError(f"pod {self.name}: transfer_path must be one of {', '.join(TRANSFER_PATHS)}")
         self.faults.validate()
+        if self.max_loras < 1:
+            raise ValueError(f"pod {self.name}: max_loras must be >= 1")
+        if self.lora_load_s < 0:
+            raise ValueError(f"pod {self.name}: lora_load_s must be >= 0")
+        for adapter in self.lora_modules:
+            if not adapter or "," in adapter or adapter == self.model:
+                raise ValueError(
+                    f"pod {self.name}: LoRA adapter name {adapter!r} must be non-empty, without commas,"
+                    " and differ from the base model's"
+                )
         if self.tokenizer:
             try:
                 load_model_files(self.tokenizer)

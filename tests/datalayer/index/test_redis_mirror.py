@@ -133,3 +133,33 @@ async def test_a_full_outbox_drops_the_oldest_changes_and_counts_them() -> None:
         ns.add("e:1", [key], capacity=10)
     assert idx.pending == 2 and idx.stats.dropped == 3
     assert ns.longest_prefix([0]) == {"e:1": 1}  # the local view keeps everything
+
+
+async def test_hostile_stream_entries_are_refused_and_the_tail_keeps_going(
+    pair: tuple[RedisIndexes, RedisIndexes], redis_server: RedisServer
+) -> None:
+    """Entries another writer put in the stream with broken fields: each is skipped and counted,
+    and the next good change still reaches the view (before, the first one ended the tail)."""
+    a, _ = pair
+    client = redis.Redis.from_url(redis_server.url)
+    stream = f"mmgate:{NS}:log"
+    hostile: list[dict[str, bytes | str | int]] = [
+        {"o": "x", "op": "a", "e": "pod:1", "k": b"\xc1"},  # not msgpack
+        {"o": "x", "op": "a", "e": "pod:1", "k": b"\x91\x91\x01"},  # a key that is a list: unhashable
+        {"o": "x", "op": "a", "e": "pod:1", "k": b"\x05"},  # not a list of keys
+        {"o": "x", "op": "a", "e": b"\xff\xfe", "k": b"\x91\x01"},  # endpoint not UTF-8
+        {"o": "x", "op": "a", "e": "p" * 1000, "k": b"\x91\x01"},  # endpoint name too long
+        {"o": "x", "op": "a", "e": "pod:1", "k": b"\x91\x01", "c": "many"},  # capacity not a number
+        {"o": "x", "op": "a", "e": "pod:1", "k": b"\x91\x01", "c": -1},
+        {"o": "x", "op": "?", "e": "pod:1", "k": b"\x91\x01"},  # unknown operation
+        {"o": "x", "op": "a", "e": "pod:1", "k": b"\x91" * 100_000 + b"\x01"},  # nested 100,000 deep
+    ]
+    try:
+        for fields in hostile:
+            client.xadd(stream, fields)  # type: ignore[arg-type]
+        client.xadd(stream, {"o": "x", "op": "a", "e": "pod:1", "k": b"\x92\x07\x08"})  # good: [7, 8]
+        await until(lambda: a.index(NS).longest_prefix([7, 8]) == {"pod:1": 2}, "the good entry applied")
+        assert a.stats.refused == len(hostile) and a.stats.up
+        assert a.index(NS).endpoints() == ["pod:1"]
+    finally:
+        client.close()

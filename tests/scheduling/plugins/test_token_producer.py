@@ -137,3 +137,25 @@ def test_engine_mode_checks_the_familys_placeholders(tmp_path: Path) -> None:
     doc = {"plugins": [{"type": "token-producer", "parameters": {"exact": {}, "tokens": [entry]}}]}
     with pytest.raises(ConfigError, match=r"no '<\|image_pad\|>' token, the image placeholder of qwen2.5-vl"):
         build_scheduler(parse_config(doc).picker)
+
+
+def test_a_lora_adapters_request_is_priced_as_its_base_model() -> None:
+    """A request naming adapter ``sql`` (listed with parent Qwen3-VL by the pods) gets the base
+    model's family: the image's tokens are what the pod counts, not an unknown model's estimate."""
+    from mmgate.scheduling import EndpointState, Metrics
+    from mmgate.vllm.lora import Adapter, LoraState
+    from support.views import view
+
+    base = "Qwen/Qwen3-VL-8B-Instruct"
+    s = scheduler([{"type": "token-producer", "parameters": {"exact": {}}}, {"type": "random-picker"}])
+    lora = LoraState({"sql": Adapter(base, "/adapters/sql")}, max_loras=1)
+    pods = [EndpointState("10.0.0.1:8000", metrics=Metrics(lora=lora))]
+
+    def tokens(model: str, eps: list[EndpointState]) -> int:
+        req = SchedulingRequest(view("describe ", image("b" * 32), model=model), "r")
+        s.schedule(req, eps, 0.0)
+        tp = req.get(TOKENIZED_PROMPT)
+        assert tp is not None
+        return tp.media_tokens
+
+    assert tokens("sql", pods) == tokens(base, pods) != tokens("sql", endpoints(1))

@@ -44,7 +44,11 @@ from typing import Any, TypeVar
 import msgspec
 
 from mmgate.config import load_config
-from mmgate.control import Attempt, NoCandidates, RequestController, SchedulerPicker, Usage
+from mmgate.control import Attempt, NoCandidates, Overloaded, RequestController, SchedulerPicker, Usage
+from mmgate.control.controller import Flight as ControlFlight
+from mmgate.control.flow import FlowGate, flow_settings_of
+from mmgate.control.flow.classify import FAIRNESS_ID_HEADER, OBJECTIVE_HEADER
+from mmgate.control.flow.queues import HeldRequest
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.disagg import plan
@@ -80,7 +84,8 @@ from mmgate_bench.workloads.synthetic import RawItem, WorkItem, Workload
 T = TypeVar("T")
 
 # Event kinds, in the order they are handled when simultaneous.
-_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE, _ENCODE, _ANSWER, _LEG_TIMEOUT, _KV = range(11)
+(_FINISH, _FIRST, _STEP, _ADD, _RECEIVE, _SCRAPE, _ARRIVE, _ENCODE, _ANSWER, _LEG_TIMEOUT, _KV,
+ _FLOW_TTL) = range(12)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +171,13 @@ class _MemoHasher:
         self._memo = memo
         self._algo = (inner.algo, inner.seed)  # systems hashing differently share no entries
 
-    def block_hashes(self, token_ids: Any, mm_items: Any = (), cache_salt: str | None = None) -> list[Any]:
-        key = (id(token_ids), cache_salt, *self._algo)
+    def block_hashes(
+        self, token_ids: Any, mm_items: Any = (), cache_salt: str | None = None, lora: Any = None
+    ) -> list[Any]:
+        key = (id(token_ids), cache_salt, lora, *self._algo)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._inner.block_hashes(token_ids, mm_items, cache_salt)
+            hit = self._inner.block_hashes(token_ids, mm_items, cache_salt, lora)
             self._memo[key] = hit
         return list(hit)
 
@@ -354,7 +361,12 @@ class Simulation:
         clock = self.clock
         # Nothing reads a decision's reporting fields here, so the picker does not fill them.
         self.picker = SchedulerPicker(self.scheduler, clock=clock, describe=False)
-        self.controller = RequestController(self.picker, endpoints, clock=clock, defer=_at_once)
+        # Flow control, when the config turns it on: the same dispatcher as behind HTTP, on
+        # virtual time; its TTLs are events here (there is no event loop to arm a timer on).
+        flow = flow_settings_of(cfg.picker, cfg.mmgate)
+        gate = FlowGate(flow, self._metrics_of, pricing) if flow is not None else None
+        self.controller = RequestController(self.picker, endpoints, clock=clock, defer=_at_once, flow=gate)
+        self._held: dict[str, tuple[HeldRequest, RequestRecord, int]] = {}
         self._pod_of = {p.endpoint.name: p for p in self.pods}
         self._registry = endpoints
         self.tasks = VirtualTasks()
@@ -391,8 +403,13 @@ class Simulation:
     def _push(self, t: float, kind: int, payload: Any) -> None:
         heapq.heappush(self._events, (t, kind, next(self._seq), payload))
 
+    def _metrics_of(self, name: str) -> MetricsSnapshot | None:
+        pod = self._pod_of.get(name)
+        return pod.endpoint.metrics if pod is not None else None
+
     def _scrape_all(self) -> None:
         now = self.now
+        refreshed = self.controller.refreshed if self.controller.flow is not None else None
         for pod in self.pods:
             s = _stats(pod)
             pod.endpoint.metrics = MetricsSnapshot(
@@ -404,19 +421,61 @@ class Simulation:
                 num_gpu_blocks=s.num_gpu_blocks,
                 scraped_at=now,
             )
+            if refreshed is not None:
+                refreshed(pod.endpoint.name)
 
     def _arrive(self, payload: tuple[WorkItem | RawItem, int, float]) -> None:
         item, rung, rung_start = payload
         now = self.now
         rid = f"r{next(self._ids)}"
-        view, seq, out_tokens, media = self.prepared.get(item)
+        view = self.prepared.get(item)[0]
         record = RequestRecord(item_id=item.id, sent_s=now - rung_start)
         self.requests += 1
         controller = self.controller
         try:
-            attempt = controller.decide(controller.open(view, rid, _NO_HEADERS, received=now))
+            flight = controller.open(view, rid, _headers_of(item), received=now)
         except NoCandidates:
-            attempt = None
+            record.error = "http_503"
+            self._done(rung, record)
+            return
+        if controller.flow is not None and not controller.admit_now(flight):
+            self._hold(flight, item, record, rung)
+            return
+        self._send(controller.decide(flight), item, record, rung, now)
+
+    def _hold(
+        self, flight: ControlFlight, item: WorkItem | RawItem, record: RequestRecord, rung: int
+    ) -> None:
+        """Flow control holds the request: it is sent when released, or answered 429/503."""
+        rid = flight.request_id
+        arrival = self.now
+        controller = self.controller
+
+        def released() -> None:
+            self._held.pop(rid, None)
+            self._send(controller.decide(flight), item, record, rung, arrival)
+
+        def refused(error: Overloaded) -> None:
+            self._held.pop(rid, None)
+            record.error = f"http_{error.status}"
+            self._done(rung, record)
+
+        held = controller.hold(flight, released, refused)
+        if held is not None and held.queued:
+            self._held[rid] = (held, record, rung)
+            due = controller.next_expiry()
+            if due is not None:
+                self._push(due, _FLOW_TTL, None)
+
+    def _send(
+        self, attempt: Attempt | None, item: WorkItem | RawItem, record: RequestRecord, rung: int,
+        arrival: float,
+    ) -> None:  # fmt: skip
+        """The decided request goes to its pod (``arrival``: when the client sent it)."""
+        now = self.now
+        view, seq, out_tokens, media = self.prepared.get(item)
+        rid = attempt.flight.request_id if attempt is not None else ""
+        controller = self.controller
         if attempt is None:
             record.error = "http_503"
             self._done(rung, record)
@@ -425,7 +484,9 @@ class Simulation:
         pod = self._pod_of[attempt.endpoint]
         record.endpoint = attempt.endpoint
         record.predicted_ttft_s = attempt.decision.predicted_ttft_s
-        flight = self._flights[rid] = _Flight(record, attempt, now, pod, rung)
+        if attempt.decision.encode is not None:
+            record.encode = attempt.decision.encode[0]
+        flight = self._flights[rid] = _Flight(record, attempt, arrival, pod, rung)
         routing = attempt.headers
         if routing and view.api is Api.CHAT:
             stages = stages_with_spares(routing, self._registry.records())
@@ -694,8 +755,23 @@ class Simulation:
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> RungResult:
         """Send one rung's arrivals, run until they all finish or the drain timeout passes."""
+        offsets = arrival_times(rate, duration_s, ladder.arrival, ladder.seed * 1_000 + index)
+        schedule = [(offset, items()) for offset in offsets]
+        return self.run_schedule(schedule, rate, duration_s, ladder.drain_timeout_s, index, on_record)
+
+    def run_schedule(
+        self,
+        schedule: Sequence[tuple[float, WorkItem | RawItem]],
+        rate: float,
+        duration_s: float,
+        drain_timeout_s: float,
+        index: int = 0,
+        on_record: Callable[[RequestRecord], None] | None = None,
+    ) -> RungResult:
+        """Send ``schedule``'s items at their offsets (seconds from now; several tenants'
+        arrivals merged, for instance), run until they all finish or ``drain_timeout_s`` after
+        ``duration_s`` passes. ``rate`` labels the result."""
         start = self.now
-        schedule = arrival_times(rate, duration_s, ladder.arrival, ladder.seed * 1_000 + index)
         self._rung = index
         self._records = []
         self._open = len(schedule)
@@ -704,9 +780,9 @@ class Simulation:
         self._itl = []
         self._fallbacks = 0
         before = _cache_totals(self.pods)
-        for offset in schedule:
-            self._push(start + offset, _ARRIVE, (items(), index, start))
-        deadline = start + duration_s + ladder.drain_timeout_s
+        for offset, item in schedule:
+            self._push(start + offset, _ARRIVE, (item, index, start))
+        deadline = start + duration_s + drain_timeout_s
         handlers: dict[int, Callable[[Any], None]] = {
             _ARRIVE: self._arrive,
             _RECEIVE: self._receive,
@@ -718,6 +794,7 @@ class Simulation:
             _ANSWER: self._answer,
             _LEG_TIMEOUT: self._leg_timeout,
             _KV: self._kv,
+            _FLOW_TTL: self._flow_ttl,
         }
         events = self._events
         while events and self._open > 0:
@@ -745,8 +822,18 @@ class Simulation:
         self._rung = -2
         return result
 
+    def _flow_ttl(self, _payload: Any) -> None:
+        """A held request's TTL may have ended: flow control refuses those that did (503)."""
+        self.controller.expire_held()
+
     def _abort_rung(self, rung: int) -> None:
         """Drain timeout: cancel what this rung still has in flight (a client timeout)."""
+        for rid, (held, record, held_rung) in list(self._held.items()):
+            if held_rung == rung:  # still held by flow control: the client gives up
+                del self._held[rid]
+                self.controller.withdraw(held)
+                record.error = "timeout"
+                self._done(rung, record)
         for rid, flight in list(self._flights.items()):
             if flight.rung != rung:
                 continue
@@ -772,6 +859,24 @@ class Simulation:
 
 
 _NO_HEADERS: dict[str, str] = {}
+
+
+TENANT = "tenant:"
+
+
+def _headers_of(item: WorkItem | RawItem) -> dict[str, str]:
+    """A workload item's flow-control headers: a ``group`` of ``tenant:NAME`` or
+    ``tenant:NAME@OBJECTIVE`` (multi-tenant workloads) names its fairness id and objective."""
+    group = getattr(item, "group", "")
+    if not group.startswith(TENANT):
+        return _NO_HEADERS
+    tenant, _, objective = group.removeprefix(TENANT).partition("@")
+    headers = {FAIRNESS_ID_HEADER: tenant}
+    if objective:
+        headers[OBJECTIVE_HEADER] = objective
+    return headers
+
+
 _TRANSFER_FIELDS = msgspec.json.Decoder(dict[str, Any])
 
 

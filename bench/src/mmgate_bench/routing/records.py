@@ -17,7 +17,9 @@ class RequestRecord:
 
     ``error`` is ``None`` for a success, otherwise the failure type (``http_503``, ``timeout``,
     ``connect``, ``disconnect``, ``stream_error``, ``empty``). ``predicted_ttft_s`` is what the
-    scheduler predicted for it (configs with ``predicted-ttft-producer``; DES mode).
+    scheduler predicted for it (configs with ``predicted-ttft-producer``; DES mode); ``encode``
+    where its media were encoded (``tier``, ``local``, ``split``: configs with
+    ``adaptive-encode-decider``; DES mode).
     """
 
     item_id: str
@@ -31,6 +33,7 @@ class RequestRecord:
     error: str | None = None
     endpoint: str | None = None
     predicted_ttft_s: float | None = None
+    encode: str | None = None
 
     @property
     def ok(self) -> bool:

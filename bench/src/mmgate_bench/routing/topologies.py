@@ -50,11 +50,11 @@ from mmgate_bench.results import markdown_table
 from mmgate_bench.routing import report
 from mmgate_bench.routing.des import DesOptions, run_des
 from mmgate_bench.routing.http_mode import HttpOptions, prerender, start_fleet, start_router
-from mmgate_bench.routing.loadgen import Target, run_ladder, workload_bodies
+from mmgate_bench.routing.loadgen import Target, raw_bodies, run_ladder, workload_bodies
 from mmgate_bench.routing.records import Ladder, RungResult, arrival_times, parse_rates
 from mmgate_bench.routing.systems import System, resolve
 from mmgate_bench.workloads.media import MediaCache
-from mmgate_bench.workloads.synthetic import Workload, build, scaled
+from mmgate_bench.workloads.synthetic import RawItem, Workload, build, load_jsonl, scaled
 
 PROFILE = "qwen3-vl-32b-h200-tp2"
 ACCELERATORS = 8
@@ -80,6 +80,9 @@ class Shape:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+JSONL = "jsonl"
+"""A :class:`Shape`'s workload when it replays a recorded file (``--jsonl``)."""
+
 REUSE_POOL = 300
 """Photos in the image-heavy-reuse catalogue (the headline image-reuse workload's pool)."""
 
@@ -87,6 +90,7 @@ WORKLOADS = {
     "image-heavy": Shape("image-heavy", "image-heavy", "1,2,3,4,5,6"),
     "image-light": Shape("image-light", "image-light", "4,8,12,16,20,24"),
     "image-heavy-reuse": Shape("image-heavy-reuse", "image-heavy", "2,3,4,5,6,8", {"pool": REUSE_POOL}),
+    "mixed": Shape("mixed", "image-mixed", "2,4,6,8,10,12"),
 }
 
 
@@ -97,6 +101,7 @@ class Topology:
     roles: tuple[str, ...]  # per pod; empty: every pod does everything
     accelerators: int
     engine: dict[str, Any] = field(default_factory=dict)
+    profiles: tuple[str, ...] = ()  # per pod, a fleet of mixed hardware ("": the run's profile)
 
     @property
     def pods(self) -> int:
@@ -104,11 +109,13 @@ class Topology:
 
     @property
     def layout(self) -> str:
-        """``2 E + 6 PD``: how many pods of each role."""
+        """``2 E + 6 PD``: how many pods of each role (``4 E [profile]``: pods of another profile)."""
         short = {"encode": "E", "prefill": "P", "decode": "D", "prefill-decode": "PD", "": "EPD"}
         counts: dict[str, int] = {}
-        for role in self.roles:
-            counts[short[role]] = counts.get(short[role], 0) + 1
+        profiles = self.profiles or ("",) * len(self.roles)
+        for role, profile in zip(self.roles, profiles, strict=True):
+            key = f"{short[role]} [{profile}]" if profile else short[role]
+            counts[key] = counts.get(key, 0) + 1
         return " + ".join(f"{n} {r}" for r, n in counts.items())
 
 
@@ -120,10 +127,15 @@ def accelerators_per_pod(profile: str) -> int:
 STAGES = {"e-pd": ("encode", "prefill-decode"), "e-p-d": ("encode", "prefill", "decode")}
 
 
-def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) -> list[Topology]:
+def topologies(
+    accelerators: int, per_pod: int, names: Sequence[str] = NAMES, *, encoder_profile: str | None = None
+) -> list[Topology]:
     """The named topologies over ``accelerators``. A disaggregated one gives a quarter of the pods
     (at least one) to each stage before the last, unless its name states the split in pods
-    (``e-pd:2+6``, ``e-p-d:1+2+1``), which must add up. ``ValueError`` for what does not fit."""
+    (``e-pd:2+6``, ``e-p-d:1+2+1``), which must add up. With ``encoder_profile`` the encode pods
+    run that profile (other hardware) on top of ``accelerators``, so the split must state them
+    (``e-pd:4+3``: four such encoders and three pods that make the accelerators). ``ValueError``
+    for what does not fit."""
     pods = accelerators // per_pod
     if pods < 1 or pods * per_pod != accelerators:
         raise ValueError(f"{accelerators} accelerators are not a whole number of {per_pod}-accelerator pods")
@@ -137,7 +149,12 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
             roles: tuple[str, ...] = ("",) * pods
         elif kind in STAGES:
             stages = STAGES[kind]
-            counts = _split(name, split, len(stages), pods) if split else _quarters(len(stages), pods)
+            if encoder_profile is not None:
+                if not split:
+                    raise ValueError(f"{name}: with --encoder-profile, state the split ({kind}:4+3)")
+                counts = _split(name, split, len(stages), pods, extra_first=True)
+            else:
+                counts = _split(name, split, len(stages), pods) if split else _quarters(len(stages), pods)
             if min(counts) < 1:
                 raise ValueError(
                     f"{name} needs more than {accelerators} accelerators of {per_pod}-accelerator pods"
@@ -148,7 +165,10 @@ def topologies(accelerators: int, per_pod: int, names: Sequence[str] = NAMES) ->
                              "(e-pd and e-p-d may state their split in pods, e-p-d:1+2+1)")  # fmt: skip
         engine = dict(ENCODER_DP) if kind == "encoder-dp" else {}
         system = config or AGGREGATED.get(kind, kind)
-        out.append(Topology(name, system, roles, accelerators, engine))
+        profiles: tuple[str, ...] = ()
+        if encoder_profile is not None and any(roles):
+            profiles = tuple(encoder_profile if role == "encode" else "" for role in roles)
+        out.append(Topology(name, system, roles, accelerators, engine, profiles))
     return out
 
 
@@ -157,13 +177,17 @@ def _quarters(stages: int, pods: int) -> list[int]:
     return [*first, pods - sum(first)]
 
 
-def _split(name: str, split: str, stages: int, pods: int) -> list[int]:
+def _split(name: str, split: str, stages: int, pods: int, *, extra_first: bool = False) -> list[int]:
+    """The pods per stage ``split`` states; they make ``pods`` (but the first stage's, with
+    ``extra_first``: pods of another profile, on top of the accelerators)."""
     parts = split.split("+")
     if len(parts) != stages or not all(p.isdigit() for p in parts):
         raise ValueError(f"{name}: the split is {stages} pod counts joined by '+'")
     counts = [int(p) for p in parts]
-    if sum(counts) != pods:
-        raise ValueError(f"{name}: the split adds up to {sum(counts)} pods, the accelerators make {pods}")
+    counted = sum(counts[1:]) if extra_first else sum(counts)
+    if counted != pods:
+        what = "besides the encoders " if extra_first else ""
+        raise ValueError(f"{name}: the split adds up to {counted} pods {what}, the accelerators make {pods}")
     return counts
 
 
@@ -201,13 +225,18 @@ def run_des_topologies(
     tpot_slo_s: float = TPOT_SLO_S,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    replay: Sequence[RawItem] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every topology over the ladder in the DES: one report record per topology and rate."""
+    """Every topology over the ladder in the DES: one report record per topology and rate
+    (``replay``: recorded requests, cycled, instead of ``workload``'s)."""
     records = []
     for topo in shapes:
         roles = topo.roles if any(topo.roles) else ()  # aggregated pods carry no role
-        opts = DesOptions(profile=profile, pods=topo.pods, roles=roles, engine=dict(topo.engine))
-        rungs = run_des(workload, [_system(topo)], ladder, opts, progress=progress, log=log)
+        opts = DesOptions(
+            profile=profile, pods=topo.pods, roles=roles, engine=dict(topo.engine),
+            profiles=tuple(p or profile for p in topo.profiles),
+        )  # fmt: skip
+        rungs = run_des(workload, [_system(topo)], ladder, opts, replay=replay, progress=progress, log=log)
         records += [_record(rung, topo, workload.name, ttft_slo_s, tpot_slo_s) for rung in rungs]
     return records
 
@@ -256,6 +285,7 @@ def run_http_topologies(
     tpot_slo_s: float = TPOT_SLO_S,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    replay: Sequence[RawItem] | None = None,
 ) -> list[dict[str, Any]]:
     """Every topology over the ladder on loopback: a fresh simulated fleet with the topology's
     roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator.
@@ -282,7 +312,11 @@ def run_http_topologies(
                 if router is None:
                     log(note)
                     continue
-                bodies = workload_bodies(workload, model=model, media=media)
+                bodies = (
+                    raw_bodies(replay)
+                    if replay is not None
+                    else workload_bodies(workload, model=model, media=media)
+                )
                 target = Target(base, pods=tuple(urls))
                 rungs = asyncio.run(
                     run_ladder(target, topo.name, ladder, bodies, speedup=speedup, progress=progress)
@@ -424,7 +458,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/topologies"), help="output folder")
     parser.add_argument("--profile", default=PROFILE, help=f"simulator profile (default {PROFILE})")
     parser.add_argument("--accelerators", type=int, default=ACCELERATORS, help="per topology (default 8)")
+    parser.add_argument(
+        "--encoder-profile", default=None,
+        help="the encode pods run this profile (other hardware), on top of --accelerators; "
+        "disaggregated topologies then state their split (e-pd:4+3); DES only",
+    )  # fmt: skip
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {', '.join(WORKLOADS)}")
+    parser.add_argument(
+        "--jsonl", type=Path, default=None,
+        help="replay recorded OpenAI chat requests (JSONL, as bench run --jsonl) as the one workload, "
+        "named after the file; its ladder is --rates (default 1,2,4,6,8)",
+    )  # fmt: skip
     parser.add_argument(
         "--topologies", default=",".join(NAMES), help=f"of {', '.join([*AGGREGATED, *STAGES])}"
     )
@@ -457,10 +501,22 @@ class _Plan:
 def _plan(args: argparse.Namespace) -> _Plan:
     load_profile(args.profile)
     names = [n.strip() for n in args.topologies.split(",") if n.strip()]
-    shapes = topologies(args.accelerators, accelerators_per_pod(args.profile), names)
+    if args.encoder_profile is not None:
+        load_profile(args.encoder_profile)
+        if args.http or args.http_only:
+            raise ValueError("--encoder-profile runs in the DES only (the HTTP fleet has one profile)")
+    shapes = topologies(
+        args.accelerators, accelerators_per_pod(args.profile), names, encoder_profile=args.encoder_profile
+    )
     for shape in shapes:
         resolve(shape.system)  # a config that does not exist or does not load: exit 2 now
     workloads = []
+    if args.jsonl is not None:
+        if not args.jsonl.is_file():
+            raise ValueError(f"--jsonl {args.jsonl}: no such file")
+        return _Plan(
+            shapes, [Shape(args.jsonl.stem, JSONL, args.rates or "1,2,4,6,8", {"jsonl": str(args.jsonl)})]
+        )
     for name in (w.strip() for w in args.workloads.split(",") if w.strip()):
         if name not in WORKLOADS:
             raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
@@ -494,9 +550,14 @@ def run(args: argparse.Namespace) -> int:
                 rates = parse_rates(args.http_rates) if args.http_rates else des_rates[:2]
                 duration = 4.0 if args.quick else args.http_duration
             ladder = Ladder(rates=rates, duration_s=duration, drain_timeout_s=120.0)
-            # As many requests as the ladder sends: none repeats, so a cold workload stays cold.
-            built = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
-            workload = replace(built, name=shape.name)  # the records name the comparison's workload
+            replay = None
+            if shape.workload == JSONL:  # recorded requests, cycled in file order
+                replay = load_jsonl(Path(shape.params["jsonl"]))
+                workload = Workload(shape.name, [], "cycle", params=dict(shape.params))
+            else:
+                # As many requests as the ladder sends: none repeats, so a cold workload stays cold.
+                built = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
+                workload = replace(built, name=shape.name)  # the records name the comparison's workload
             layouts = ", ".join(f"{t.name} ({t.layout})" for t in plan.shapes)
             console.print(
                 f"{shape.name} ({mode}): {layouts} on {args.accelerators} accelerators ({args.profile}), "
@@ -505,7 +566,7 @@ def run(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             common: dict[str, Any] = {
                 "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "progress": not args.quiet,
-                "log": console.print,
+                "log": console.print, "replay": replay,
             }  # fmt: skip
             if mode == "des":
                 records = run_des_topologies(workload, plan.shapes, ladder, args.profile, **common)
@@ -519,6 +580,7 @@ def run(args: argparse.Namespace) -> int:
                 "accelerators_per_pod": accelerators_per_pod(args.profile),
                 "topologies": {t.name: {"layout": t.layout, "config": t.system, "engine": t.engine}
                                for t in plan.shapes},
+                "encoder_profile": args.encoder_profile,
                 "ladder": {"rates": list(rates), "duration_s": duration, "arrival": ladder.arrival},
                 "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "attainment": ATTAINMENT,
                 "speedup": args.speedup if mode == "http" else None,

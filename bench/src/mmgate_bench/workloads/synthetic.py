@@ -484,6 +484,20 @@ def image_light(
     return Workload("image-light", items, "cycle", seed)
 
 
+@_recorded
+def image_mixed(requests: int = 2000, heavy_fraction: float = 0.5, seed: int = 0) -> Workload:
+    """Image-light and image-heavy requests interleaved (each request one or the other, seeded,
+    ``heavy_fraction`` of them heavy): traffic whose encoder share swings from request to request,
+    so no static encode placement suits all of it."""
+    if not 0.0 <= heavy_fraction <= 1.0:
+        raise ValueError(f"heavy_fraction must be within [0, 1], got {heavy_fraction}")
+    heavy = image_heavy(requests=requests, seed=seed).items
+    light = image_light(requests=requests, seed=seed).items
+    rng = random.Random(f"{seed}:image-mixed")
+    items = [heavy[n] if rng.random() < heavy_fraction else light[n] for n in range(requests)]
+    return Workload("image-mixed", items, "cycle", seed)
+
+
 GENERATORS: dict[str, Callable[..., Workload]] = {
     "shared-prefix": shared_prefix,
     "image-reuse": image_reuse,
@@ -494,6 +508,7 @@ GENERATORS: dict[str, Callable[..., Workload]] = {
     "audio": audio_reuse,
     "image-heavy": image_heavy,
     "image-light": image_light,
+    "image-mixed": image_mixed,
 }
 
 

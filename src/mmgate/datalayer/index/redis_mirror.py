@@ -24,6 +24,14 @@ queues up to ``outbox_limit`` changes (older ones are dropped and counted), repo
 ``mmgate_shared_index_up 0`` and a warning log, and reconnects with backoff; on return it flushes
 the queue and resyncs. Only presence is shared (mask bit 1): the KV-event index, whose entries carry
 per-tier and per-rank bits, is fed separately in every process from the pods themselves.
+
+What comes back from Redis is checked before use, as anything read off the network: another writer
+(a different version, a stray client, a corrupted snapshot) can put any bytes in the stream or the
+sorted sets. An entry whose endpoint is not UTF-8 or longer than :data:`MAX_ENDPOINT_BYTES`, whose
+keys are not a msgpack list of ints, strings or bytes (the only key types the indexes use;
+anything else would not even hash), or whose capacity is not a non-negative integer is skipped and
+counted (``mmgate_shared_index_changes{result="refused"}``); it never stops the tail, and a capacity
+never raises an endpoint's bound past :data:`MAX_CAPACITY`.
 """
 
 from __future__ import annotations
@@ -53,6 +61,12 @@ _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
 
 ADD, REMOVE, FORGET = b"a", b"r", b"x"
+
+MAX_ENDPOINT_BYTES = 512
+"""An endpoint name is ``host:port`` or a URL; a longer one in the stream is refused."""
+MAX_CAPACITY = 10_000_000
+"""The largest per-endpoint capacity a stream entry may carry (beyond it: refused)."""
+_KEY_TYPES = (int, str, bytes)
 
 ROUND_TRIP_KINDS = ("write", "tail", "resync")
 """Who talks to Redis: the write-behind pipelines, the ``XREAD`` tail, the (re)connect resync."""
@@ -90,6 +104,7 @@ class SharedIndexStats:
     written: int = 0  # changes sent to Redis
     applied: int = 0  # changes from other processes applied to the local view
     dropped: int = 0  # changes lost because the outbox was full
+    refused: int = 0  # stream entries or snapshot members that failed validation (skipped)
     resyncs: int = 0
     failures: int = 0  # times Redis was found unreachable
     round_trips: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROUND_TRIP_KINDS, 0))
@@ -261,10 +276,15 @@ class RedisIndexes:
             endpoints: Any = await client.smembers(self._key(namespace, "eps"))
             trips["resync"] += 2
             for raw in endpoints:
-                endpoint = raw.decode()
+                endpoint = _endpoint_of(raw)
+                if endpoint is None:
+                    self.stats.refused += 1
+                    continue
                 members: Any = await client.zrange(self._key(namespace, "ep", endpoint), 0, -1)
                 trips["resync"] += 1
-                index.local.add(endpoint, [_decode(m) for m in members])
+                keys = [k for k in map(_member_key, members) if k is not None]
+                self.stats.refused += len(members) - len(keys)
+                index.local.add(endpoint, keys)
                 await asyncio.sleep(0)  # a large snapshot must not hold the loop in one go
             stamp = time.time()
             for endpoint in index.local.endpoints():
@@ -339,22 +359,73 @@ class RedisIndexes:
                 for entry_id, fields in entries:
                     self._last_ids[ns] = entry_id
                     if fields.get(b"o") != self._origin:
-                        self._apply(self._indexes[ns].local, fields)
-                        self.stats.applied += 1
+                        if self._apply(self._indexes[ns].local, fields):
+                            self.stats.applied += 1
+                        else:
+                            self.stats.refused += 1
                 await asyncio.sleep(0)
 
     @staticmethod
-    def _apply(local: AffinityIndex[Any], fields: dict[bytes, bytes]) -> None:
+    def _apply(local: AffinityIndex[Any], fields: dict[bytes, bytes]) -> bool:
+        """Apply one stream entry; False (nothing applied) when any field fails validation."""
         op = fields.get(b"op")
-        endpoint = fields.get(b"e", b"").decode()
-        keys: list[Hashable] = _decode(fields[b"k"]) if b"k" in fields else []
+        endpoint = _endpoint_of(fields.get(b"e", b""))
+        keys = _keys_of(fields.get(b"k"))
+        try:
+            capacity = _capacity_of(fields.get(b"c"))
+        except ValueError:
+            return False
+        if endpoint is None or keys is None:
+            return False
         if op == ADD:
-            raw = fields.get(b"c")
-            local.add(endpoint, keys, None if raw is None else int(raw))
+            local.add(endpoint, keys, capacity)
         elif op == REMOVE:
             local.remove(endpoint, keys)
         elif op == FORGET:
             local.remove_endpoint(endpoint)
+        else:
+            return False
+        return True
+
+
+def _endpoint_of(raw: bytes) -> str | None:
+    if not raw or len(raw) > MAX_ENDPOINT_BYTES:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _keys_of(raw: bytes | None) -> list[Hashable] | None:
+    """The entry's keys (none when absent); None when they are not a list of index keys."""
+    if raw is None:
+        return []
+    try:
+        keys = _decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not isinstance(keys, list) or not all(isinstance(k, _KEY_TYPES) for k in keys):
+        return None
+    return keys
+
+
+def _member_key(raw: bytes) -> Hashable | None:
+    try:
+        key = _decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return key if isinstance(key, _KEY_TYPES) else None
+
+
+def _capacity_of(raw: bytes | None) -> int | None:
+    """The entry's capacity (None: unbounded, as written); ValueError when it is not a valid one."""
+    if raw is None:
+        return None
+    capacity = int(raw)
+    if not 0 <= capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity {capacity} outside 0..{MAX_CAPACITY}")
+    return capacity
 
 
 def _safe(url: str) -> str:
@@ -382,12 +453,14 @@ class SharedIndexCollector(Collector):
         )
         ops = CounterMetricFamily(
             "mmgate_shared_index_changes",
-            "Index changes: written to Redis, applied from other processes, dropped (outbox full)",
+            "Index changes: written to Redis, applied from other processes, dropped (outbox full),"
+            " refused (failed validation)",
             labels=["result"],
         )
         ops.add_metric(["written"], s.written)
         ops.add_metric(["applied"], s.applied)
         ops.add_metric(["dropped"], s.dropped)
+        ops.add_metric(["refused"], s.refused)
         yield ops
         yield GaugeMetricFamily(
             "mmgate_shared_index_pending", "Changes waiting to be written", value=self.indexes.pending

@@ -57,12 +57,15 @@ class Applied:
         return self
 
 
-def apply_batch(index: AffinityStore[Hashable], endpoint: str, rank: int, batch: KVEventBatch) -> Applied:
-    """Apply one batch's events in order; returns how many events of each kind it held."""
+def apply_batch(
+    index: AffinityStore[Hashable], endpoint: str, rank: int, batch: KVEventBatch, capacity: int | None = None
+) -> Applied:
+    """Apply one batch's events in order; returns how many events of each kind it held. With a
+    ``capacity``, the endpoint keeps at most that many blocks (least recently stored evicted)."""
     done = Applied()
     for event in batch.events:
         if isinstance(event, BlockStored):
-            index.add(endpoint, event.block_hashes, None, tier_bit(rank, event.medium))
+            index.add(endpoint, event.block_hashes, capacity, tier_bit(rank, event.medium))
             done.stored += 1
         elif isinstance(event, BlockRemoved):
             index.remove(endpoint, event.block_hashes, tier_bit(rank, event.medium))

@@ -30,6 +30,10 @@ class KVEventsSettings:
     queue_size: int = 10_000
     replay_timeout_s: float = 2.0
     batches_per_tick: int = 64
+    max_batch_bytes: int = 16 << 20  # ZMQ_MAXMSGSIZE: a larger message drops its sender's link
+    max_publishers: int = 4096  # (endpoint, rank) sequence trackers kept; more are refused
+    max_sequence_gap: int = 1_000_000  # a jump further ahead is a reset, not lost batches
+    max_blocks_per_endpoint: int = 1_000_000  # the block index's LRU bound per endpoint
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,4 +90,8 @@ def kv_events_settings_of(section: MmgateSection) -> KVEventsSettings | None:
         queue_size=kv.queueSize,
         replay_timeout_s=kv.replayTimeoutS,
         batches_per_tick=kv.batchesPerTick,
+        max_batch_bytes=kv.maxBatchBytes,
+        max_publishers=kv.maxPublishers,
+        max_sequence_gap=kv.maxSequenceGap,
+        max_blocks_per_endpoint=kv.maxBlocksPerEndpoint,
     )

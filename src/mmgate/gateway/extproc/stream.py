@@ -162,7 +162,7 @@ class RequestStream:
             await controller.admit(self.flight)
         except Overloaded as exc:
             headers = {"Retry-After": str(exc.retry_after_s)}
-            shed = error_response(429, exc.message, code=exc.code, headers=headers)
+            shed = error_response(exc.status, exc.message, code=exc.code, headers=headers)
             return [self._immediate(shed, "mmgate_overloaded")]
         attempt = controller.decide(self.flight)
         if attempt is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from mmgate.scheduling.contracts import Plugin
 from mmgate.scheduling.plugins.active_request_scorer import ActiveRequestScorer
+from mmgate.scheduling.plugins.adaptive_encode_decider import AdaptiveEncodeDecider
 from mmgate.scheduling.plugins.always_disagg_multimodal_decider import AlwaysDisaggMultimodalDecider
 from mmgate.scheduling.plugins.always_disagg_pd_decider import AlwaysDisaggPDDecider
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer
@@ -18,6 +19,7 @@ from mmgate.scheduling.plugins.encoder_header_handler import EncoderHeaderHandle
 from mmgate.scheduling.plugins.inflight_load_producer import InflightLoadProducer
 from mmgate.scheduling.plugins.kv_cache_utilization_scorer import KVCacheUtilizationScorer
 from mmgate.scheduling.plugins.load_aware_scorer import LoadAwareScorer
+from mmgate.scheduling.plugins.lora_affinity_scorer import LoraAffinityScorer
 from mmgate.scheduling.plugins.max_score_picker import MaxScorePicker
 from mmgate.scheduling.plugins.mm_embeddings_cache_affinity_filter import MMEmbeddingsCacheAffinityFilter
 from mmgate.scheduling.plugins.mm_embeddings_cache_producer import MMEmbeddingsCacheProducer
@@ -55,6 +57,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     AlwaysDisaggMultimodalDecider,
     AlwaysDisaggPDDecider,
     PrefixBasedPDDecider,
+    AdaptiveEncodeDecider,
     # routing headers for the other stages' pods (PreRequest, before the request is sent)
     PrefillHeaderHandler,
     EncoderHeaderHandler,
@@ -69,6 +72,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     ActiveRequestScorer,
     KVCacheUtilizationScorer,
     LoadAwareScorer,
+    LoraAffinityScorer,
     MMEmbeddingsCacheScorer,
     NoHitLRUScorer,
     PredictedTTFTScorer,

@@ -30,8 +30,9 @@ import msgspec
 from mmgate.datalayer.index.store import AffinityStore
 from mmgate.scheduling.contracts import PluginHandle, Producer
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT, PrefixMatch, TokenizedPrompt
+from mmgate.scheduling.plugins._lora import adapter_of
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
-from mmgate.vllm.blocks import HASH_ALGOS, BlockHasher, event_hash
+from mmgate.vllm.blocks import HASH_ALGOS, BlockHasher, LoRA, event_hash
 
 VLLM_ALGOS = tuple(a for a in HASH_ALGOS if a != "builtin")
 
@@ -98,9 +99,18 @@ class PrecisePrefixCacheProducer(Producer[PreciseParams]):
         else:
             ids = tp.token_ids[: self._max_tokens]
             media = [m for m in tp.media if m.offset < len(ids)]
-            digests = self.hasher.block_hashes(ids, media, tp.cache_salt)
+            digests = self.hasher.block_hashes(ids, media, tp.cache_salt, lora_of(request, endpoints))
             keys: list[Any] = [event_hash(d) for d in digests] if self._as_int else list(digests)
             matched = self.blocks.longest_prefix(keys) if keys else {}
             info = PrefixMatch(size, len(keys), len(tp.token_ids), keys, matched)
         for key in self._keys:
             request.put(key, info)
+
+
+def lora_of(request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> LoRA | None:
+    """The adapter the request names, as vLLM keys its blocks (name and path), when a candidate's
+    ``/v1/models`` lists its model as an adapter: the adapter is part of every block's key, so its
+    requests hit only blocks that requests of the same adapter stored."""
+    model = request.view.model
+    adapter = adapter_of(model, endpoints)
+    return None if adapter is None else LoRA(model, adapter.path)

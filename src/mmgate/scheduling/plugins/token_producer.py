@@ -31,6 +31,7 @@ import msgspec
 
 from mmgate.scheduling.contracts import PluginHandle, Producer
 from mmgate.scheduling.keys import TOKENIZED_PROMPT, TokenizedPrompt
+from mmgate.scheduling.plugins._lora import adapter_of
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 from mmgate.tokens import EstimateConfig, Pricing, PricingConfig, build_sequence, price, price_stream
 from mmgate.tokens.exact import TokenMode, TokenModes
@@ -117,11 +118,14 @@ class TokenProducer(Producer[TokenProducerParams]):
                 self._per_model[model] = found
         return found
 
-    def tokenize(self, request: SchedulingRequest) -> TokenizedPrompt:
+    def tokenize(self, request: SchedulingRequest, model: str | None = None) -> TokenizedPrompt:
+        """The request's tokens, priced and tokenized as ``model`` (default: the one it names;
+        a LoRA adapter's requests are its base model's)."""
         view = request.view
+        model = view.model if model is None else model
         # for_model(), its hit inlined: a method call is a tenth of this producer's own work
-        found = self._per_model.get(view.model)
-        config, engine = found if found is not None else self.for_model(view.model)
+        found = self._per_model.get(model)
+        config, engine = found if found is not None else self.for_model(model)
         pricing: Pricing | None = None
         if engine is not None:
             pricing = price(view, config)
@@ -143,6 +147,7 @@ class TokenProducer(Producer[TokenProducerParams]):
         return TokenizedPrompt(seq.token_ids, seq.mm_items, total, media, view.cache_salt, pricing)
 
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
-        tp = self.tokenize(request)
+        adapter = adapter_of(request.view.model, endpoints)
+        tp = self.tokenize(request, None if adapter is None else adapter.base)
         for key in self._keys:
             request.put(key, tp)

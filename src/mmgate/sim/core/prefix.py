@@ -40,7 +40,7 @@ class PrefixCache:
     def hash_prompt(self, r: RequestState) -> None:
         """Keys of every full prompt block, at admission (one tuple and one hash per block)."""
         if self.enabled:
-            r.hashes = self.hasher.block_hashes(r.prompt, r.spans, r.salt)
+            r.hashes = self.hasher.block_hashes(r.prompt, r.spans, r.salt, r.lora)
 
     def lookup(self, r: RequestState) -> list[int]:
         """Blocks of the longest cached prefix of ``r``'s sequence (prompt and tokens generated
@@ -89,9 +89,9 @@ class PrefixCache:
 
     def _extra_keys(self, r: RequestState, i: int) -> ExtraKeys:
         bs = self.block_size
-        if (i > 0 or not r.salt) and (not r.items or i * bs >= r.items_end):
+        if r.lora is None and (i > 0 or not r.salt) and (not r.items or i * bs >= r.items_end):
             return None
-        return block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt, fmt=self.key_format)[0]
+        return block_extra_keys(i * bs, (i + 1) * bs, r.spans, r.salt, lora=r.lora, fmt=self.key_format)[0]
 
     def _cache_full_blocks(self, r: RequestState, n_full: int) -> None:
         first = r.n_cached_blocks
@@ -108,4 +108,8 @@ class PrefixCache:
             token_ids.extend(self._block_tokens(r, i))
             extras.append(event_extra_keys(self._extra_keys(r, i), self.key_format))
         parent = r.hashes[first - 1] if first > 0 else None
-        pool.record(BlockStored(r.hashes[first:n_full], parent, token_ids, self.block_size, extras))
+        lora_name = None if r.lora is None else r.lora.name
+        event = BlockStored(
+            r.hashes[first:n_full], parent, token_ids, self.block_size, extras, lora_name=lora_name
+        )
+        pool.record(event)

@@ -35,6 +35,7 @@ class RequestState:
         "id",
         "items",
         "items_end",
+        "lora",
         "max_tokens",
         "mm_next",
         "mm_queried",
@@ -59,6 +60,7 @@ class RequestState:
         self.enc_ms = enc_ms
         self.max_tokens = request.max_tokens
         self.salt = request.cache_salt or None
+        self.lora = request.lora
         self.remote_kv = request.remote_prefill
         self.outputs = 0
         self.computed = 0

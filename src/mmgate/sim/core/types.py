@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mmgate.modelserver.events import KVEvent
-from mmgate.vllm.blocks import MediaSpanLike
+from mmgate.vllm.blocks import LoRA, MediaSpanLike
 
 __all__ = [
     "EngineConfig",
@@ -79,6 +79,7 @@ class SimRequest:
     # The payload of each media part as the API server receives it (front-end cost); may be
     # empty (nothing to load: media already decoded, or a caller that does not model it).
     media: Sequence[MediaPayload] = ()
+    lora: LoRA | None = None  # the request's adapter: part of every block's key, as in vLLM
 
     @classmethod
     def from_sequence(

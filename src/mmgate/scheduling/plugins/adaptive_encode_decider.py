@@ -1,0 +1,481 @@
+"""``adaptive-encode-decider``: per request with media, encode on the serving pod, on the encode
+tier, or split the items between them, whichever the predicted cost says is cheaper.
+
+A drop-in for ``always-disagg-multimodal-decider`` in the ``disagg-profile-handler``'s
+``deciders.encode`` (llm-d's decider interface: asked after the decode profile chose the PD pod).
+Static policies bet on the workload: llm-d's decider sends every request with media to the encode
+tier, so an image-light request pays the hop while the PD pod's encoder idles, and a fleet without
+a tier queues heavy requests' encoding in front of everyone's prefill and decode. This decider
+prices both, per request, from what the gateway knows at that moment.
+
+For the chosen PD pod ``d`` and the encode pods ``E`` (role ``encode``), every distinct media item
+``i`` of ``T_i`` tokens costs ``c_x(i) = itemSeconds_x + T_i * encoderSecondsPerToken_x`` encoder
+seconds on pod ``x`` (each pod's own rate: ``byEndpoint``, ``byLabel``, ``byRole``, else the
+default, so a tier of a cheaper card is priced as it is). An item ``d``'s encoder cache or cached
+prefix holds costs nothing locally; an item an encode pod holds costs nothing there but the
+transfer. Then::
+
+    local  = sum_i c_d(i) * (1 + w * N_d)
+    tier   = max_e (B_e + sum_{i on e} c_e(i)) + legSeconds + transferSecondsPerToken * sum_i T_i
+             + sum_e sum_{i on e} c_e(i) * w * N_e
+
+The first factor of each is this request's own time to first token (the PD pod's queue before
+prefill is paid either way, so it cancels); the second is the delay its encoder work adds to the
+requests sharing that GPU (``N``: the requests on the pod, the gateway's in-flight count or the
+scraped waiting + running when larger; a vLLM pod runs its encoder inside the engine step, so a
+local encode stalls every running sequence; ``w``: ``sharedWeight``). ``B_e`` is the encoder work
+this decider placed on ``e`` and not yet seen end (or the scraped queue times the mean item, when
+larger). Per item the tier placement stays cache-affine: an item an encode pod holds goes there,
+a cold one to the encoder where it would finish first (ties by rendezvous hash, as
+:func:`mmgate.disagg.plan.assign_encoders`). With ``split`` (default) items ``d`` holds stay local,
+and cold items move to local one by one while that lowers the cost.
+
+The choice (``tier``, ``local``, ``split``) and its reason are left in the request
+(``ENCODE_CHOICE``): ``encoder-header-handler`` follows its plan (an item encoded locally is named
+``local`` in ``x-encoder-hosts-ports``, which mmgate's orchestration sends nowhere), and the
+gateway reports it (access log, ``x-mmgate-encode`` in debug mode, ``mmgate_encode_decisions_total``).
+Text never reaches the tier. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from mmgate.request.view import Modality
+from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
+from mmgate.scheduling.encoder_assignment import LOCAL, rendezvous
+from mmgate.scheduling.keys import (
+    ENCODE_CHOICE,
+    ENCODE_TIER,
+    ENCODER_CACHE_MATCH,
+    PREFIX_MATCH,
+    TOKENIZED_PROMPT,
+    EncodeChoice,
+)
+from mmgate.scheduling.lifecycle import RequestLifecycle
+from mmgate.scheduling.plugins._deciding import Decider
+from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.tiers import PodLoad, TierDemand, TierSizer, tier_demand
+from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
+
+ENCODE_PROFILE = "encode"
+
+
+class EncoderRate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A pod's speeds; a field left out is taken from the next, less specific level."""
+
+    encoderSecondsPerToken: float | None = None
+    itemSeconds: float | None = None
+    prefillTokensPerSecond: float | None = None
+
+
+class TierSizingParams(msgspec.Struct, forbid_unknown_fields=True):
+    """:mod:`mmgate.scheduling.tiers`: the work (seconds) a pod of a role may hold, by role, and
+    the requests a decode pod may hold."""
+
+    targetSeconds: float = 1.0
+    byRole: dict[str, float] = msgspec.field(default_factory=dict)
+    decodeRequests: float = 64.0
+
+
+class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
+    policy: Literal["adaptive", "tier", "local"] = "adaptive"
+    encoderSecondsPerToken: float = 3.0e-5
+    itemSeconds: float = 0.003
+    byEndpoint: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
+    byLabel: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
+    byRole: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
+    transferSecondsPerToken: float = 5.0e-7
+    legSeconds: float = 0.005
+    sharedWeight: float = 1.0
+    split: bool = True
+    prefillTokensPerSecond: float = 10_000.0
+    sizing: TierSizingParams = msgspec.field(default_factory=TierSizingParams)
+    encoderCacheProducerName: str = ""
+    prefixMatchInfoProducerName: str = ""
+
+
+class _Item(msgspec.Struct):
+    identity: str
+    tokens: int
+    end: int  # the item's last position + 1: a cached prefix reaching it holds it
+    holders: frozenset[str]
+
+
+class _Placed(msgspec.Struct):
+    """Encoder seconds this decider placed on a pod for one request, until they end."""
+
+    endpoint: str
+    seconds: float
+    items: int
+    tier: bool
+
+
+class AdaptiveEncodeDecider(
+    Decider[AdaptiveEncodeParams], Producer[AdaptiveEncodeParams], RequestLifecycle, EndpointAware, TierSizer
+):
+    type_name = "adaptive-encode-decider"
+
+    def __init__(self, name: str, params: AdaptiveEncodeParams, handle: PluginHandle) -> None:
+        super().__init__(name, params, handle)
+        for field_name in (
+            "encoderSecondsPerToken",
+            "itemSeconds",
+            "transferSecondsPerToken",
+            "legSeconds",
+            "sharedWeight",
+        ):
+            if not getattr(params, field_name) >= 0:
+                raise ValueError(f"{field_name} must be >= 0, got {getattr(params, field_name)}")
+        self._by_label: list[tuple[str, str, EncoderRate]] = []
+        for selector, rate in params.byLabel.items():
+            key, sep, value = selector.partition("=")
+            if not sep or not key:
+                raise ValueError(f"byLabel key {selector!r} must be 'label=value'")
+            self._by_label.append((key, value, rate))
+        for where, table in (("byEndpoint", params.byEndpoint), ("byRole", params.byRole)):
+            for key, rate in table.items():
+                _check(rate, f"{where}.{key}")
+        for _, _, rate in self._by_label:
+            _check(rate, "byLabel")
+        sizing = params.sizing
+        targets = [
+            sizing.targetSeconds,
+            sizing.decodeRequests,
+            params.prefillTokensPerSecond,
+            *sizing.byRole.values(),
+        ]
+        if not all(v > 0 for v in targets):
+            raise ValueError("prefillTokensPerSecond and the sizing targets must be > 0")
+        self._fleet: Sequence[EndpointState] = ()  # the candidates of the last decision
+        self._encoder_key = ENCODER_CACHE_MATCH.scoped(params.encoderCacheProducerName or None)
+        self._prefix_key = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName or None)
+        self._placed: dict[str, list[_Placed]] = {}  # per request id
+        self._backlog: dict[str, float] = {}  # per endpoint: placed encoder seconds not yet ended
+        self._queued: dict[str, int] = {}  # per endpoint: placed items not yet ended
+        self._mean_item_s = 0.0
+        self._mean_weight = 0.0
+
+    # -- plugin wiring ----------------------------------------------------------------------------
+
+    def produces(self) -> tuple[DataKey[Any], ...]:
+        return (ENCODE_TIER,)
+
+    def consumes(self) -> tuple[DataKey[Any], ...]:
+        return (TOKENIZED_PROMPT, self._encoder_key)
+
+    def consumes_optional(self) -> tuple[DataKey[Any], ...]:
+        return (self._prefix_key,)
+
+    def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
+        roles = EncodeFilter.roles
+        self._fleet = endpoints
+        request.put(ENCODE_TIER, [ep for ep in endpoints if ep.effective_role in roles])
+
+    # -- rates ------------------------------------------------------------------------------------
+
+    def rate(self, endpoint: EndpointState) -> tuple[float, float]:
+        """``(seconds per token, seconds per item)`` of the pod's encoder."""
+        p = self.params
+        specs = self._specs(endpoint)
+        per_token = next(
+            (s.encoderSecondsPerToken for s in specs if s.encoderSecondsPerToken is not None), None
+        )
+        per_item = next((s.itemSeconds for s in specs if s.itemSeconds is not None), None)
+        return (
+            p.encoderSecondsPerToken if per_token is None else per_token,
+            p.itemSeconds if per_item is None else per_item,
+        )
+
+    def prefill_s_per_token(self, endpoint: EndpointState) -> float:
+        p = self.params
+        rate = next(
+            (s.prefillTokensPerSecond for s in self._specs(endpoint) if s.prefillTokensPerSecond), None
+        )
+        return 1.0 / (p.prefillTokensPerSecond if rate is None else rate)
+
+    def tier_demand(self) -> list[TierDemand]:
+        """Per role, the work this gateway holds on its pods (:mod:`mmgate.scheduling.tiers`):
+        the encoder seconds this decider placed (tier and local) and the prompt tokens in flight
+        still to prefill (an encode pod prefills nothing)."""
+        sizing = self.params.sizing
+        pods = []
+        for ep in self._fleet:
+            role = ep.effective_role or "aggregated"
+            tokens = 0 if role == "encode" else ep.inflight.tokens
+            pods.append(
+                PodLoad(
+                    role,
+                    self._backlog.get(ep.name, 0.0),
+                    tokens,
+                    ep.inflight.requests,
+                    self.prefill_s_per_token(ep),
+                )
+            )
+        return tier_demand(
+            pods, lambda role: sizing.byRole.get(role, sizing.targetSeconds), sizing.decodeRequests
+        )
+
+    def _specs(self, endpoint: EndpointState) -> list[EncoderRate]:
+        """The rates configured for the pod, most specific first (endpoint, labels, role)."""
+        p = self.params
+        specs: list[EncoderRate] = []
+        own = p.byEndpoint.get(endpoint.name)
+        if own is not None:
+            specs.append(own)
+        for key, value, rate in self._by_label:
+            if endpoint.labels.get(key) == value:
+                specs.append(rate)
+        role = endpoint.effective_role
+        if role is not None and role in p.byRole:
+            specs.append(p.byRole[role])
+        return specs
+
+    def backlog(self, name: str) -> float:
+        """Encoder seconds placed on ``name`` by this decider and not yet ended."""
+        return self._backlog.get(name, 0.0)
+
+    def _sharing(self, request: SchedulingRequest, ep: EndpointState, placed: int) -> int:
+        """Requests (or encode legs) on the pod that its encoder work would delay."""
+        m = request.fresh_metrics(ep)
+        scraped = 0 if m is None else (m.waiting or 0) + (m.running or 0)
+        return max(ep.inflight.requests, placed, int(scraped))
+
+    # -- the decision -----------------------------------------------------------------------------
+
+    def disaggregate(self, request: SchedulingRequest, decode_target: EndpointState) -> bool:
+        items = self._items(request)
+        if not items:
+            return False  # text (or only precomputed embeddings): the tier is never asked
+        choice = self.choose(request, decode_target, items)
+        request.put(ENCODE_CHOICE, choice)
+        return choice.outcome != "local"
+
+    def _items(self, request: SchedulingRequest) -> list[_Item]:
+        tp = request.get(TOKENIZED_PROMPT)
+        if tp is None or not tp.media:
+            return []
+        ends: dict[str, tuple[int, int]] = {}
+        for m in tp.media:
+            if m.modality == Modality.EMBEDS or m.identity in ends:
+                continue
+            ends[m.identity] = (m.length, m.offset + m.length)
+        match = request.get(self._encoder_key)
+        if match is None:
+            return [_Item(i, t, e, frozenset()) for i, (t, e) in ends.items()]
+        out = []
+        for identity, held in zip(match.identities, match.holders, strict=True):
+            found = ends.get(identity)
+            if found is not None:
+                out.append(_Item(identity, found[0], found[1], held))
+        return out
+
+    def choose(self, request: SchedulingRequest, pd: EndpointState, items: Sequence[_Item]) -> EncodeChoice:
+        """Price the three ways and keep the cheapest (ties: local, no hop). The static policies
+        (``tier``: every request with media offloaded, llm-d's decider; ``local``: none) take
+        the same plan and report the same costs, so a comparison isolates the decision."""
+        p = self.params
+        w = p.sharedWeight
+        prefix = request.get(self._prefix_key)
+        cached = 0 if prefix is None else prefix.matched_tokens(pd.name)
+        spt, per_item = self.rate(pd)
+        local_s = [
+            0.0 if (pd.name in it.holders or cached >= it.end) else per_item + it.tokens * spt for it in items
+        ]
+        n_pd = self._sharing(request, pd, 0)
+        local_cost = sum(local_s) * (1.0 + w * n_pd)
+        tier = [ep for ep in request.get(ENCODE_TIER) or () if ep.name != pd.name]
+        if not tier:
+            return EncodeChoice("local", "no-encoder", {}, local_cost, math.inf, {pd.name: sum(local_s)})
+        if not any(local_s) and p.policy != "tier":
+            return EncodeChoice("local", "cached-local", {}, 0.0, math.inf)
+        secs: dict[str, list[float]] = {}  # each item's encoder seconds on each encode pod
+        for ep in tier:
+            per_token, each = self.rate(ep)
+            secs[ep.name] = [each + it.tokens * per_token for it in items]
+        sharing = {ep.name: self._sharing(request, ep, self._queued.get(ep.name, 0)) for ep in tier}
+        backlog = {ep.name: self._tier_backlog(request, ep) for ep in tier}
+        keep_local = [
+            p.split and p.policy == "adaptive" and s == 0.0 for s in local_s
+        ]  # held by the PD pod: free there
+        plan = _replan(items, [LOCAL if k else "" for k in keep_local], secs, backlog)
+        cost = self._cost(items, plan, local_s, secs, backlog, sharing, n_pd)
+        if p.split and p.policy == "adaptive" and len(items) > 1:
+            # move cold items to the PD pod, the costliest first, while it helps (one item moved
+            # is all of them: the local price above)
+            order = sorted(range(len(items)), key=lambda i: -local_s[i])
+            for i in order:
+                if plan[i] == LOCAL or not items[i].holders.isdisjoint(secs):
+                    continue
+                trial = list(plan)
+                trial[i] = LOCAL
+                trial = _replan(items, trial, secs, backlog)
+                c = self._cost(items, trial, local_s, secs, backlog, sharing, n_pd)
+                if c < cost:
+                    plan, cost = trial, c
+        if p.policy == "local" or (p.policy == "adaptive" and local_cost <= cost):
+            reason = "cheaper-local" if p.policy == "adaptive" else "policy"
+            return EncodeChoice("local", reason, {}, local_cost, cost, {pd.name: sum(local_s)})
+        by_id = {it.identity: e for it, e in zip(items, plan, strict=True)}
+        remote = [e for e in plan if e != LOCAL]
+        outcome = "tier" if len(remote) == len(plan) else "split"
+        reason = "cheaper-" + outcome if p.policy == "adaptive" else "policy"
+        if outcome == "split" and all(plan[i] != LOCAL or local_s[i] == 0.0 for i in range(len(plan))):
+            reason = "cached-split"
+        return EncodeChoice(
+            outcome, reason, by_id, local_cost, cost, _seconds_on(items, plan, secs, local_s, pd.name)
+        )
+
+    def _tier_backlog(self, request: SchedulingRequest, ep: EndpointState) -> float:
+        own = self._backlog.get(ep.name, 0.0)
+        m = request.fresh_metrics(ep)
+        if m is not None and m.waiting and self._mean_weight:
+            scraped = m.waiting * self._mean_item_s / self._mean_weight
+            if scraped > own:
+                return scraped
+        return own
+
+    def _cost(
+        self,
+        items: Sequence[_Item],
+        plan: Sequence[str],
+        local_s: Sequence[float],
+        secs: Mapping[str, list[float]],
+        backlog: Mapping[str, float],
+        sharing: Mapping[str, int],
+        n_pd: int,
+    ) -> float:
+        p = self.params
+        w = p.sharedWeight
+        work: dict[str, float] = {}
+        local = 0.0
+        moved = 0
+        for i, (it, e) in enumerate(zip(items, plan, strict=True)):
+            if e == LOCAL:
+                local += local_s[i]
+                continue
+            moved += it.tokens
+            if e not in it.holders:
+                work[e] = work.get(e, 0.0) + secs[e][i]
+        if not moved:
+            return local * (1.0 + w * n_pd)
+        done = max((backlog[e] + s for e, s in work.items()), default=0.0)
+        shared = sum(s * w * sharing[e] for e, s in work.items())
+        return done + p.legSeconds + p.transferSecondsPerToken * moved + shared + local * (1.0 + w * n_pd)
+
+    # -- what the decisions placed, until it ends -------------------------------------------------
+
+    def on_started(
+        self, request: SchedulingRequest, endpoint: EndpointState, profile: str, now: float
+    ) -> None:
+        choice = request.get(ENCODE_CHOICE)
+        if choice is None:
+            return
+        seconds = choice.seconds.get(endpoint.name)
+        if not seconds:
+            return
+        tier = profile == ENCODE_PROFILE or endpoint.effective_role in EncodeFilter.roles
+        items = sum(1 for e in choice.plan.values() if e == endpoint.name) if tier else 0
+        self._placed.setdefault(request.request_id, []).append(_Placed(endpoint.name, seconds, items, tier))
+        self._backlog[endpoint.name] = self._backlog.get(endpoint.name, 0.0) + seconds
+        self._queued[endpoint.name] = self._queued.get(endpoint.name, 0) + items
+        if tier and items:
+            self._mean_item_s = self._mean_item_s * 0.99 + seconds / items
+            self._mean_weight = self._mean_weight * 0.99 + 1.0
+
+    def on_stage_done(self, request: SchedulingRequest, endpoint: EndpointState, now: float) -> None:
+        placed = self._placed.get(request.request_id)
+        if placed:
+            for pl in [pl for pl in placed if pl.endpoint == endpoint.name]:
+                self._release(pl)
+                placed.remove(pl)
+
+    def on_first_token(self, request: SchedulingRequest, now: float) -> None:
+        for pl in self._placed.pop(request.request_id, ()):
+            self._release(pl)
+
+    def on_finished(self, request: SchedulingRequest, now: float) -> None:
+        self.on_first_token(request, now)
+
+    def _release(self, pl: _Placed) -> None:
+        left = self._backlog.get(pl.endpoint, 0.0) - pl.seconds
+        self._backlog[pl.endpoint] = left if left > 1e-12 else 0.0
+        self._queued[pl.endpoint] = max(0, self._queued.get(pl.endpoint, 0) - pl.items)
+
+    def remove_endpoint(self, name: str) -> None:
+        self._backlog.pop(name, None)
+        self._queued.pop(name, None)
+        self._fleet = [ep for ep in self._fleet if ep.name != name]
+
+
+def _replan(
+    items: Sequence[_Item], plan: list[str], secs: Mapping[str, list[float]], backlog: Mapping[str, float]
+) -> list[str]:
+    """Every item not kept local to an encode pod: a holder (the least loaded), else the pod where
+    it finishes first counting the items of this request placed before it; exact ties by the
+    rendezvous hash of (item, pod), as :func:`assign_encoders` breaks them."""
+    finish = dict(backlog)
+    out = []
+    for i, (it, kept) in enumerate(zip(items, plan, strict=True)):
+        if kept == LOCAL:
+            out.append(LOCAL)
+            continue
+        if it.holders:
+            held = [e for e in it.holders if e in finish]
+            if held:
+                out.append(held[0] if len(held) == 1 else _least(held, finish, it.identity, None, i))
+                continue
+        best = _least(secs, finish, it.identity, secs, i)
+        finish[best] += secs[best][i]
+        out.append(best)
+    return out
+
+
+def _least(
+    pods: Iterable[str],
+    finish: Mapping[str, float],
+    identity: str,
+    secs: Mapping[str, list[float]] | None,
+    i: int,
+) -> str:
+    """The pod of ``pods`` where item ``i`` ends first (its own seconds counted when ``secs``)."""
+    least = math.inf
+    tied: list[str] = []
+    for e in pods:
+        v = finish[e] + secs[e][i] if secs is not None else finish[e]
+        if v < least:
+            least, tied = v, [e]
+        elif v == least:
+            tied.append(e)
+    return tied[0] if len(tied) == 1 else max(tied, key=lambda e: rendezvous(identity, e))
+
+
+def _seconds_on(
+    items: Sequence[_Item],
+    plan: Sequence[str],
+    secs: Mapping[str, list[float]],
+    local_s: Sequence[float],
+    pd: str,
+) -> dict[str, float]:
+    """The encoder seconds the plan puts on each pod (the PD pod's local ones included)."""
+    out: dict[str, float] = {}
+    for i, (it, e) in enumerate(zip(items, plan, strict=True)):
+        if e == LOCAL:
+            if local_s[i]:
+                out[pd] = out.get(pd, 0.0) + local_s[i]
+        elif e not in it.holders:
+            out[e] = out.get(e, 0.0) + secs[e][i]
+    return out
+
+
+def _check(rate: EncoderRate, where: str) -> None:
+    for field_name in ("encoderSecondsPerToken", "itemSeconds"):
+        v = getattr(rate, field_name)
+        if v is not None and not v >= 0:
+            raise ValueError(f"{where}.{field_name} must be >= 0, got {v}")
+    if rate.prefillTokensPerSecond is not None and not rate.prefillTokensPerSecond > 0:
+        raise ValueError(f"{where}.prefillTokensPerSecond must be > 0, got {rate.prefillTokensPerSecond}")

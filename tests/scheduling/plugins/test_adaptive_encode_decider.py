@@ -1,0 +1,198 @@
+"""``adaptive-encode-decider``: each request with media encoded where its predicted cost is lowest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mmgate.config import load_config
+from mmgate.request.view import MediaAsset
+from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
+from mmgate.scheduling.keys import ENCODE_CHOICE, EncodeChoice
+from mmgate.scheduling.plugins.adaptive_encode_decider import AdaptiveEncodeDecider
+from support.processes import REPO
+from support.scheduling import image
+from support.views import view
+
+EXAMPLE = REPO / "examples" / "e-pd-adaptive.yaml"
+ENCODERS = "x-encoder-hosts-ports"
+
+
+def build(**params: Any) -> Scheduler:
+    """examples/e-pd-adaptive.yaml with the decider's parameters overridden."""
+    cfg = load_config(EXAMPLE)
+    for plugin in cfg.picker.plugins:
+        if plugin.type == "adaptive-encode-decider":
+            plugin.parameters = {**(plugin.parameters or {}), **params}
+    return build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
+
+
+def fleet(*roles: str) -> list[EndpointState]:
+    return [EndpointState(f"10.0.2.{i}:8000", role=r, metrics=Metrics()) for i, r in enumerate(roles)]
+
+
+def decider(s: Scheduler) -> AdaptiveEncodeDecider:
+    found = s.plugins["adaptive-encode-decider"]
+    assert isinstance(found, AdaptiveEncodeDecider)
+    return found
+
+
+def send(
+    s: Scheduler, eps: list[EndpointState], rid: str, *parts: str | MediaAsset, finish: bool = True
+) -> tuple[EncodeChoice | None, list[str]]:
+    """Schedule and start one request (its index updates run); finished at once unless told not."""
+    req = SchedulingRequest(view(*parts), rid)
+    result = s.schedule(req, eps, 0.0)
+    s.pre_request_before_send(req, result, 0.0)
+    s.start(req, result, 0.0)
+    s.pre_request_deferred(req, result, 0.0)
+    if finish:
+        s.on_finished(rid, 0.0)
+    header = (req.upstream_headers or {}).get(ENCODERS)
+    return req.get(ENCODE_CHOICE), header.split(",") if header else []
+
+
+def photos(tag: str, n: int) -> list[MediaAsset]:
+    return [image(f"{tag}{i}".ljust(32, "x"), 1536, 1536) for i in range(n)]
+
+
+def test_a_busy_pd_pod_sends_the_media_to_an_idle_tier() -> None:
+    s = build()
+    eps = fleet("encode", "prefill-decode")
+    eps[1].metrics = Metrics(waiting=3, running=20)  # its encoder would stall 23 requests
+    choice, header = send(s, eps, "r", "describe", *photos("a", 2))
+    assert choice is not None and choice.outcome == "tier" and choice.reason == "cheaper-tier"
+    assert choice.tier_cost < choice.local_cost
+    assert header == [eps[0].name, eps[0].name]
+
+
+def test_a_fast_tier_wins_over_an_idle_pd_pod() -> None:
+    """Nothing shares the PD pod's GPU, but its encoder is ten times slower than the tier's."""
+    s = build(byRole={"prefill-decode": {"encoderSecondsPerToken": 3.0e-4}, "encode": {"itemSeconds": 0.0}})
+    eps = fleet("encode", "prefill-decode")
+    choice, header = send(s, eps, "r", "describe", *photos("b", 1))
+    assert choice is not None and choice.outcome == "tier"
+    assert header == [eps[0].name]
+
+
+def test_a_queued_tier_leaves_the_media_on_the_pd_pod() -> None:
+    """Heavy requests queue on the one encoder until the next one is cheaper encoded where it is
+    served; once the tier's legs end, media go to the tier again."""
+    s = build()
+    eps = fleet("encode", "prefill-decode")
+    eps[1].metrics = Metrics(waiting=0, running=10)
+    outcomes = []
+    for i in range(20):
+        choice, header = send(s, eps, f"q{i}", "describe", *photos(f"q{i}", 4), finish=False)
+        assert choice is not None
+        outcomes.append(choice.outcome)
+        if choice.outcome == "local":
+            assert choice.reason == "cheaper-local" and choice.local_cost < choice.tier_cost
+            assert header == []  # no encode stage: the PD pod encodes them
+            break
+    assert outcomes[0] == "tier" and outcomes[-1] == "local"
+    assert decider(s).backlog(eps[0].name) > 0.3  # the queued legs' encoder seconds
+    for i in range(len(outcomes)):  # every leg ends
+        s.on_stage_done(f"q{i}", eps[0].name, 1.0)
+    assert decider(s).backlog(eps[0].name) == 0.0
+    again, _ = send(s, eps, "after", "describe", *photos("e", 4))
+    assert again is not None and again.outcome == "tier"
+
+
+def test_items_the_pd_pod_holds_stay_local() -> None:
+    s = build()
+    eps = fleet("encode", "prefill-decode")
+    eps[1].metrics = Metrics(waiting=0, running=0)
+    held = photos("f", 1)
+    eps[0].metrics = Metrics(waiting=50)  # the tier looks hopeless: the first request stays local
+    choice, _ = send(s, eps, "seed", "describe", *held)
+    assert choice is not None and choice.outcome == "local"
+    eps[0].metrics = Metrics(waiting=0)
+    eps[1].metrics = Metrics(waiting=2, running=20)  # now the tier would win for cold media
+    again, header = send(s, eps, "again", "describe again", *held)
+    assert again is not None and (again.outcome, again.reason) == ("local", "cached-local")
+    assert header == []
+    # One held item and one cold one: split, the held one named local in the header.
+    split, header = send(s, eps, "split", "both", *held, *photos("g", 1))
+    assert split is not None and split.outcome == "split"
+    assert header == ["local", eps[0].name]
+
+
+def test_a_text_request_never_reaches_the_tier() -> None:
+    s = build()
+    eps = fleet("encode", "prefill-decode")
+    eps[1].metrics = Metrics(waiting=5, running=30)
+    choice, header = send(s, eps, "t", "just text")
+    assert choice is None and header == []
+
+
+def test_cold_items_follow_the_encoder_that_holds_them() -> None:
+    s = build()
+    eps = fleet("encode", "encode", "prefill-decode")
+    eps[2].metrics = Metrics(waiting=3, running=20)
+    items = photos("h", 2)
+    _, first = send(s, eps, "one", "describe", *items)
+    assert sorted(first) == sorted([eps[0].name, eps[1].name])  # spread: they encode in parallel
+    _, again = send(s, eps, "two", "again", items[1], items[0])
+    assert again == [first[1], first[0]]  # each where it was encoded
+
+
+@pytest.mark.parametrize(("policy", "outcome"), [("tier", "tier"), ("local", "local")])
+def test_the_static_policies_decide_the_same_way_every_time(policy: str, outcome: str) -> None:
+    s = build(policy=policy)
+    eps = fleet("encode", "prefill-decode")
+    for i, (waiting, running) in enumerate(((0, 0), (5, 40))):
+        eps[1].metrics = Metrics(waiting=waiting, running=running)
+        choice, _ = send(s, eps, f"p{i}", "describe", *photos(f"p{i}", 2))
+        assert choice is not None and (choice.outcome, choice.reason) == (outcome, "policy")
+
+
+def test_each_pod_is_priced_at_its_own_rate() -> None:
+    s = build(
+        byEndpoint={"10.0.2.0:8000": {"encoderSecondsPerToken": 1.0e-3}},
+        byLabel={"accelerator=l4": {"encoderSecondsPerToken": 2.0e-4, "itemSeconds": 0.02}},
+    )
+    d = decider(s)
+    slow = EndpointState("10.0.2.0:8000", role="encode")
+    card = EndpointState("10.0.2.1:8000", role="encode", labels={"accelerator": "l4"})
+    pd = EndpointState("10.0.2.2:8000", role="prefill-decode")
+    assert d.rate(slow) == (1.0e-3, 0.015)  # its own per-token rate, its role's per item
+    assert d.rate(card) == (2.0e-4, 0.02)
+    assert d.rate(pd) == (3.4e-5, 0.003)  # the example's defaults
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ValueError, match="sharedWeight"):
+        build(sharedWeight=-1)
+    with pytest.raises(ValueError, match="label=value"):
+        build(byLabel={"l4": {"itemSeconds": 0.1}})
+
+
+def test_the_tier_signals_rise_when_encoder_work_queues_and_fall_when_it_drains() -> None:
+    s = build(sizing={"targetSeconds": 0.25})
+    eps = fleet("encode", "encode", "prefill-decode")
+    eps[2].metrics = Metrics(waiting=2, running=30)  # a busy PD pod: media go to the tier
+    d = decider(s)
+
+    def encode_tier() -> tuple[float, int]:
+        (enc,) = [t for t in d.tier_demand() if t.role == "encode"]
+        return enc.encoder_seconds, enc.desired_replicas
+
+    send(s, eps, "idle", "hello")  # the decider sees the fleet
+    assert encode_tier() == (0.0, 1)
+    for i in range(4):
+        choice, _ = send(s, eps, f"w{i}", "describe", *photos(f"w{i}", 2), finish=False)
+        assert choice is not None and choice.outcome == "tier"
+    queued, wanted = encode_tier()
+    assert queued > 0.5 and wanted >= 3  # about 0.2 s a request on 0.25 s a pod
+    (pd,) = [t for t in d.tier_demand() if t.role == "prefill-decode"]
+    assert pd.prefill_tokens > 0 and pd.requests == 4
+    for i in range(4):
+        s.on_stage_done(f"w{i}", eps[0].name, 1.0)
+        s.on_stage_done(f"w{i}", eps[1].name, 1.0)
+    assert encode_tier() == (0.0, 1)  # drained
+    for i in range(4):
+        s.on_finished(f"w{i}", 2.0)
+    (pd,) = [t for t in d.tier_demand() if t.role == "prefill-decode"]
+    assert (pd.prefill_tokens, pd.requests, pd.desired_replicas) == (0, 0, 1)
