@@ -42,10 +42,18 @@ def test_demo_host_that_is_not_an_address() -> None:
     assert "port" not in err.split("not an address", 1)[0]  # not blamed on the port
 
 
-@pytest.mark.parametrize("command", [["demo", "--pods", "1"], ["serve", "--endpoints", "127.0.0.1:1"]])
-def test_a_busy_port_is_named(command: list[str], busy_port: int) -> None:
-    err = refused(mmgate(*command, "--port", str(busy_port)))
-    assert f"port {busy_port} is in use" in err
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        (["demo", "--pods", "1"], "--port"),
+        (["serve", "--endpoints", "127.0.0.1:1"], "--port"),
+        (["sidecar", "--admin-port", "0", "--upstream", "http://127.0.0.1:1"], "--port"),
+        (["sim", "--duration", "1"], "--base-port"),
+    ],
+)
+def test_a_busy_port_is_named(command: list[str], flag: str, busy_port: int) -> None:
+    err = refused(mmgate(*command, flag, str(busy_port)))
+    assert f"port {busy_port} is in use" in err and f"choose another with {flag}" in err
 
 
 def test_cost_document_that_does_not_exist() -> None:

@@ -52,7 +52,7 @@ def run_forever(main: Callable[[], Coroutine[Any, Any, object]], *, use_uvloop: 
         runner.run(main())
 
 
-def listen_failure(exc: OSError, host: str, port: int | None = None) -> str:
+def listen_failure(exc: OSError, host: str, port: int | None = None, *, flag: str = "--port") -> str:
     """Why a server could not listen, in the terms of the flags that chose the address.
 
     The socket layer's own text (``[Errno 98] error while attempting to bind on address
@@ -67,9 +67,9 @@ def listen_failure(exc: OSError, host: str, port: int | None = None) -> str:
     if isinstance(exc, socket.gaierror):
         return f"host {host!r} is not an address of this machine ({exc.strerror}); try --host 127.0.0.1"
     if exc.errno == errno.EADDRINUSE:
-        return f"{where} is in use (another process listens there); choose another with --port"
+        return f"{where} is in use (another process listens there); choose another with {flag}"
     if exc.errno == errno.EADDRNOTAVAIL:
         return f"host {host!r} is not an address of this machine; try --host 127.0.0.1 or 0.0.0.0"
     if exc.errno == errno.EACCES:
-        return f"{where} needs privileges to listen on (ports below 1024 do); choose another with --port"
+        return f"{where} needs privileges to listen on (ports below 1024 do); choose another with {flag}"
     return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
