@@ -84,6 +84,18 @@ def test_retries_exclude_every_endpoint_tried_and_stop_at_the_attempt_limit() ->
                             ("started", ENDPOINTS[1]), ("failed", ENDPOINTS[1])]  # fmt: skip
 
 
+def test_a_destination_is_one_endpoint_unless_the_picker_or_the_transport_asks_for_more() -> None:
+    ctl, _, _, _ = controller()
+    attempt = ctl.decide(ctl.open(VIEW, "r", {}))
+    assert attempt is not None
+    assert ctl.destinations(attempt) == [ENDPOINTS[0]]  # llm-d's maxNumOfEndpoints default: 1
+    assert ctl.destinations(attempt, 2) == list(ENDPOINTS[:2])
+    assert ctl.destinations(attempt, 99) == list(ENDPOINTS)
+    attempt.decision.picked = 3  # the picker chose three (maxNumOfEndpoints: 3)
+    assert ctl.destinations(attempt) == list(ENDPOINTS[:3])
+    assert ctl.destinations(attempt, 1) == [ENDPOINTS[0]]
+
+
 def test_ejected_endpoints_are_not_candidates_until_all_are() -> None:
     settings = ControlSettings(breaker=BreakerSettings(consecutive_failures=1))
     ctl, _, _, _ = controller(settings)

@@ -271,8 +271,14 @@ async def test_an_adapters_blocks_are_keyed_apart_from_the_base_models() -> None
                     )
                     name = pod.url.removeprefix("http://")
                     await until(lambda name=name, key=key: sub.index.holds(name, key), f"{name} reported")
+                # The adapters reach the scheduler with the first metrics scrape after /v1/models
+                # listed them (they ride on the metrics snapshot): wait for that, not the listing.
                 await until(
-                    lambda: all(r.adapters for r in up.gateway.data.registry.records()), "models listed"
+                    lambda: all(
+                        r.adapters and r.metrics is not None and r.metrics.lora is not None
+                        for r in up.gateway.data.registry.records()
+                    ),
+                    "adapters known to the scheduler",
                 )
                 for model, pod in (("sql", fleet.pods[1]), (base, fleet.pods[2])):
                     data = body(model, 7, "And the second clause?")

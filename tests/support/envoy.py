@@ -35,6 +35,16 @@ def envoy_binary() -> str:
     return str(beside) if beside.exists() else "envoy"
 
 
+PROXIES: dict[str, dict[str, Any]] = {
+    # mmgate's own --print-envoy-config: override_host walks a destination list
+    "override-host": {},
+    # llm-d's standalone chart: ORIGINAL_DST on the header, FULL_DUPLEX_STREAMED both ways
+    "llm-d": {"lb": "original-dst"},
+    # the request body BUFFERED (crosses the picker once), response STREAMED
+    "buffered": {"request_body": "buffered"},
+}
+
+
 @dataclass
 class EnvoyStack:
     fleet: SimFleet
@@ -43,6 +53,35 @@ class EnvoyStack:
     envoy_admin: int
     session: aiohttp.ClientSession
     log_path: Path
+    replicas: list[extproc_server.Running]
+    stopped: list[extproc_server.Running]
+    urls: list[str]
+
+    async def stop_picker(self, n: int) -> None:
+        """Picker replica ``n`` goes away (its port closes; its open streams end)."""
+        replica = self.replicas[n]
+        self.stopped.append(replica)
+        await replica.stop()
+
+    async def picker_marked_down(self, n: int) -> None:
+        """Wait until Envoy's health checks have marked picker replica ``n`` unhealthy."""
+        await self._picker_health(n, down=True)
+
+    async def pickers_marked_up(self) -> None:
+        """Wait until Envoy's health checks have found every picker replica ready."""
+        for n in range(len(self.replicas)):
+            await self._picker_health(n, down=False)
+
+    async def _picker_health(self, n: int, *, down: bool) -> None:
+        address = f"mmgate_extproc::127.0.0.1:{self.replicas[n].port}::health_flags::"
+        for _ in range(200):
+            async with self.session.get(f"http://127.0.0.1:{self.envoy_admin}/clusters") as resp:
+                text = await resp.text()
+            flags = next((line for line in text.splitlines() if line.startswith(address)), None)
+            if flags is not None and ("failed_active_hc" in flags) == down:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"Envoy never marked picker {n} {'down' if down else 'up'}")
 
     @property
     def url(self) -> str:
@@ -80,59 +119,102 @@ async def envoy_stack(
     pods: int = 2,
     extra_endpoints: Sequence[str] = (),
     mmgate: dict[str, Any] | None = None,
+    proxy: str = "override-host",
+    max_endpoints: int | None = None,
+    transport: str = "lean",
+    pickers: int = 1,
+    envoy_per_picker: bool = False,
     **sim: Any,
 ) -> AsyncIterator[EnvoyStack]:
+    """``proxy``: one of :data:`PROXIES` (how Envoy is configured); ``max_endpoints``: the
+    picker's ``--max-endpoints``; ``transport``: its ``--grpc``; ``pickers``: how many replicas
+    of it (the same configuration, health-checked by Envoy every 0.2 s); ``envoy_per_picker``: an
+    Envoy in front of each replica instead of one Envoy in front of all (``EnvoyStack.urls``)."""
     sim.setdefault("profile", "fast")
     fleet = SimFleet(pods=pods, **sim)
     await fleet.start()
     config = parse_config(yaml.safe_load(config_yaml), source="<test>")
     endpoints = [*fleet.urls, *extra_endpoints]
     section = msgspec.structs.replace(config.mmgate, endpoints=endpoints, seed=7, **(mmgate or {}))
-    gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
-    gateway.settings.access_log = False
-    running = await extproc_server.start(gateway, host="127.0.0.1", port=0, admin_port=0)
-    envoy_port, envoy_admin = free_port(), free_port()
-    names = [u.split("://", 1)[1] for u in endpoints]
-    text = render(
-        listen_port=envoy_port,
-        listen_host="127.0.0.1",
-        extproc=f"127.0.0.1:{running.port}",
-        admin_port=envoy_admin,
-        endpoints=names,
-    )
-    workdir = Path(tempfile.mkdtemp(prefix="mmgate-envoy-"))
-    (workdir / "envoy.yaml").write_text(text)
-    log_path = workdir / "envoy.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                envoy_binary(),
-                "-c",
-                str(workdir / "envoy.yaml"),
-                "--base-id",
-                str(os.getpid() % 10_000 + envoy_port),
-                "--concurrency",
-                "1",
-                "--log-level",
-                "warning",
-                "--disable-hot-restart",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+    replicas = []
+    for _ in range(pickers):
+        gateway = build_gateway(msgspec.structs.replace(config, mmgate=section))
+        gateway.settings.access_log = False
+        replicas.append(
+            await extproc_server.start(
+                gateway,
+                host="127.0.0.1",
+                port=0,
+                admin_port=0,
+                max_endpoints=max_endpoints,
+                transport="grpcio" if transport == "grpcio" else "lean",
+            )
         )
+    running = replicas[0]
+    stopped: list[extproc_server.Running] = []
+    names = [u.split("://", 1)[1] for u in endpoints]
+    workdir = Path(tempfile.mkdtemp(prefix="mmgate-envoy-"))
+    groups = [[r] for r in replicas] if envoy_per_picker else [replicas]
+    procs: list[subprocess.Popen[bytes]] = []
+    ports: list[tuple[int, int]] = []
+    for n, group in enumerate(groups):
+        envoy_port, envoy_admin = free_port(), free_port()
+        text = render(
+            listen_port=envoy_port,
+            listen_host="127.0.0.1",
+            extproc=[f"127.0.0.1:{r.port}" for r in group],
+            picker_health_interval_s=0.2,
+            admin_port=envoy_admin,
+            endpoints=names,
+            **PROXIES[proxy],
+        )
+        (workdir / f"envoy{n}.yaml").write_text(text)
+        with (workdir / f"envoy{n}.log").open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        envoy_binary(),
+                        "-c",
+                        str(workdir / f"envoy{n}.yaml"),
+                        "--base-id",
+                        str(os.getpid() % 10_000 + envoy_port),
+                        "--concurrency",
+                        "1",
+                        "--log-level",
+                        "warning",
+                        "--disable-hot-restart",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        ports.append((envoy_port, envoy_admin))
+    log_path = workdir / "envoy0.log"
     session = aiohttp.ClientSession()
     try:
-        await _wait_ready(session, f"http://127.0.0.1:{envoy_admin}/ready", proc, log_path)
-        await wait_until_registry_scraped(running.gateway.data.registry)
-        yield EnvoyStack(fleet, running, envoy_port, envoy_admin, session, log_path)
+        for n, (proc, (_, admin)) in enumerate(zip(procs, ports, strict=True)):
+            await _wait_ready(session, f"http://127.0.0.1:{admin}/ready", proc, workdir / f"envoy{n}.log")
+        for replica in replicas:
+            await wait_until_registry_scraped(replica.gateway.data.registry)
+        stack = EnvoyStack(
+            fleet, running, ports[0][0], ports[0][1], session, log_path, replicas, stopped,
+            [f"http://127.0.0.1:{port}" for port, _ in ports],
+        )  # fmt: skip
+        if pickers > 1 and not envoy_per_picker:
+            await stack.pickers_marked_up()
+        yield stack
     finally:
         await session.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        await running.stop()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for replica in replicas:
+            if replica not in stopped:
+                await replica.stop()
         await fleet.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -479,6 +479,16 @@ class RequestController:
         (Envoy's destination header takes several endpoints)."""
         return self.picker.fallbacks(attempt.decision)
 
+    def destinations(self, attempt: Attempt, limit: int | None = None) -> list[str]:
+        """Where a proxy may send the attempt, best first: the chosen endpoint, then fallbacks,
+        at most ``limit`` of them (``None``: as many as the picker chose, its
+        ``maxNumOfEndpoints``, one by default). One is what every proxy configuration parses; a
+        list only helps a proxy that walks it on retry (Envoy's ``override_host`` policy)."""
+        count = attempt.decision.picked if limit is None else limit
+        if count <= 1:
+            return [attempt.endpoint]
+        return [attempt.endpoint, *self.picker.fallbacks(attempt.decision)][:count]
+
     def started(self, attempt: Attempt) -> None:
         """The attempt is being sent: in-flight load on every pod that works for it, the
         half-open probe taken, the PreRequest index updates handed to the deferral."""

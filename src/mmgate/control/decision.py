@@ -35,7 +35,9 @@ class Decision(msgspec.Struct):
     time to first token there (``predicted-ttft-producer``; ``None`` when nothing predicts it),
     which the controller reports beside the TTFT it observes. ``encode`` is where the request's
     media are encoded and why (``adaptive-encode-decider``: ``("tier", "cheaper-tier")``, ``("local",
-    "cached-local")``...; ``None`` when no such decider was asked).
+    "cached-local")``...; ``None`` when no such decider was asked). ``picked`` is how many
+    endpoints the picker chose (its ``maxNumOfEndpoints``, llm-d's parameter; ``endpoint`` first):
+    what a transport that hands a list on (Envoy's destination header) sends by default.
 
     A msgspec struct, as one is made on every attempt: its fields are filled in C (each empty
     dict default a fresh one) rather than by a generated Python ``__init__``.
@@ -53,6 +55,7 @@ class Decision(msgspec.Struct):
     profile: str = ""
     predicted_ttft_s: float | None = None
     encode: tuple[str, str] | None = None
+    picked: int = 1
     pre_request: Callable[[], None] | None = None
     handle: object = None
 

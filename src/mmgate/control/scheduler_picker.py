@@ -151,6 +151,7 @@ class SchedulerPicker:
         target = primary.targets[0]
         decision = self._describe(target.name, request, result) if self.describe else Decision(target.name)
         decision.eligible = len(primary.candidates)
+        decision.picked = len(primary.targets)
         predicted = request.data.get(PREDICTED_TTFT.name)
         if isinstance(predicted, PredictedTTFT):  # also when not describing: the DES reports errors
             decision.predicted_ttft_s = predicted.seconds.get(target.name)

@@ -12,11 +12,39 @@ from mmgate.gateway.extproc.envoy_config import envoy_config, render
 from support.envoy import envoy_binary
 from support.processes import REPO, mmgate_command, subprocess_env
 
-SHIPPED = REPO / "deploy" / "envoy" / "envoy.yaml"
+SHIPPED = REPO / "deploy" / "envoy"
+SHIPPED_FILES = {
+    "envoy.yaml": {},
+    "envoy-original-dst.yaml": {"lb": "original-dst"},
+    "envoy-buffered.yaml": {"request_body": "buffered"},
+}
 
 
-def test_the_shipped_file_is_the_templates_output() -> None:
-    assert SHIPPED.read_text() == render()
+@pytest.mark.parametrize("name", list(SHIPPED_FILES))
+def test_the_shipped_files_are_the_templates_output(name: str) -> None:
+    assert (SHIPPED / name).read_text() == render(**SHIPPED_FILES[name])
+
+
+def test_llm_d_s_configuration_reads_one_address_from_the_header_and_streams_both_ways() -> None:
+    doc = envoy_config(lb="original-dst")
+    cluster = doc["static_resources"]["clusters"][0]
+    assert cluster["type"] == "ORIGINAL_DST" and cluster["lb_policy"] == "CLUSTER_PROVIDED"
+    assert cluster["original_dst_lb_config"] == {
+        "use_http_header": True,
+        "http_header_name": "x-gateway-destination-endpoint",
+    }
+    manager = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    mode = manager["http_filters"][0]["typed_config"]["processing_mode"]
+    assert mode["request_body_mode"] == mode["response_body_mode"] == "FULL_DUPLEX_STREAMED"
+    assert "retry_policy" not in manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+
+
+def test_the_buffered_configuration_holds_the_body_up_to_the_limit() -> None:
+    doc = envoy_config(request_body="buffered", max_body_bytes=1000)
+    manager = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    mode = manager["http_filters"][0]["typed_config"]["processing_mode"]
+    assert (mode["request_body_mode"], mode["response_body_mode"]) == ("BUFFERED", "STREAMED")
+    assert manager["route_config"]["virtual_hosts"][0]["routes"][0]["per_request_buffer_limit_bytes"] == 1000
 
 
 def test_print_envoy_config_writes_the_template_for_the_given_ports() -> None:
@@ -33,7 +61,10 @@ def test_print_envoy_config_writes_the_template_for_the_given_ports() -> None:
     assert [h["endpoint"]["address"]["socket_address"]["address"] for h in hosts] == ["10.0.0.5", "10.0.0.6"]
 
 
-@pytest.mark.parametrize("options", [{}, {"fail_open": True}, {"endpoints": ["127.0.0.1:8000"]}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"fail_open": True}, {"endpoints": ["127.0.0.1:8000"]}, *list(SHIPPED_FILES.values())[1:]],
+)
 def test_envoy_validates_the_configuration(options: dict[str, object], tmp_path: Path) -> None:
     path = tmp_path / "envoy.yaml"
     path.write_text(render(**options))
@@ -55,11 +86,29 @@ def test_the_filter_streams_bodies_both_ways_and_fails_closed_by_default() -> No
         "typed_config"]["http_filters"][0]["typed_config"]["failure_mode_allow"] is True  # fmt: skip
     with pytest.raises(ValueError, match="not both"):
         envoy_config(endpoints=["a:1"], dns="b:2")
+    with pytest.raises(ValueError, match="override-host, original-dst"):
+        envoy_config(lb="maglev")  # type: ignore[arg-type]
 
 
-def test_extproc_cli_mistakes_exit_2_without_a_traceback() -> None:
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--print-envoy-config", "--endpoints", "no-port-here"], "HOST:PORT"),
+        (["--print-envoy-config", "--envoy-lb", "maglev"], "--envoy-lb"),
+        (["--max-endpoints", "0"], "--max-endpoints"),
+    ],
+)
+def test_extproc_cli_mistakes_exit_2_without_a_traceback(argv: list[str], said: str) -> None:
     result = subprocess.run(
-        mmgate_command("extproc", "--print-envoy-config", "--endpoints", "no-port-here"),
-        capture_output=True, text=True, env=subprocess_env(), timeout=60,
+        mmgate_command("extproc", *argv), capture_output=True, text=True, env=subprocess_env(), timeout=60
+    )
+    assert result.returncode == 2 and said in result.stderr and "Traceback" not in result.stderr
+
+
+def test_print_envoy_config_writes_llm_d_s_configuration_when_asked() -> None:
+    result = subprocess.run(
+        mmgate_command("extproc", "--print-envoy-config", "--envoy-lb", "original-dst",
+                       "--envoy-request-body", "buffered"),
+        capture_output=True, text=True, env=subprocess_env(), timeout=60, check=True,
     )  # fmt: skip
-    assert result.returncode == 2 and "HOST:PORT" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == render(lb="original-dst", request_body="buffered")

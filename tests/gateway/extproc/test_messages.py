@@ -1,11 +1,22 @@
 """The request body handed back to Envoy: the same chunks whether the body is held whole or as
-the pieces of a media-uuid splice."""
+the pieces of a media-uuid splice; the hand-written wire bytes parse as the messages they stand
+for."""
 
 from __future__ import annotations
 
 import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from mmgate.gateway.extproc.messages import MAX_CHUNK, request_body
+from mmgate.gateway.extproc.messages import (
+    MAX_CHUNK,
+    REQUEST_CHUNK,
+    RESPONSE_CHUNK,
+    Answer,
+    body_chunk,
+    request_body,
+    response_body,
+    route_body,
+)
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
 from mmgate.request.media_uuids import with_media_uuids
@@ -14,13 +25,18 @@ from mmgate.request.view import Api
 from support.bodies import photo_chat
 
 
+def parsed(answers: list[Answer]) -> list[ep.ProcessingResponse]:
+    return [ep.ProcessingResponse.FromString(a) if isinstance(a, bytes) else a for a in answers]
+
+
 @pytest.mark.parametrize("images", [0, 1, 3])
 def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(images: int) -> None:
     view = parse_request(photo_chat(images), {}, api=Api.CHAT, limits=Limits(own_media_uuids=True))
     body = with_media_uuids(view)
     whole = joined(body)
     assert isinstance(body, BodyPieces) == (images > 0)
-    streamed = [m.request_body.response.body_mutation.streamed_response for m in request_body(body, end=True)]
+    answers = parsed(request_body(body, end=True))
+    streamed = [m.request_body.response.body_mutation.streamed_response for m in answers]
     cuts = range(0, len(whole), MAX_CHUNK)
     assert [s.body for s in streamed] == [whole[i : i + MAX_CHUNK] for i in cuts]
     assert [s.end_of_stream for s in streamed] == [i + MAX_CHUNK >= len(whole) for i in cuts]
@@ -28,10 +44,48 @@ def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(image
 
 
 def test_an_empty_body_is_one_empty_chunk_and_a_middle_one_never_ends_the_stream() -> None:
-    (only,) = request_body(b"", end=True)
+    (only,) = parsed(request_body(b"", end=True))
     assert only.request_body.response.body_mutation.streamed_response.end_of_stream
     pieces = BodyPieces(b"x" * MAX_CHUNK, [(MAX_CHUNK, b"y")])
     assert not any(
         m.request_body.response.body_mutation.streamed_response.end_of_stream
-        for m in request_body(pieces, end=False)
+        for m in parsed(request_body(pieces, end=False))
     )
+
+
+def test_an_echoed_response_chunk_is_the_message_the_runtime_would_build() -> None:
+    streamed = ep.StreamedBodyResponse(body=b"data: {}\n\n", end_of_stream=True)
+    common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
+    built = ep.ProcessingResponse(response_body=ep.BodyResponse(response=common))
+    assert parsed(response_body(b"data: {}\n\n", end=True)) == [built]
+
+
+def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
+    body = BodyPieces(b"0123456789" * 10_000, [(5, b"<uuid>")])
+    (answer,) = parsed([route_body("10.0.0.1:8000", [("x-a", "1")], ["x-b"], body)])
+    common = answer.request_body.response
+    assert common.body_mutation.body == joined(body) and common.clear_route_cache
+    keys = [h.header.key for h in common.header_mutation.set_headers]
+    assert keys == ["x-gateway-destination-endpoint", "x-a"]
+    assert list(common.header_mutation.remove_headers) == ["x-b"]
+    assert answer.dynamic_metadata["envoy.lb"]["x-gateway-destination-endpoint"] == "10.0.0.1:8000"
+    unchanged = route_body("10.0.0.1:8000", [], [], None)
+    assert isinstance(unchanged, ep.ProcessingResponse)
+    assert not unchanged.request_body.response.HasField("body_mutation")
+
+
+@pytest.mark.parametrize("end", [True, False])
+@pytest.mark.parametrize("data", [b"", b"x", bytes(range(256)) * 700])
+def test_a_body_chunk_is_read_without_the_runtime_as_the_runtime_reads_it(data: bytes, end: bool) -> None:
+    for kind, field in ((REQUEST_CHUNK, "request_body"), (RESPONSE_CHUNK, "response_body")):
+        raw = ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)}).SerializeToString()
+        assert body_chunk(raw) == (kind, memoryview(data), end)
+
+
+def test_a_message_with_anything_beside_the_body_is_left_to_the_runtime() -> None:
+    with_metadata = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x"))
+    with_metadata.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})
+    headers = ep.ProcessingRequest(request_headers=ep.HttpHeaders(end_of_stream=True))
+    assert body_chunk(with_metadata.SerializeToString()) is None
+    assert body_chunk(headers.SerializeToString()) is None
+    assert body_chunk(b"\x22\x05\x0a\x09abc") is None  # a body longer than the message

@@ -15,11 +15,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mmgate.config.schema import TracingSpec
-from support.envoy import EnvoyStack, envoy_stack
+from support.envoy import PROXIES, EnvoyStack, envoy_stack
 from support.otlp import OtlpReceiver
 from support.stack import ENCODER_AFFINITY, ROUND_ROBIN, chat_body, png
 
 pytestmark = pytest.mark.slow
+
+# The same behaviour behind every proxy configuration in use (see support.envoy.PROXIES).
+each_proxy = pytest.mark.parametrize("proxy", list(PROXIES))
 
 
 async def post(stack: EnvoyStack, body: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -53,8 +56,9 @@ async def pod_counter(stack: EnvoyStack, endpoint_url: str, name: str) -> float:
     return sum(float(v) for v in pattern.findall(text))
 
 
-async def test_a_repeated_image_goes_to_the_pod_that_holds_it() -> None:
-    async with envoy_stack(ENCODER_AFFINITY, pods=3) as stack:
+@each_proxy
+async def test_a_repeated_image_goes_to_the_pod_that_holds_it(proxy: str) -> None:
+    async with envoy_stack(ENCODER_AFFINITY, pods=3, proxy=proxy) as stack:
         image = png(11)
         status, first, _ = await post(stack, chat_body(stack.model, "What is this?", [image]))
         assert status == 200
@@ -66,16 +70,45 @@ async def test_a_repeated_image_goes_to_the_pod_that_holds_it() -> None:
         assert hits >= 3
 
 
-async def test_load_spreads_over_the_pods() -> None:
-    async with envoy_stack(ROUND_ROBIN, pods=3) as stack:
+@each_proxy
+async def test_load_spreads_over_the_pods(proxy: str) -> None:
+    async with envoy_stack(ROUND_ROBIN, pods=3, proxy=proxy) as stack:
         replies = await asyncio.gather(*(post(stack, text_body(stack, f"q{i}")) for i in range(12)))
         assert all(status == 200 for status, _, _ in replies)
         counts = Counter(h["x-mmgate-endpoint"] for _, h, _ in replies)
         assert len(counts) == 3 and max(counts.values()) - min(counts.values()) <= 1
 
 
-async def test_streaming_works_for_the_openai_client() -> None:
-    async with envoy_stack(ROUND_ROBIN) as stack:
+async def test_two_healthy_pods_behind_llm_d_s_configuration_serve_every_request() -> None:
+    # llm-d's standalone chart reads the destination header as one address (ORIGINAL_DST): a
+    # fallback list there was "503 no healthy upstream" for every request with two healthy pods.
+    async with envoy_stack(ENCODER_AFFINITY, pods=2, proxy="llm-d") as stack:
+        bodies = [chat_body(stack.model, f"Question {i}", [png(i % 3)]) for i in range(12)]
+        bodies += [text_body(stack, f"t{i}") for i in range(8)]
+        replies = await asyncio.gather(*(post(stack, b) for b in bodies))
+        assert [s for s, _, _ in replies] == [200] * len(bodies), [d[:200] for _, _, d in replies]
+        assert {h["x-mmgate-endpoint"] for _, h, _ in replies} == {
+            u.split("://", 1)[1] for u in stack.fleet.urls
+        }
+        for url in stack.fleet.urls:  # each pod served what mmgate charged it
+            served = await pod_counter(stack, url, "vllm:request_success_total")
+            assert served == await metric(stack, "mmgate_requests_total", endpoint=url.split("://")[1])
+
+
+@pytest.mark.parametrize("proxy", ["llm-d", "buffered"])
+async def test_the_grpcio_transport_serves_the_same_protocol(proxy: str) -> None:
+    async with envoy_stack(ENCODER_AFFINITY, pods=2, proxy=proxy, transport="grpcio") as stack:
+        image = png(5)
+        replies = [await post(stack, chat_body(stack.model, f"Q{i}", [image])) for i in range(3)]
+        assert [s for s, _, _ in replies] == [200] * 3
+        assert len({h["x-mmgate-endpoint"] for _, h, _ in replies}) == 1
+        status, _, data = await post(stack, b'{"model": "x", "messages": "not a list"}')
+        assert status == 400 and orjson.loads(data)["error"]["param"] == "messages"
+
+
+@each_proxy
+async def test_streaming_works_for_the_openai_client(proxy: str) -> None:
+    async with envoy_stack(ROUND_ROBIN, proxy=proxy) as stack:
         client = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0)
         try:
             stream = await client.chat.completions.create(
@@ -99,8 +132,9 @@ async def test_streaming_works_for_the_openai_client() -> None:
         assert await metric(stack, "mmgate_requests_total", status="200") == 1
 
 
-async def test_a_20_mb_inline_body_is_routed() -> None:
-    async with envoy_stack(ROUND_ROBIN) as stack:
+@each_proxy
+async def test_a_20_mb_inline_body_is_routed(proxy: str) -> None:
+    async with envoy_stack(ROUND_ROBIN, proxy=proxy) as stack:
         blob = base64.b64encode(png(3, (64, 64)) + b"\0" * (15 * 1024 * 1024)).decode()
         content = [
             {"type": "text", "text": "big"},
@@ -115,8 +149,9 @@ async def test_a_20_mb_inline_body_is_routed() -> None:
         assert headers["x-mmgate-endpoint"]
 
 
-async def test_a_bad_body_gets_the_openai_shaped_400_and_reaches_no_pod() -> None:
-    async with envoy_stack(ROUND_ROBIN) as stack:
+@each_proxy
+async def test_a_bad_body_gets_the_openai_shaped_400_and_reaches_no_pod(proxy: str) -> None:
+    async with envoy_stack(ROUND_ROBIN, proxy=proxy) as stack:
         status, headers, data = await post(stack, b'{"model": "x", "messages": "not a list"}')
         assert status == 400
         error = orjson.loads(data)["error"]
@@ -160,7 +195,7 @@ async def test_a_dead_endpoint_is_retried_on_the_next_fallback_and_the_server_is
     # Scrapes are slow here (2 s, 3 failures to mark a pod down), so mmgate still believes in a pod
     # that has just died: exactly the
     # window in which Envoy must walk the fallback list.
-    async with envoy_stack(ROUND_ROBIN, pods=3, mmgate={"scrapeIntervalMs": 2_000}) as stack:
+    async with envoy_stack(ROUND_ROBIN, pods=3, mmgate={"scrapeIntervalMs": 2_000}, max_endpoints=3) as stack:
         dead_pod = stack.fleet.pods[0]
         dead = dead_pod.url.split("://", 1)[1]
         await dead_pod.stop()

@@ -4,8 +4,10 @@ Two systems answer what the ext_proc path costs:
 
 - ``envoy (direct)``: Envoy routing round-robin to the upstreams itself (the floor for any
   Envoy-based gateway);
-- ``envoy + mmgate extproc (LABEL)``: the same Envoy asking ``mmgate extproc`` (the config LABEL)
-  where every request goes, with the configuration ``mmgate extproc --print-envoy-config`` writes.
+- ``envoy + mmgate extproc (LABEL, LB/BODY/GRPC)``: the same Envoy asking ``mmgate extproc``
+  (the config LABEL) where every request goes, with the configuration ``mmgate extproc
+  --print-envoy-config --envoy-lb LB --envoy-request-body BODY`` writes, the picker on its
+  ``--grpc GRPC`` transport (:class:`Picker`).
 
 Each runs as one process tree (this module is its parent, Envoy and mmgate its children), so the
 harness's CPU and memory accounting covers the picker and the proxy together.
@@ -22,12 +24,48 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from mmgate.gateway.extproc.envoy_config import envoy_config, render
 from mmgate_bench.processes import free_port
+
+
+@dataclass(frozen=True)
+class Picker:
+    """One picker configuration: how Envoy reads the destination, the request body mode, and
+    the picker's gRPC transport."""
+
+    lb: str = "override-host"
+    request_body: str = "streamed"
+    grpc: str = "lean"
+
+    @classmethod
+    def parse(cls, text: str) -> Picker:
+        """``LB/BODY/GRPC``, e.g. ``original-dst/streamed/lean``."""
+        parts = text.split("/")
+        if len(parts) != 3:
+            raise ValueError(f"expected LB/BODY/GRPC, got {text!r}")
+        return cls(*parts)
+
+    def argv(self) -> list[str]:
+        return ["--lb", self.lb, "--request-body", self.request_body, "--grpc", self.grpc]
+
+
+def picker_pids(pids: Sequence[int]) -> list[int]:
+    """The ``mmgate extproc`` processes among ``pids`` (a system's tree): the picker's own CPU,
+    apart from Envoy's."""
+    out = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"extproc" in argv and b"mmgate" in argv:
+            out.append(pid)
+    return out
 
 
 def envoy_binary() -> str:
@@ -67,12 +105,14 @@ def _wait_http(url: str, child: subprocess.Popen[bytes], what: str, timeout: flo
     raise SystemExit(f"{what} did not start in {timeout:g} s")
 
 
-def command(port: int, workers: Sequence[str], config: Path | None) -> list[str]:
-    """How the harness starts one of the two systems (``config`` None: Envoy alone)."""
+def command(
+    port: int, workers: Sequence[str], config: Path | None, picker: Picker | None = None
+) -> list[str]:
+    """How the harness starts one of the systems (``config`` None: Envoy alone)."""
     out = [sys.executable, "-m", "mmgate_bench.overhead.envoy_system", "--port", str(port)]
     out += ["--workers", ",".join(w.removeprefix("http://") for w in workers)]
     if config is not None:
-        out += ["--extproc-config", str(config)]
+        out += ["--extproc-config", str(config), *(picker or Picker()).argv()]
     return out
 
 
@@ -81,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True, help="Envoy's listener port")
     parser.add_argument("--workers", required=True, help="comma-separated upstream host:port")
     parser.add_argument("--extproc-config", help="run mmgate extproc with this config as Envoy's picker")
+    parser.add_argument("--lb", default="override-host", help="--envoy-lb of the Envoy configuration")
+    parser.add_argument("--request-body", default="streamed", help="--envoy-request-body of it")
+    parser.add_argument("--grpc", default="lean", help="the picker's --grpc transport")
     args = parser.parse_args(argv)
     workers = [w for w in args.workers.split(",") if w]
     workdir = Path(tempfile.mkdtemp(prefix="mmgate-bench-envoy-"))
@@ -106,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "--no-access-log",
                     "--log-level",
                     "warning",
+                    "--grpc",
+                    args.grpc,
                 ]
             )
             children.append(picker)
@@ -116,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 extproc=f"127.0.0.1:{grpc_port}",
                 admin_port=admin_port,
                 endpoints=workers,
+                lb=args.lb,
+                request_body=args.request_body,
             )
         else:
             text = _direct_config(args.port, admin_port, workers)

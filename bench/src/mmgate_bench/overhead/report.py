@@ -35,6 +35,7 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
             jobs = [job for c in cells for job in (c["latency"], c["throughput"])]
             requests = sum(job["ok"] + job["errors"] for job in jobs)
             router_cpu = [job["router_cpu_s"] for job in jobs if job.get("router_cpu_s") is not None]
+            picker_cpu = [job["picker_cpu_s"] for job in jobs if job.get("picker_cpu_s") is not None]
             rounds = [_rate(c["throughput"]) for c in cells]
             rows.append(
                 {
@@ -50,6 +51,10 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
                     "rps_rounds": rounds,
                     "cpu_s_per_1k": 1000 * sum(router_cpu) / requests if router_cpu and requests else None,
                     "upstream_cpu_s_per_1k": 1000 * sum(j["upstream_cpu_s"] for j in jobs) / max(requests, 1),
+                    # ext_proc systems: the picker's part of cpu_s_per_1k (Envoy is the rest)
+                    "picker_cpu_s_per_1k": 1000 * sum(picker_cpu) / requests
+                    if picker_cpu and requests
+                    else None,
                     "peak_rss_mb": system.get("peak_rss_mb"),
                 }
             )

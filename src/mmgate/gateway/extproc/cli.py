@@ -15,7 +15,8 @@ from mmgate.arguments import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
-from mmgate.gateway.extproc.envoy_config import render
+from mmgate.gateway.extproc.envoy_config import LB_POLICIES, REQUEST_BODY_MODES, render
+from mmgate.gateway.extproc.transport import TRANSPORTS
 from mmgate.logs import configure_logging
 from mmgate.process import listen_failure, run_forever, wait_for_signal
 
@@ -29,6 +30,7 @@ examples:
   mmgate extproc --config examples/aggregated.yaml --endpoints 10.0.0.5:8000,10.0.0.6:8000
   mmgate extproc --config examples/aggregated.yaml --pool-name qwen3-vl --pool-namespace llm
   mmgate extproc --print-envoy-config --envoy-port 8080 --endpoints 10.0.0.5:8000,10.0.0.6:8000
+  mmgate extproc --print-envoy-config --envoy-lb original-dst --envoy-request-body buffered
 
 gRPC (ext_proc, health: liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor) on
 --port (default 9002); /metrics, /ready and /health over HTTP on --admin-port (default 9090).
@@ -68,6 +70,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --print-envoy-config: Envoy keeps routing (round-robin) while the picker is down",
     )
+    parser.add_argument(
+        "--envoy-pickers",
+        metavar="HOST:PORT,...",
+        help="with --print-envoy-config: several picker replicas (active-active, health-checked) "
+        "instead of the one at --host/--port",
+    )
+    parser.add_argument(
+        "--envoy-lb",
+        choices=LB_POLICIES,
+        default="override-host",
+        help="with --print-envoy-config: how Envoy reads the destination: override-host (a list, "
+        "walked on retry; the default) or original-dst (one address, llm-d's standalone chart)",
+    )
+    parser.add_argument(
+        "--envoy-request-body",
+        choices=REQUEST_BODY_MODES,
+        default="streamed",
+        help="with --print-envoy-config: the request body FULL_DUPLEX_STREAMED (streamed, the "
+        "protocol's default) or BUFFERED (crosses the picker once; see docs/envoy.md)",
+    )
+    parser.add_argument(
+        "--max-endpoints",
+        type=_positive,
+        metavar="N",
+        help="put up to N endpoints (the chosen one, then fallbacks) in x-gateway-destination-endpoint; "
+        "default: as many as the picker chose (its maxNumOfEndpoints, 1 by default). More than one "
+        "needs a proxy that walks the list (Envoy's override_host policy)",
+    )
+
+    parser.add_argument(
+        "--grpc",
+        choices=TRANSPORTS,
+        default="lean",
+        help="the gRPC server: lean (mmgate's own HTTP/2 layer, the default) or grpcio (grpc.aio, "
+        "several times the CPU per request; for comparison)",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,10 +126,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             text = render(
                 listen_port=args.envoy_port,
-                extproc=f"{args.host or '127.0.0.1'}:{port}",
+                extproc=[a.strip() for a in args.envoy_pickers.split(",") if a.strip()]
+                if args.envoy_pickers
+                else f"{args.host or '127.0.0.1'}:{port}",
                 endpoints=endpoints,
                 dns=args.envoy_dns,
                 fail_open=args.fail_open,
+                lb=args.envoy_lb,
+                request_body=args.envoy_request_body,
             )
         except ValueError as exc:
             print(f"mmgate extproc: {exc}", file=sys.stderr)
@@ -109,7 +161,14 @@ def run(args: argparse.Namespace) -> int:
     host = config.mmgate.host
 
     async def main() -> None:
-        running = await server.start(gateway, host=host, port=port, admin_port=admin_port)
+        running = await server.start(
+            gateway,
+            host=host,
+            port=port,
+            admin_port=admin_port,
+            max_endpoints=args.max_endpoints,
+            transport=args.grpc,
+        )
         fields = {"grpc_port": running.port, "admin_port": running.admin_port}
         log.info("listening", extra={"fields": fields})
         try:

@@ -1,35 +1,58 @@
 """An Envoy configuration that asks mmgate where each request goes (``mmgate extproc
---print-envoy-config``; ``deploy/envoy/envoy.yaml`` is this function's output for its defaults).
+--print-envoy-config``); the files under ``deploy/envoy/`` are this function's output.
 
-The pieces, as the endpoint-picker protocol wants them:
+Three configurations, one picker (the proxy configures the filter, the picker adapts to it):
 
-- the ``ext_proc`` HTTP filter, with request and response bodies in ``FULL_DUPLEX_STREAMED`` mode
-  and headers and trailers sent, over an HTTP/2 cluster to mmgate;
-- the model servers as one cluster whose load balancer is Envoy's ``override_host`` policy
-  (made for this protocol): it sends the request to the first endpoint of the
-  ``x-gateway-destination-endpoint`` header (or the same key in the ``envoy.lb`` dynamic
-  metadata) and, on a retry, to the next one of that list; the fallback policy only matters when
-  mmgate gave no destination;
-- a retry policy for failures before the first response byte (connect failure, reset, refused
-  stream), so a pod that dies under a request costs a retry on the next fallback, not an error;
-- ``failure_mode_allow``: ``false`` (fail closed: no picker, a 500 — the safe default when the
-  picker enforces limits or routes disaggregated requests); ``true`` (fail open: Envoy keeps
-  routing with the fallback policy while mmgate is down).
+- ``lb="override-host"`` (mmgate's own, the default): the model servers as one cluster whose
+  load balancer is Envoy's ``override_host`` policy, made for the endpoint-picker protocol: it
+  sends the request to the first endpoint of the ``x-gateway-destination-endpoint`` header (or
+  the same key in the ``envoy.lb`` dynamic metadata) and, on a retry, to the next one of that
+  list. With it, a route retry policy for failures before the first response byte (connect
+  failure, reset, refused stream): a pod that dies under a request costs a retry on the next
+  endpoint of the list (when the picker sends one: ``mmgate extproc --max-endpoints``).
+- ``lb="original-dst"`` (llm-d's standalone chart): an ``ORIGINAL_DST`` cluster that reads the
+  destination header as one ``ip:port`` (``original_dst_lb_config.use_http_header``); a list in
+  the header is no address to it (``503 no healthy upstream``), so the picker must send one
+  endpoint, its default. No list, so no retry policy: a retry would go to the same address.
+- ``request_body="buffered"``: the request body in ``BUFFERED`` mode instead of
+  ``FULL_DUPLEX_STREAMED``: Envoy holds the body and sends it to the picker in one message; the
+  picker's answer carries the routing headers and, only when it changed the body, the new body.
+  The body crosses the picker once instead of twice. The response body goes ``STREAMED``: each
+  chunk is shown to the picker (first token, usage) and needs no echo. The route's buffer limit
+  is raised to ``max_body_bytes`` (Envoy answers 413 beyond it).
+
+Common to all: the ``ext_proc`` filter, headers and trailers sent, over an HTTP/2 cluster to
+mmgate, and ``failure_mode_allow``: ``false`` (fail closed: no picker, a 500 — the safe default
+when the picker enforces limits or routes disaggregated requests); ``true`` (fail open: Envoy
+keeps routing with the cluster's own policy while mmgate is down — round-robin for
+``override_host``; nothing for ``ORIGINAL_DST``, which has no address without the header).
+
+Several picker replicas (``extproc`` a list) sharing their affinity indexes through Redis: the
+picker cluster lists them all, health-checked with gRPC health
+(``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included). Observed
+with Envoy 1.40: its ext_proc client kept opening every stream to the replica it used first, also
+after the health checks marked that replica down (the requests got 500s) — so for failover run one
+Envoy per replica (each with its own picker), which the tests do; the shared index keeps their
+routing the same.
 
 The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
-Service name resolving to every pod, the usual Kubernetes setup); either way ``override_host``
-can only pick hosts the cluster knows.
+Service name resolving to every pod, the usual Kubernetes setup); ``override_host`` can only pick
+hosts the cluster knows. ``ORIGINAL_DST`` connects to whatever address the header names, so it
+lists none (the picker's own discovery decides which pods exist).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 DESTINATION = "x-gateway-destination-endpoint"
 DEFAULT_DNS = "vllm.mmgate-demo.svc.cluster.local:8000"
+LB_POLICIES = ("override-host", "original-dst")
+REQUEST_BODY_MODES = ("streamed", "buffered")
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # the buffered mode's route limit (mmgate's default)
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -47,17 +70,28 @@ def envoy_config(
     *,
     listen_port: int = 8080,
     listen_host: str = "0.0.0.0",
-    extproc: str = "127.0.0.1:9002",
+    extproc: str | Sequence[str] = "127.0.0.1:9002",
     admin_port: int = 9901,
     endpoints: Sequence[str] = (),
     dns: str | None = None,
     fail_open: bool = False,
     retries: int = 2,
     timeout_s: float = 600.0,
+    picker_health_interval_s: float = 1.0,
+    lb: Literal["override-host", "original-dst"] = "override-host",
+    request_body: Literal["streamed", "buffered"] = "streamed",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> dict[str, Any]:
     """The configuration as a document (see the module docstring for each choice)."""
     if endpoints and dns:
         raise ValueError("give endpoints or dns, not both")
+    if lb not in LB_POLICIES:
+        raise ValueError(f"the load-balancing policy is one of {', '.join(LB_POLICIES)}, not {lb!r}")
+    if request_body not in REQUEST_BODY_MODES:
+        raise ValueError(
+            f"the request body mode is one of {', '.join(REQUEST_BODY_MODES)}, not {request_body!r}"
+        )
+    buffered = request_body == "buffered"
     target = dns if dns is not None or endpoints else DEFAULT_DNS
     if target is not None:
         host, port = _host_port(target)
@@ -66,7 +100,10 @@ def envoy_config(
     else:
         lb_endpoints = [{"endpoint": {"address": _address(*_host_port(e))}} for e in endpoints]
         discovery = "STATIC"
-    ext_host, ext_port = _host_port(extproc)
+    pickers = [extproc] if isinstance(extproc, str) else list(extproc)
+    if not pickers:
+        raise ValueError("give at least one picker address")
+    picker_endpoints = [{"endpoint": {"address": _address(*_host_port(a))}} for a in pickers]
     ext_proc_filter = {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -77,8 +114,8 @@ def envoy_config(
             "processing_mode": {
                 "request_header_mode": "SEND",
                 "response_header_mode": "SEND",
-                "request_body_mode": "FULL_DUPLEX_STREAMED",
-                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "request_body_mode": "BUFFERED" if buffered else "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "STREAMED" if buffered else "FULL_DUPLEX_STREAMED",
                 "request_trailer_mode": "SEND",
                 "response_trailer_mode": "SEND",
             },
@@ -88,17 +125,15 @@ def envoy_config(
             "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
         },
     }
-    route = {
-        "match": {"prefix": "/"},
-        "route": {
-            "cluster": "model_servers",
-            "timeout": "0s",  # streams may run long; mmgate and the clients bound them
-            "retry_policy": {
-                "retry_on": "connect-failure,reset,refused-stream",
-                "num_retries": retries,
-            },
-        },
+    action: dict[str, Any] = {
+        "cluster": "model_servers",
+        "timeout": "0s",  # streams may run long; mmgate and the clients bound them
     }
+    if lb == "override-host":
+        action["retry_policy"] = {"retry_on": "connect-failure,reset,refused-stream", "num_retries": retries}
+    route: dict[str, Any] = {"match": {"prefix": "/"}, "route": action}
+    if buffered:  # Envoy holds the whole body for the picker: up to the gateway's body limit
+        route["per_request_buffer_limit_bytes"] = max_body_bytes
     manager = {
         "stat_prefix": "mmgate_ingress",
         "codec_type": "AUTO",
@@ -137,6 +172,35 @@ def envoy_config(
             ]
         },
     }
+    model_servers: dict[str, Any]
+    if lb == "original-dst":
+        model_servers = {
+            "name": "model_servers",
+            "type": "ORIGINAL_DST",
+            "connect_timeout": "3s",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION},
+        }
+    else:
+        model_servers = {
+            "name": "model_servers",
+            "type": discovery,
+            "connect_timeout": "3s",
+            "load_balancing_policy": {
+                "policies": [
+                    {
+                        "typed_extension_config": {
+                            "name": "envoy.load_balancing_policies.override_host",
+                            "typed_config": override_host,
+                        }
+                    }
+                ]
+            },
+            "load_assignment": {
+                "cluster_name": "model_servers",
+                "endpoints": [{"lb_endpoints": lb_endpoints}],
+            },
+        }
     return {
         "admin": {"address": _address("127.0.0.1", admin_port)},
         "static_resources": {
@@ -161,25 +225,7 @@ def envoy_config(
                 }
             ],
             "clusters": [
-                {
-                    "name": "model_servers",
-                    "type": discovery,
-                    "connect_timeout": "3s",
-                    "load_balancing_policy": {
-                        "policies": [
-                            {
-                                "typed_extension_config": {
-                                    "name": "envoy.load_balancing_policies.override_host",
-                                    "typed_config": override_host,
-                                }
-                            }
-                        ]
-                    },
-                    "load_assignment": {
-                        "cluster_name": "model_servers",
-                        "endpoints": [{"lb_endpoints": lb_endpoints}],
-                    },
-                },
+                model_servers,
                 {
                     "name": "mmgate_extproc",
                     "type": "STATIC",
@@ -193,13 +239,35 @@ def envoy_config(
                     },
                     "load_assignment": {
                         "cluster_name": "mmgate_extproc",
-                        "endpoints": [
-                            {"lb_endpoints": [{"endpoint": {"address": _address(ext_host, ext_port)}}]}
-                        ],
+                        "endpoints": [{"lb_endpoints": picker_endpoints}],
                     },
+                    **(_picker_health(picker_health_interval_s) if len(pickers) > 1 else {}),
                 },
             ],
         },
+    }
+
+
+def _picker_health(interval_s: float) -> dict[str, Any]:
+    """Active gRPC health checks on the picker replicas (active-active: every replica whose
+    ``envoy.service.ext_proc.v3.ExternalProcessor`` service answers SERVING takes streams), also
+    while no stream goes to a replica (``no_traffic_interval``), one failure marking it down."""
+    every = f"{interval_s:g}s"
+    return {
+        "lb_policy": "LEAST_REQUEST",  # as llm-d's chart: a stream goes to the less busy replica
+        # Never route to a replica marked down (Envoy's default panic mode spreads over every
+        # host once too few are healthy; with two replicas, one down is already that).
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        "health_checks": [
+            {
+                "timeout": every,
+                "interval": every,
+                "no_traffic_interval": every,
+                "unhealthy_threshold": 1,
+                "healthy_threshold": 1,
+                "grpc_health_check": {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"},
+            }
+        ],
     }
 
 
@@ -208,13 +276,20 @@ def render(**options: Any) -> str:
     it was made for."""
     document = envoy_config(**options)
     cluster = document["static_resources"]["clusters"][0]
-    found = (
-        "by DNS (a headless Service: every pod)" if cluster["type"] == "STRICT_DNS" else "listed statically"
-    )
+    found = {
+        "STRICT_DNS": "by DNS (a headless Service: every pod), override_host on the destination list",
+        "STATIC": "listed statically, override_host on the destination list",
+        "ORIGINAL_DST": "ORIGINAL_DST on the destination header (one endpoint, llm-d's standalone chart)",
+    }[cluster["type"]]
     mode = "open (Envoy routes round-robin while mmgate is down)" if options.get("fail_open") else "closed"
+    bodies = (
+        "request BUFFERED, response STREAMED"
+        if options.get("request_body") == "buffered"
+        else ("FULL_DUPLEX_STREAMED both ways")
+    )
     header = (
         "# Envoy in front of a vLLM fleet, with mmgate as its endpoint picker (ext_proc).\n"
         "# Written by `mmgate extproc --print-envoy-config`; see docs/envoy.md for each choice.\n"
-        f"# Model servers: {found}. Failure mode: fail {mode}.\n"
+        f"# Model servers: {found}.\n# Bodies: {bodies}. Failure mode: fail {mode}.\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=120)

@@ -1,5 +1,9 @@
 """The ext_proc gRPC server: the ExternalProcessor service, gRPC health, and the admin HTTP port.
 
+Two transports serve the same services: ``lean`` (the default: mmgate's own HTTP/2 layer,
+:mod:`.lean`) and ``grpcio`` (grpc.aio, the reference implementation, several times the CPU per
+request: docs/benchmarks/extproc.md).
+
 Health uses the standard gRPC health service with the three names GIE's protocol asks for:
 ``liveness`` (the process serves), ``readiness`` (at least one endpoint is healthy and has answered
 a scrape; re-evaluated twice a second) and ``envoy.service.ext_proc.v3.ExternalProcessor`` (the same
@@ -12,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -20,7 +25,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from mmgate.gateway.extproc import lean
 from mmgate.gateway.extproc.stream import RequestStream
+from mmgate.gateway.extproc.transport import Transport
 from mmgate.gateway.server import Gateway
 from mmgate.http.server import HttpServer
 
@@ -33,17 +40,21 @@ READY_EVERY_S = 0.5
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated, untyped
     """One :class:`RequestStream` per gRPC stream (Envoy opens one per HTTP request)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, max_endpoints: int | None = None) -> None:
         self.gateway = gateway
+        self.max_endpoints = max_endpoints
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ep.ProcessingResponse]:
-        stream = RequestStream(self.gateway)
+        stream = RequestStream(self.gateway, self.max_endpoints)
         try:
             async for message in request_iterator:
-                for answer in await stream.on_message(message):
-                    yield answer
+                answers = stream.on_message(message)
+                if answers is None:
+                    answers = await stream.admitted()
+                for answer in answers:  # serialized ones parsed again: this is the reference path
+                    yield ep.ProcessingResponse.FromString(answer) if isinstance(answer, bytes) else answer
         finally:
             stream.close()
 
@@ -55,53 +66,101 @@ class Running:
     port: int
     admin_port: int
     gateway: Gateway
-    grpc_server: grpc.aio.Server
     admin: HttpServer
-    health: health.HealthServicer
+    _set_health: Callable[[str, int], None]
+    _stop_grpc: Callable[[], Awaitable[None]]
     _watch: asyncio.Task[None]
 
     async def stop(self) -> None:
         self._watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watch
-        self.health.enter_graceful_shutdown()
-        await self.grpc_server.stop(grace=1.0)
+        for name in ("", "liveness", "readiness", SERVICE):
+            self._set_health(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._stop_grpc()
         await self.admin.close()
         await self.gateway.stop()
 
 
-async def start(gateway: Gateway, *, host: str, port: int, admin_port: int) -> Running:
-    """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free)."""
+async def start(
+    gateway: Gateway,
+    *,
+    host: str,
+    port: int,
+    admin_port: int,
+    max_endpoints: int | None = None,
+    transport: Transport = "lean",
+) -> Running:
+    """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free).
+    ``max_endpoints``: the most endpoints a destination header lists (``None``: as many as the
+    picker chose)."""
     await gateway.start()
     try:
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ]
-        )
-        ep_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway), server)
-        checks = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(checks, server)
-        bound = server.add_insecure_port(f"{host}:{port}")
-        if bound == 0:
-            raise OSError(f"cannot listen on {host}:{port} for gRPC")
-        await server.start()
+        if transport == "lean":
+            bound, set_health, stop_grpc = await _start_lean(gateway, host, port, max_endpoints)
+        else:
+            bound, set_health, stop_grpc = await _start_grpcio(gateway, host, port, max_endpoints)
         admin = HttpServer(gateway.dispatcher(gateway.admin_routes()), gateway.settings.server_limits())
         admin_bound = await admin.listen(host, admin_port)
     except BaseException:
         await gateway.stop()
         raise
-    checks.set("liveness", health_pb2.HealthCheckResponse.SERVING)
-    watch = asyncio.create_task(_watch_readiness(gateway, checks), name="mmgate-extproc-ready")
-    return Running(bound, admin_bound, gateway, server, admin, checks, watch)
+    set_health("liveness", health_pb2.HealthCheckResponse.SERVING)
+    watch = asyncio.create_task(_watch_readiness(gateway, set_health), name="mmgate-extproc-ready")
+    return Running(bound, admin_bound, gateway, admin, set_health, stop_grpc, watch)
 
 
-async def _watch_readiness(gateway: Gateway, checks: health.HealthServicer) -> None:
+async def _start_lean(
+    gateway: Gateway, host: str, port: int, max_endpoints: int | None
+) -> tuple[int, Callable[[str, int], None], Callable[[], Awaitable[None]]]:
+    statuses: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lean.services(gateway, statuses, max_endpoints), host, port, reuse_address=True
+    )
+    sock = server.sockets[0]
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def set_health(name: str, status: int) -> None:
+        statuses[name] = status
+
+    async def stop() -> None:
+        server.close()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 1.0)
+
+    return int(sock.getsockname()[1]), set_health, stop
+
+
+async def _start_grpcio(
+    gateway: Gateway, host: str, port: int, max_endpoints: int | None
+) -> tuple[int, Callable[[str, int], None], Callable[[], Awaitable[None]]]:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ]
+    )
+    ep_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway, max_endpoints), server)
+    checks = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port} for gRPC")
+    await server.start()
+
+    async def stop() -> None:
+        checks.enter_graceful_shutdown()
+        await server.stop(grace=1.0)
+
+    return bound, checks.set, stop
+
+
+async def _watch_readiness(gateway: Gateway, set_health: Callable[[str, int], None]) -> None:
     serving = health_pb2.HealthCheckResponse.SERVING
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
     while True:
         status = serving if gateway.data.ready() else not_serving
         for name in ("", "readiness", SERVICE):
-            checks.set(name, status)
+            set_health(name, status)
         await asyncio.sleep(READY_EVERY_S)

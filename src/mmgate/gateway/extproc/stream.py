@@ -1,12 +1,27 @@
-"""One request through Envoy's ext_proc stream, in ``FULL_DUPLEX_STREAMED`` body mode.
+"""One request through Envoy's ext_proc stream, in the body mode the proxy configured.
 
-The order follows the endpoint-picker protocol as llm-d's router runs it: Envoy sends the request
-headers, then body chunks without waiting for answers; mmgate buffers the body to its end (bounded
-by the same limit as the HTTP gateway), asks the request controller where it goes, and answers in
-order — the headers response (destination, routing headers, route cache cleared), the body
-streamed back in chunks, then the trailers. On the way back Envoy reports the response headers
-(and which endpoint served, after its own retries), then the body, which mmgate passes through
-unchanged while it notes the first byte and the usage for load and affinity bookkeeping.
+``FULL_DUPLEX_STREAMED`` (the endpoint-picker protocol, as llm-d's router runs it): Envoy sends
+the request headers, then body chunks without waiting for answers; mmgate buffers the body to its
+end (bounded by the same limit as the HTTP gateway), asks the request controller where it goes,
+and answers in order — the headers response (destination, routing headers, route cache cleared),
+the body streamed back in chunks, then the trailers.
+
+``BUFFERED`` request body: Envoy waits for the headers answer (an empty one: the routing is not
+known yet), then sends the whole body in one message; the body answer carries the routing headers,
+the destination metadata and — only when mmgate changed the body (media uuids) — the new body.
+Envoy has not sent the headers upstream yet, so header mutations in the body answer apply.
+
+Which mode is on comes from the stream's first message (``protocol_config``, sent by Envoy 1.34
+and later); without it, ``FULL_DUPLEX_STREAMED`` is assumed.
+
+The destination is one endpoint unless asked for more (``max_endpoints``, or the picker's
+``maxNumOfEndpoints``): a list is only understood by a proxy that walks it (Envoy's
+``override_host``); llm-d's ``ORIGINAL_DST`` cluster reads the header as one address.
+
+On the way back Envoy reports the response headers (and which endpoint served, after its own
+retries), then the body — echoed unchanged in ``FULL_DUPLEX_STREAMED``, acknowledged without a
+body in ``STREAMED`` — while mmgate notes the first byte and the usage for load and affinity
+bookkeeping.
 
 Everything the request controller refuses becomes an ``ImmediateResponse`` with the same
 OpenAI-shaped body the HTTP gateway would send.
@@ -15,9 +30,9 @@ OpenAI-shaped body the HTTP gateway would send.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import orjson
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from mmgate.control.admission import Overloaded, client_key
@@ -40,20 +55,30 @@ from mmgate.request.view import Api, RequestView
 log = logging.getLogger("mmgate.extproc")
 
 USAGE_TAIL = 64 * 1024  # the end of a response kept to read its ``usage`` (never the whole body)
+FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = pm.ProcessingMode.BUFFERED
 
 
 class RequestStream:
     """Follows one HTTP request on one ext_proc gRPC stream; :meth:`on_message` returns the
-    messages to send back, :meth:`close` ends the bookkeeping however the stream ended."""
+    messages to send back (``None`` when the request waits in the admission queue: then
+    :meth:`admitted` returns them), :meth:`close` ends the bookkeeping however the stream ended.
 
-    def __init__(self, gateway: Gateway) -> None:
+    Synchronous but for that wait: every message but the request's last body chunk is answered
+    without the event loop, and that one too when a slot is free — a coroutine per message was a
+    measurable share of the picker's cost."""
+
+    def __init__(self, gateway: Gateway, max_endpoints: int | None = None) -> None:
         self.gateway = gateway
         self.controller = gateway.controller
+        self.max_endpoints = max_endpoints
+        self.request_mode: int = FULL_DUPLEX  # until the first message's protocol_config says
+        self.response_mode: int = FULL_DUPLEX
         self.headers: Headers | None = None
         self.method = ""
         self.path = ""
         self.subset: list[str] | None = None
-        self._chunks: list[bytes] = []  # the request body as Envoy sent it, joined once at its end
+        self._chunks: list[bytes | memoryview] = []  # the request body as it came, joined at its end
         self._size = 0
         self.api: Api | None = None
         self.view: RequestView | None = None
@@ -69,27 +94,34 @@ class RequestStream:
         self.sent = 0  # response body bytes passed on to the client
         self.trace: RequestTrace | None = None  # tracing on: this request's trace
         self.done = False
+        self._whole = b""  # the client's body, until the routing answer says whether it changed
 
     # -- the request ----------------------------------------------------------------------------
 
-    async def on_message(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+    def on_message(self, message: ep.ProcessingRequest) -> list[messages.Answer] | None:
         kind = message.WhichOneof("request")
         if kind == "request_headers":
             return self._request_headers(message)
         if kind == "request_body":
-            return await self._request_body(message.request_body)
+            body = message.request_body
+            return self.request_chunk(body.body, body.end_of_stream)
         if kind == "request_trailers":
             return [messages.request_trailers()]
         if kind == "response_headers":
             return self._response_headers(message)
         if kind == "response_body":
-            return list(self._response_body(message.response_body))
+            body = message.response_body
+            return self.response_chunk(body.body, body.end_of_stream)
         if kind == "response_trailers":
             self._end(ok=True)
             return [messages.response_trailers()]
         return []
 
-    def _request_headers(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+    def _request_headers(self, message: ep.ProcessingRequest) -> list[messages.Answer]:
+        if message.HasField("protocol_config"):
+            config = message.protocol_config
+            self.request_mode = config.request_body_mode
+            self.response_mode = config.response_body_mode
         pairs = messages.header_pairs(message.request_headers)
         self.method = next((v for k, v in pairs if k == ":method"), "")
         self.path = next((v for k, v in pairs if k == ":path"), "").split("?", 1)[0]
@@ -101,6 +133,8 @@ class RequestStream:
             self.trace = self.controller.trace(self.headers, self.api, self.path)
         if message.request_headers.end_of_stream:  # no body: a GET, or a bodiless POST
             return [self._bodiless()]
+        if self.request_mode != FULL_DUPLEX:  # Envoy waits for this answer before the body
+            return [messages.continue_request_headers()]
         return []
 
     def _bodiless(self) -> ep.ProcessingResponse:
@@ -118,32 +152,33 @@ class RequestStream:
         known = [*ROUTES, "/v1/models", "/health"]
         return self._immediate(not_found(self.method, self.path, known), "mmgate_not_found")
 
-    async def _request_body(self, body: ep.HttpBody) -> list[ep.ProcessingResponse]:
+    def request_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer] | None:
+        """A request body message (:meth:`on_message` for one the transport read without the
+        protobuf runtime: ``chunk`` may be a view of the bytes received)."""
         if self.done:
             return []
-        if body.body:
-            self._chunks.append(body.body)
-            self._size += len(body.body)
+        if chunk:
+            self._chunks.append(chunk)
+            self._size += len(chunk)
         limit = self.gateway.settings.max_body_bytes
         if self._size > limit:
             self._chunks.clear()
             message = f"the request body is larger than the gateway's limit of {limit} bytes"
             return [self._immediate(error_response(413, message, code="body_too_large"), "mmgate_too_large")]
-        if not body.end_of_stream:
+        if not end:
             return []
-        return await self._route()
+        return self._route()
 
-    async def _route(self) -> list[ep.ProcessingResponse]:
+    def _route(self) -> list[messages.Answer] | None:
         assert self.headers is not None
         if self.api is None:
             return [self._not_found()]
         controller = self.controller
         chunks = self._chunks
-        whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one copy, not one per chunk
+        whole = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)  # one copy (none of bytes)
         chunks.clear()
         try:
             self.view = controller.parse(whole, self.headers, self.api, self.trace)
-            body = self.view.body  # with media uuids when the gateway writes them (as pieces)
             self.flight = controller.open(
                 self.view,
                 self.request_id,
@@ -158,12 +193,33 @@ class RequestStream:
         except NoCandidates as exc:
             refusal = error_response(503, str(exc), code="no_endpoint", headers={"Retry-After": "1"})
             return [self._immediate(refusal, "mmgate_no_endpoint")]
+        self._whole = whole
         try:
-            await controller.admit(self.flight)
+            if not controller.admit_now(self.flight):
+                return None  # the caller awaits admitted()
         except Overloaded as exc:
-            headers = {"Retry-After": str(exc.retry_after_s)}
-            shed = error_response(exc.status, exc.message, code=exc.code, headers=headers)
-            return [self._immediate(shed, "mmgate_overloaded")]
+            return [self._shed(exc)]
+        return self._decided()
+
+    async def admitted(self) -> list[messages.Answer]:
+        """The routing answer of a request that had to wait for an admission slot."""
+        assert self.flight is not None
+        try:
+            await self.controller.admit(self.flight)
+        except Overloaded as exc:
+            return [self._shed(exc)]
+        return self._decided()
+
+    def _shed(self, exc: Overloaded) -> ep.ProcessingResponse:
+        headers = {"Retry-After": str(exc.retry_after_s)}
+        shed = error_response(exc.status, exc.message, code=exc.code, headers=headers)
+        return self._immediate(shed, "mmgate_overloaded")
+
+    def _decided(self) -> list[messages.Answer]:
+        controller = self.controller
+        assert self.flight is not None and self.view is not None and self.headers is not None
+        whole, self._whole = self._whole, b""
+        body = self.view.body  # with media uuids when the gateway writes them (as pieces)
         attempt = controller.decide(self.flight)
         if attempt is None:
             message = f"no endpoint can take the request: {self.flight.last_error}"
@@ -171,7 +227,7 @@ class RequestStream:
             return [self._immediate(refusal, "mmgate_no_endpoint")]
         self.attempt = attempt
         controller.started(attempt)
-        destination = ",".join([attempt.endpoint, *controller.fallbacks(attempt)])
+        destination = ",".join(controller.destinations(attempt, self.max_endpoints))
         remove = [name for name in self.headers if is_routing_header(name)]
         extra = [
             *attempt.headers.items(),
@@ -182,13 +238,15 @@ class RequestStream:
             extra.extend(attempt.propagation)
             ours = {name for name, _ in attempt.propagation}
             remove.extend(n for n in TRACE_CONTEXT_HEADERS if n in self.headers and n not in ours)
+        if self.request_mode != FULL_DUPLEX:  # one answer; the body only when it changed
+            return [messages.route_body(destination, extra, remove, None if body is whole else body)]
         out = [messages.route_headers(destination, extra, remove)]
         out.extend(messages.request_body(body, end=True))
         return out
 
     # -- the response ---------------------------------------------------------------------------
 
-    def _response_headers(self, message: ep.ProcessingRequest) -> list[ep.ProcessingResponse]:
+    def _response_headers(self, message: ep.ProcessingRequest) -> list[messages.Answer]:
         pairs = messages.header_pairs(message.response_headers)
         status = next((v for k, v in pairs if k == ":status"), "0")
         self.upstream_status = int(status) if status.isdigit() else 0
@@ -208,17 +266,21 @@ class RequestStream:
             self._end(ok=True)
         return [messages.response_headers(mine)]
 
-    def _response_body(self, body: ep.HttpBody) -> Iterator[ep.ProcessingResponse]:
+    def response_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer]:
+        """A response body message (as :meth:`request_chunk`)."""
         self._first_byte()
-        chunk = body.body
         if chunk:
             self.sent += len(chunk)
             self.tail += chunk
             if len(self.tail) > USAGE_TAIL:
                 del self.tail[: len(self.tail) - USAGE_TAIL]
-        yield from messages.response_body(chunk, end=body.end_of_stream)
-        if body.end_of_stream:
+        if self.response_mode == FULL_DUPLEX:  # what mmgate does not send back, the client never gets
+            out = messages.response_body(chunk, end=end)
+        else:  # STREAMED or BUFFERED: an empty answer leaves the chunk as it is
+            out = [messages.continue_response_body()]
+        if end:
             self._end(ok=True)
+        return out
 
     def _first_byte(self) -> None:
         if not self.first_byte and self.attempt is not None:
