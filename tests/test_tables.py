@@ -37,9 +37,18 @@ def test_wrap_columns_fold_words_without_losing_any() -> None:
 
 def test_tsv_is_one_line_per_row_with_tabs_only_between_cells() -> None:
     lines = render([sample()], "tsv").splitlines()
-    assert lines[0] == "#\tfield\tnote"
-    assert [len(line.split("\t")) for line in lines] == [3, 3, 3]
-    assert lines[2].split("\t")[1] == "tab here"
+    assert lines[0] == "# parts"  # the title, as a comment line
+    assert lines[1] == "#\tfield\tnote"
+    assert [len(line.split("\t")) for line in lines[1:]] == [3, 3, 3]
+    assert lines[3].split("\t")[1] == "tab here"
+
+
+def test_tsv_keeps_each_tables_title() -> None:
+    untitled = Table(sample().columns)
+    untitled.add(1, "x", "y")
+    lines = render([sample(), untitled, sample()], "tsv").splitlines()
+    assert [line for line in lines if line.startswith("# ")] == ["# parts", "# parts"]
+    assert lines.count("") == 2  # a blank line between tables
 
 
 def test_markdown_escapes_pipes_and_aligns_numbers_right() -> None:

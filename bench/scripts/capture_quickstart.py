@@ -3,11 +3,13 @@
 ``make quickstart-docs`` (or ``python bench/scripts/capture_quickstart.py``) starts ``mmgate demo`` on
 port 8080 as ``make run`` does, then walks the page: in each plain fenced block every ``$ `` line
 is a command, run in one bash session (so ``&`` jobs, variables and files carry over from one
-command to the next), in a scratch folder that holds the files the page uses (``hello.wav``,
-``whisper.yaml``, ``bad.yaml``, ...) and a link to ``examples/``; the lines after a command, up to
-the next one, are replaced by what it printed (stdout and stderr, as a terminal shows them), with
-``(exit status N)`` when it failed. Fenced blocks with a language (```` ```python ````) are shown,
-not run. A few hidden comments in the page steer the capture:
+command to the next), in a scratch folder with a link to ``examples/`` (the files the page uses
+ship in ``examples/quickstart/``, so the commands run as written from the repository root); the
+lines after a command, up to the next one, are replaced by what it printed (stdout and stderr, as
+a terminal shows them), with ``(exit status N)`` when it failed. Fenced blocks with a language
+(```` ```python ````) are shown, not run. ``--check`` runs every step the same way and changes
+nothing: it fails when a step's exit status is not the page's (bench/tests runs it). A few hidden
+comments in the page steer the capture:
 
 - ``<!-- capture: demo-banner -->``: the next block's ``$ make run`` is not run; its output is the
   banner of the demo this script started;
@@ -25,12 +27,8 @@ and the demo are stopped at the end. The header line's date is today's.
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import datetime as dt
-import io
-import json
-import math
 import os
 import re
 import shutil
@@ -38,14 +36,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "quickstart.md"
@@ -66,97 +62,11 @@ def fail(message: str) -> None:
 # -- the files the page uses --------------------------------------------------------------------
 
 
-def wav(seconds: float, rate: int = 16_000) -> bytes:
-    """A mono 16-bit tone of ``seconds``."""
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        frames = bytearray()
-        for i in range(int(seconds * rate)):
-            frames += int(8000 * math.sin(2 * math.pi * 440 * i / rate)).to_bytes(2, "little", signed=True)
-        w.writeframes(bytes(frames))
-    return out.getvalue()
-
-
-WHISPER_YAML = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {family: whisper}
-- type: token-load-scorer
-"""
-
-BAD_YAML = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-load-scorr
-- type: prefix-cache-affinity-filter
-  parameters: {afinityThreshold: 0.5}
-mmgate: {prot: 8080}
-"""
-
-CLIENT_PY = """\
-import base64
-import contextlib
-
-from openai import OpenAI
-
-image = base64.b64encode(open("{folder}/sunset.png", "rb").read()).decode()
-client = OpenAI(base_url="http://127.0.0.1:8080/v1", api_key="unused")
-print([m.id for m in client.models.list()])
-stream = client.chat.completions.create(
-    model="{model}",
-    messages=[{{"role": "user", "content": [
-        {{"type": "text", "text": "Describe it in a few words."}},
-        {{"type": "image_url", "image_url": {{"url": f"data:image/png;base64,{{image}}"}}}},
-    ]}}],
-    max_tokens=8, stream=True, stream_options={{"include_usage": True}},
-)
-usage = None
-pieces = []
-for chunk in stream:
-    if chunk.choices:
-        pieces.append(repr(chunk.choices[0].delta.content))
-    if chunk.usage is not None:
-        usage = chunk.usage.model_dump(exclude_none=True)
-print(" ".join(pieces))
-print("usage:", usage)
-"""
-
-
-def write_files(folder: Path, demo: Path, model: str) -> None:
-    """Everything the page's commands read, next to a link to the repository's examples."""
+def write_files(folder: Path) -> None:
+    """The page's commands run from the repository root and read what ships in
+    ``examples/quickstart/``: the scratch folder links ``examples`` there, so what the commands
+    write (logs, an endpoints file, results) stays out of the checkout."""
     (folder / "examples").symlink_to(REPO / "examples")
-    (folder / "hello.wav").write_bytes(wav(3.0))
-    (folder / "speech.wav").write_bytes(wav(20.0))
-    (folder / "whisper.yaml").write_text(WHISPER_YAML)
-    (folder / "bad.yaml").write_text(BAD_YAML)
-    (folder / "client.py").write_text(CLIENT_PY.format(folder=demo, model=model))
-    image = base64.b64encode((demo / "sunset.png").read_bytes()).decode()
-    responses = {
-        "model": model,
-        "max_output_tokens": 16,
-        "input": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "input_text", "text": "What is in this image?"},
-                    {"type": "input_image", "image_url": f"data:image/png;base64,{image}"},
-                ],
-            }
-        ],
-    }
-    (folder / "responses.json").write_text(json.dumps(responses))
-    e_pd = yaml.safe_load((REPO / "examples" / "e-pd.yaml").read_text())
-    e_pd.setdefault("mmgate", {})["endpoints"] = [
-        {"url": "http://127.0.0.1:28201", "role": "encode"},
-        {"url": "http://127.0.0.1:28203", "role": "prefill-decode"},  # the sidecar before the PD pod
-    ]
-    (folder / "e-pd-local.yaml").write_text(yaml.safe_dump(e_pd, sort_keys=False))
 
 
 # -- the bash session ---------------------------------------------------------------------------
@@ -330,7 +240,9 @@ class Demo:
 # -- the page -----------------------------------------------------------------------------------
 
 
-def capture(page: str, shell: Shell, demo: Demo) -> str:
+def capture(page: str, shell: Shell, demo: Demo, changed: list[str] | None = None) -> str:
+    """The page with every command's output replaced by what it printed now; a command whose exit
+    status differs from the one the page shows is added to ``changed``."""
     out: list[str] = []
     lines = page.split("\n")
     pending: set[str] = set()
@@ -358,7 +270,7 @@ def capture(page: str, shell: Shell, demo: Demo) -> str:
         if "stop-demo" in pending:
             out.append(demo.stop())
         elif any(b.startswith("$ ") for b in block):
-            for command, _old in commands(block):
+            for command, old in commands(block):
                 if "demo-banner" in pending and command == "make run":
                     out += ["$ make run", demo.banner]
                     continue
@@ -375,6 +287,8 @@ def capture(page: str, shell: Shell, demo: Demo) -> str:
                 out += printed.rstrip().split("\n") if printed.strip() else []
                 if status:
                     out.append(f"(exit status {status})")
+                if changed is not None:
+                    changed += differences(command, old, printed, status)
         else:
             out += block
         out.append("```")
@@ -394,6 +308,25 @@ def commands(block: list[str]) -> list[tuple[str, list[str]]]:
     return found
 
 
+def differences(command: str, old: list[str], printed: str, status: int) -> list[str]:
+    """How a step's outcome differs from the one the page shows: its exit status, and the HTTP
+    status lines it printed (``curl -s`` exits 0 on a 404 too)."""
+    found = []
+    if status != shown_status(old):
+        found.append(f"{command}: exit status {status}, the page shows {shown_status(old)}")
+    was = [line for line in old if line.startswith("HTTP/1.1 ")]
+    now = [line for line in printed.splitlines() if line.startswith("HTTP/1.1 ")]
+    if was != now:
+        found.append(f"{command}: answered {now}, the page shows {was}")
+    return found
+
+
+def shown_status(lines: list[str]) -> int:
+    """The exit status the page shows under a command (0 when it shows none)."""
+    found = [int(m.group(1)) for line in lines if (m := re.fullmatch(r"\(exit status (\d+)\)", line))]
+    return found[-1] if found else 0
+
+
 def first_address(command: str, endpoint: str) -> str:
     """``command`` with its first loopback address other than the demo's replaced by ``endpoint``."""
     for match in ADDRESS.finditer(command):
@@ -407,10 +340,16 @@ def main() -> int:
     parser.add_argument(
         "--page", type=Path, default=PAGE, help="the page to re-capture (default: %(default)s)"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="run every command but leave the page as it is; exit 1 if a command's exit status is "
+        "not the one the page shows (a fresh checkout passes every step as written)",
+    )
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "src")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO / "bench" / "src")])
     env["COLUMNS"] = "200"
     try:
         from mmgate_bench.overhead.envoy_system import envoy_binary
@@ -419,18 +358,26 @@ def main() -> int:
     except Exception:  # no Envoy: the extproc section will say so in its output
         envoy_dir = ""
     env["PATH"] = os.pathsep.join(p for p in (str(bin_dir), envoy_dir, env.get("PATH", "")) if p)
-    shutil.rmtree(SCRATCH, ignore_errors=True)
-    SCRATCH.mkdir(parents=True)
+    scratch = Path(tempfile.mkdtemp(prefix="mmgate-quickstart-")) if args.check else SCRATCH
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
     demo = Demo.start(env)
-    shell = Shell(SCRATCH, env)
+    shell = Shell(scratch, env)
     try:
-        write_files(SCRATCH, demo.folder, demo.model)
+        write_files(scratch)
         page = args.page.read_text()
-        new = capture(page, shell, demo)
+        changed: list[str] = []
+        new = capture(page, shell, demo, changed)
     finally:
         shell.close()
         if demo.proc.poll() is None:
             demo.stop()
+    if args.check:
+        shutil.rmtree(scratch, ignore_errors=True)
+        for line in changed:
+            print(f"capture_quickstart: {line}", file=sys.stderr)
+        print(f"capture_quickstart: {len(changed)} step(s) of {args.page} differ", file=sys.stderr)
+        return 1 if changed else 0
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     new = re.sub(r"on one `make run` \([^,]*,", f"on one `make run` ({stamp},", new, count=1)
     args.page.write_text(new)

@@ -15,3 +15,15 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
     return value
+
+
+def positive(text: str) -> float:
+    """An argparse ``type`` for a number that must be above zero (a time scale, a rate): the
+    mistake is a usage line and exit 2 before anything starts, not an error from deep inside."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value

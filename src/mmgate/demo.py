@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import io
 import shlex
 import sys
@@ -20,23 +21,25 @@ import msgspec
 import orjson
 import yaml
 
-from mmgate.arguments import port
+from mmgate.arguments import port, positive
 from mmgate.config import ConfigError, parse_config
 from mmgate.config.schema import TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever
+from mmgate.process import listen_failure, run_forever
 from mmgate.sim.profiles import ProfileError, load_profile
+from mmgate.tokens import family_for_model
 
-# examples/encoder-affinity.yaml with the exact Qwen3-VL pricing rule the simulated pods use:
-# stick to the pod that holds the prompt's prefix or already encoded its images, balance by tokens.
+# examples/encoder-affinity.yaml with the exact pricing rule of the family the simulated pods
+# serve (Qwen3-VL by default): stick to the pod that holds the prompt's prefix or already encoded
+# its images, balance by tokens.
 DEMO_CONFIG = """
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: token-producer
   parameters:
-    family: qwen3-vl
+    family: {family}
 - type: approx-prefix-cache-producer
 - type: inflight-load-producer
 - type: mm-embeddings-cache-producer
@@ -57,6 +60,12 @@ schedulingProfiles:
 """
 
 
+def demo_config_yaml(model: str) -> str:
+    """The demo's gateway config for pods serving ``model``: priced by that model's family, so a
+    profile of another model (``--profile qwen2.5-omni-7b-h100``) is priced and validated as such."""
+    return DEMO_CONFIG.replace("{family}", family_for_model(model) or "qwen3-vl")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port, default=8080, help="gateway port (default 8080; 0 = any free)")
     parser.add_argument("--host", default="127.0.0.1", help="gateway address (default 127.0.0.1)")
@@ -64,11 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile",
         default="qwen3-vl-32b-h200-tp2",
-        help="simulator timing profile (default qwen3-vl-32b-h200-tp2; 'fast' for a toy one)",
+        help="simulator profile: the simulated hardware and the model the pods serve (default "
+        "qwen3-vl-32b-h200-tp2, serving Qwen/Qwen3-VL-32B-Instruct; qwen2.5-omni-7b-h100 serves "
+        "Qwen/Qwen2.5-Omni-7B, which takes audio and video; 'fast' a toy one, model 'test'; "
+        "shipped profiles: docs/sim.md)",
     )
     parser.add_argument(
         "--time-scale",
-        type=float,
+        type=positive,
         default=0.1,
         help="wall seconds per simulated second (default 0.1: ten times faster than real)",
     )
@@ -163,7 +175,7 @@ async def _main(args: argparse.Namespace, folder: Path) -> int:
     try:
         model = fleet.pods[0].model
         paths = write_requests(folder, model)
-        config = parse_config(yaml.safe_load(DEMO_CONFIG), source="<demo>")
+        config = parse_config(yaml.safe_load(demo_config_yaml(model)), source="<demo>")
         section = msgspec.structs.replace(
             config.mmgate, host=args.host, port=args.port, endpoints=list(fleet.urls)
         )
@@ -206,11 +218,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             run_forever(main)
         except OSError as exc:
-            print(
-                f"mmgate demo: cannot start: {exc} (is port {args.port} free? try --port 8081, "
-                "or make run DEMO_ARGS='--port 8081')",
-                file=sys.stderr,
-            )
-            return 1
+            reason = listen_failure(exc, args.host, args.port)
+            if exc.errno == errno.EADDRINUSE:
+                reason += " (make run DEMO_ARGS='--port 8081')"
+            print(f"mmgate demo: cannot start: {reason}", file=sys.stderr)
+            return 2
         print("mmgate demo: stopped.")
         return code

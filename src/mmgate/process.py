@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import re
 import signal
+import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -47,3 +50,26 @@ def run_forever(main: Callable[[], Coroutine[Any, Any, object]], *, use_uvloop: 
             factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(main())
+
+
+def listen_failure(exc: OSError, host: str, port: int | None = None, *, flag: str = "--port") -> str:
+    """Why a server could not listen, in the terms of the flags that chose the address.
+
+    The socket layer's own text (``[Errno 98] error while attempting to bind on address
+    ('127.0.0.1', 8080): address already in use``, ``[Errno -2] Name or service not known``) names
+    neither the flag nor the fix; the address it failed on is read from it when present (a server
+    may listen on an API and an admin port).
+    """
+    bound = re.search(r"\('([^']*)', (\d+)", str(exc))
+    if bound:
+        host, port = bound[1], int(bound[2])
+    where = f"port {port}" if port is not None else "the port"
+    if isinstance(exc, socket.gaierror):
+        return f"host {host!r} is not an address of this machine ({exc.strerror}); try --host 127.0.0.1"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{where} is in use (another process listens there); choose another with {flag}"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"host {host!r} is not an address of this machine; try --host 127.0.0.1 or 0.0.0.0"
+    if exc.errno == errno.EACCES:
+        return f"{where} needs privileges to listen on (ports below 1024 do); choose another with {flag}"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"

@@ -5,8 +5,9 @@ the format the user chose. On a terminal ``table`` draws a rich box table that f
 window's width; anywhere else (a pipe, a file) it is drawn as wide as its longest cells, because
 rich would otherwise assume 80 columns and cut ``messages[1].content[0]...`` to ``messages[1].cont…``
 for whoever greps the output. ``tsv`` and ``md`` carry the same cells for scripts and for pasting
-into documents; ``json`` prints the subcommand's own structured data (numbers stay numbers) or,
-without it, one object per row keyed by column name.
+into documents (a table's title is a ``# title`` line in tsv, bold in md); ``json`` prints the
+subcommand's own structured data (numbers stay numbers) or, without it, one object per row keyed
+by column name.
 
 The text is rendered to a string and written with one ``sys.stdout.write``, so a reader that
 goes away (``mmgate ... | head``) surfaces as a single ``BrokenPipeError`` that ``mmgate.cli``
@@ -119,7 +120,10 @@ def _tsv_cell(text: str) -> str:
 
 
 def _tsv(table: Table) -> str:
-    lines = ["\t".join(_tsv_cell(c.name) for c in table.columns)]
+    # The title as a comment line (``#``, which ``pandas.read_csv(comment="#")``, awk and
+    # ``grep -v '^#'`` skip), so several tables stay told apart.
+    lines = [f"# {_tsv_cell(table.title)}"] if table.title else []
+    lines.append("\t".join(_tsv_cell(c.name) for c in table.columns))
     lines += ["\t".join(_tsv_cell(cell) for cell in row) for row in table.rows]
     return "\n".join(lines) + "\n"
 

@@ -11,8 +11,7 @@ from mmgate.config.lines import key_lines, line_of
 from mmgate.scheduling import build_scheduler
 from support.processes import REPO
 
-# prices.yaml is `mmgate cost`'s price table, not an EndpointPickerConfig.
-EXAMPLES = sorted(p for p in (REPO / "examples").glob("*.yaml") if p.name != "prices.yaml")
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
 def test_there_are_examples() -> None:

@@ -366,6 +366,33 @@ async def test_the_sidecar_has_its_own_health_ready_and_metrics() -> None:
             await car.stop()
 
 
+async def test_the_gateways_scrapes_through_the_sidecar_are_probes_not_passthrough() -> None:
+    """A gateway scrapes ``/metrics`` and reads ``/v1/models`` through the sidecar many times a
+    second: counted as kind="probe", so "passthrough" counts only client requests."""
+    async with SimFleet(specs(*E_PD)) as fleet, stack(fleet, "sidecar", "e-pd.yaml") as s:
+        car = s.sidecars[0]
+
+        def count(kind: str) -> float:
+            return (
+                car.registry.get_sample_value(
+                    "mmgate_sidecar_requests_total", {"kind": kind, "status": "200"}
+                )
+                or 0.0
+            )
+
+        assert count("probe") >= 2  # the gateway has scraped its metrics and its model list
+        assert count("passthrough") == 0
+        model = fleet["pd-0"].model
+        async with aiohttp.ClientSession() as session:
+            async with session.post(s.url + "/tokenize", json={"model": model, "prompt": "hi"}) as r:
+                assert r.status == 200
+            async with session.head(car.url + "/health") as r:
+                assert r.status == 200
+        assert count("passthrough") == 1
+        status, _ = await post(s.url, chat_body(model, "hello", [png(5)], max_tokens=2))
+        assert status == 200 and count("disaggregated") == 1 and count("passthrough") == 1
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+from support.configs import THREE_MISTAKES
 from support.processes import REPO, mmgate_command, subprocess_env
 
 EXAMPLES = REPO / "examples"
-
-THREE_MISTAKES = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-affinity-filter
-  parameters:
-    afinityThreshold: 0.6
-- type: token-load-scorer
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: prefix-cache-affinity-filter
-  - pluginRef: token-load-scorr
-mmgate:
-  port: 99999
-"""
 
 
 def check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +50,8 @@ def test_a_good_file_prints_the_scheduler_it_becomes(tmp_path: Path) -> None:
     assert "aggregated.yaml (llm-d.ai/v1alpha1)" in out.stdout
     out = check(str(EXAMPLES / "aggregated.yaml"), "--format", "tsv")
     lines = out.stdout.splitlines()
-    assert lines[0] == "stage\tplugin\tparameters (non-default)"
+    assert lines[0] == f"# {EXAMPLES / 'aggregated.yaml'} (llm-d.ai/v1alpha1)"
+    assert lines[1] == "stage\tplugin\tparameters (non-default)"
     assert "default: picker\tmax-score-picker (injected default)\t" in lines
 
 
@@ -79,3 +65,62 @@ def test_engine_tokens_without_a_tokenizer_folder_exit_2(tmp_path: Path) -> None
     assert out.returncode == 2
     assert "no tokenizer.json" in out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_every_example_config_checks_clean_as_the_readme_invites() -> None:
+    """``mmgate check examples/*.yaml`` as a shell expands it: every file there is a gateway config."""
+    files = sorted(str(p.relative_to(REPO)) for p in EXAMPLES.glob("*.yaml"))
+    assert len(files) >= 10
+    out = subprocess.run(
+        mmgate_command("check", *files), capture_output=True, text=True, env=subprocess_env(), cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+
+
+def test_a_price_table_is_named_for_what_it_is() -> None:
+    out = check(str(EXAMPLES / "cost" / "prices.yaml"))
+    assert out.returncode == 2
+    lines = out.stderr.splitlines()
+    assert "looks like a `mmgate cost` price table" in lines[0] and "unknown key" not in out.stderr
+    assert lines[1:] == ["1 mistake in 1 of 1 file(s)"]
+
+
+def test_a_file_with_no_config_key_is_one_mistake(tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("name: web\nreplicas: 3\nimage: nginx\n")
+    out = check(str(other))
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"{other}: not an EndpointPickerConfig: none of its top-level keys (name, replicas, image) is one "
+        "of apiVersion, dataLayer, featureGates, flowControl, kind, parser, plugins, requestHandler, "
+        "saturationDetector, schedulingProfiles or mmgate",
+        "1 mistake in 1 of 1 file(s)",
+    ]
+
+
+def test_json_has_one_shape_for_one_or_several_files_good_or_bad(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(THREE_MISTAKES)
+    good = str(EXAMPLES / "random.yaml")
+    both = check(str(bad), good, "--json")
+    assert both.returncode == 2
+    data = json.loads(both.stdout)  # the errors are JSON too, on stdout
+    assert list(data) == ["configs", "errors"]
+    assert [c["file"] for c in data["configs"]] == [good]
+    assert data["configs"][0]["scheduler"][-1] == {
+        "stage": "default: picker",
+        "plugin": "random-picker",
+        "parameters (non-default)": "",
+    }
+    assert [(e["file"], e["line"], e["path"]) for e in data["errors"]] == [
+        (str(bad), 6, "plugins[0].parameters.afinityThreshold"),
+        (str(bad), 12, "schedulingProfiles[0].plugins[1].pluginRef"),
+        (str(bad), 14, "mmgate.port"),
+    ]
+    assert data["errors"][2]["message"] == "port must be in 0..65535, got 99999"
+    assert both.stderr == "3 mistakes in 1 of 2 file(s)\n"
+    one = json.loads(check(good, "--format", "json").stdout)
+    assert list(one) == ["configs", "errors"] and one["errors"] == [] and len(one["configs"]) == 1
+    only_bad = json.loads(check(str(bad), "--json").stdout)
+    assert one["configs"][0] == data["configs"][0] and only_bad["configs"] == []

@@ -11,7 +11,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from support.processes import mmgate_command, subprocess_env
+from support.configs import THREE_MISTAKES
+from support.processes import REPO, mmgate_command, subprocess_env
 from support.upstreams import Upstream
 
 IMAGE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
@@ -45,6 +46,22 @@ def test_serve_names_the_file_and_line_of_each_plugin_mistake(tmp_path: Path) ->
     assert out.returncode == 2
     assert out.stderr.startswith(f"mmgate serve: {config}:3: plugins[1].type: unknown plugin type")
     assert "Traceback" not in out.stderr
+
+
+def test_serve_reports_every_mistake_in_file_order_and_the_check_command(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(THREE_MISTAKES)
+    out = subprocess.run(
+        mmgate_command("serve", "--config", str(config)), capture_output=True, text=True, env=subprocess_env()
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert [line.split(": ", 2)[1] for line in lines[:3]] == [f"{config}:6", f"{config}:12", f"{config}:14"]
+    assert "afinityThreshold" in lines[0] and "token-load-scorr" in lines[1] and "99999" in lines[2]
+    assert lines[3:] == [
+        f"mmgate serve: 3 mistakes; `mmgate check {config}` lists a config's mistakes (or the scheduler "
+        "it becomes) without starting the gateway"
+    ]
 
 
 async def test_serve_proxies_logs_json_and_stops_on_ctrl_c(tmp_path: Path) -> None:
@@ -126,3 +143,36 @@ def test_flags_are_applied_to_the_config_before_the_gateway_is_built(tmp_path: P
     settings = build_gateway(load(parser.parse_args(flags))).settings  # what every worker builds
     limit = settings.control.max_inflight
     assert (settings.port, settings.admin_port, limit, settings.access_log) == (0, 0, 0, True)
+
+
+def test_help_examples_load_and_its_routes_are_the_route_table() -> None:
+    """Every example of ``mmgate serve --help`` (bar the one naming your own files) loads into a
+    gateway with endpoints, and the help names every route the gateway serves."""
+    import argparse
+    import shlex
+
+    from mmgate.gateway.app import build_gateway
+    from mmgate.gateway.cli import add_arguments, load
+    from mmgate.gateway.server import route_list
+
+    out = subprocess.run(
+        mmgate_command("serve", "--help"), capture_output=True, text=True, env=subprocess_env(), cwd=REPO
+    )
+    assert out.returncode == 0
+    examples = [
+        line.split(None, 2)[2] for line in out.stdout.splitlines() if line.startswith("  mmgate serve ")
+    ]
+    assert len(examples) == 3
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for example in examples:
+        if "my.yaml" in example:
+            continue
+        args = parser.parse_args(shlex.split(example.replace("examples/", f"{REPO}/examples/")))
+        config = load(args)
+        assert config.mmgate.endpoints, example  # `mmgate serve` refuses a config without them
+        gateway = build_gateway(config)
+        assert {path for _, path in route_list()} == set(gateway.routes())
+    help_text = " ".join(out.stdout.split())
+    for _method, path in route_list():
+        assert f" {path}," in help_text or f" {path}." in help_text or f" {path};" in help_text, path

@@ -131,3 +131,42 @@ async def test_curl_plain_and_streaming(tmp_path: Path) -> None:
         assert streamed.returncode == 0, streamed.stderr
         lines = [line for line in streamed.stdout.splitlines() if line.startswith("data: ")]
         assert lines[-1] == "data: [DONE]" and len(lines) >= 6
+
+
+async def test_openai_client_retrieves_a_model_whose_id_has_a_slash() -> None:
+    """``models.retrieve`` sends the slash percent-encoded; curl users type it as is (vLLM takes both)."""
+    model = "Qwen/Qwen3-VL-32B-Instruct"
+    async with stack(ENCODER_AFFINITY, pods=1, model=model) as s:
+        client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key="sk-test", max_retries=0)
+        try:
+            card = await client.models.retrieve(model)
+            assert card.id == model and card.object == "model"
+            with pytest.raises(openai.NotFoundError) as missing:
+                await client.models.retrieve("qwen/qwen3-vl-32b-instruct")
+            error = missing.value.body
+            assert isinstance(error, dict) and error["code"] == "model_not_found"
+            assert f"did you mean '{model}'" in error["message"] and error["param"] == "model"
+        finally:
+            await client.close()
+        async with s.session.get(s.url + "/v1/models/" + model) as resp:  # the unencoded form
+            assert resp.status == 200 and (await resp.json())["id"] == model
+        async with s.session.head(s.url + "/v1/models/Qwen%2FQwen3-VL-32B-Instruct") as resp:
+            assert resp.status == 200
+
+
+async def test_a_typo_in_a_route_or_a_model_case_gets_a_did_you_mean() -> None:
+    model = "Qwen/Qwen3-VL-32B-Instruct"
+    async with stack(ENCODER_AFFINITY, pods=1, model=model) as s:
+        body = chat_body(model, "hi", max_tokens=2)
+        async with s.session.post(s.url + "/v1/chat/completion", data=body) as resp:
+            assert resp.status == 404
+            error = (await resp.json())["error"]
+            assert error["message"] == (
+                "Not Found: POST /v1/chat/completion (did you mean '/v1/chat/completions'?)"
+            )
+            assert error["code"] == "unknown_route"
+        wrong_case = chat_body(model.lower(), "hi")
+        async with s.session.post(s.url + "/v1/chat/completions", data=wrong_case) as resp:
+            assert resp.status == 404
+            error = (await resp.json())["error"]
+            assert error["code"] == "model_not_found" and f"(did you mean '{model}'?)" in error["message"]

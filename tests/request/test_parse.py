@@ -372,3 +372,14 @@ def test_each_inline_payload_is_hashed_once(monkeypatch: pytest.MonkeyPatch) -> 
     view = parse_request(chat(image_part(data_uri(png)), image_part(data_uri(png[:-1] + b"x"))), {})
     assert len(view.assets) == 2 and len(hashed) == 2
     assert view.assets[0].identity == xxhash.xxh3_128_hexdigest(b64(png).encode())
+
+
+@pytest.mark.parametrize("api", list(Api))
+@pytest.mark.parametrize("body", [b"", b"  \r\n"])
+def test_an_empty_body_is_said_to_be_empty(api: Api, body: bytes) -> None:
+    """Not msgspec's "Input data was truncated", which reads as a body cut short in transit."""
+    with pytest.raises(RequestError) as caught:
+        parse_request(body, {}, api=api)
+    assert caught.value.status == 400
+    assert caught.value.message == "The request body is empty."
+    assert caught.value.code == "empty_body"

@@ -155,3 +155,20 @@ async def test_bad_bodies_on_the_new_routes_are_400s_naming_the_field(pod: tuple
     ]:
         status, body = await post(url + path, doc)
         assert (status, body["error"]["param"]) == (400, param)
+
+
+@pytest.mark.parametrize(("path", "prompt"), [("/v1/chat/completions", None), ("/v1/completions", "Once")])
+async def test_n_choices_are_generated_or_refused_naming_n(
+    pod: tuple[str, str], path: str, prompt: str | None
+) -> None:
+    url, model = pod
+    doc: dict[str, Any] = {"model": model, "max_tokens": 4, "n": 2}
+    doc.update({"prompt": prompt} if prompt else {"messages": [{"role": "user", "content": "hi"}]})
+    status, body = await post(url + path, doc)
+    assert status == 200, body
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    texts = [c["message"]["content"] if prompt is None else c["text"] for c in body["choices"]]
+    assert all(texts) and body["usage"]["completion_tokens"] == 8  # every choice's tokens
+    for bad in ({"n": 0}, {"n": 2, "stream": True}):
+        status, body = await post(url + path, {**doc, **bad})
+        assert status == 400 and body["error"]["param"] == "n", body

@@ -15,6 +15,8 @@ from mmgate.tokens import cli, cost_cli, get_family, get_provider
 from support.media import mp4
 from support.processes import REPO, mmgate_command, subprocess_env
 
+PRICES = REPO / "examples" / "cost" / "prices.yaml"
+
 
 def run_cli(module: object, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser()
@@ -113,9 +115,6 @@ def test_tokens_reads_an_mp4_header_and_openai_detail(
             "unknown family 'qwen9' (did you mean 'qwen3-vl'?); valid choices: gemma3",
         ),
         (["1920x1080", "-p", "openai:gpt-9"], "gpt-4o"),
-        (["0x10"], "at least 1 pixel"),
-        (["99999x10"], "exceeds the maximum"),
-        (["nonsense.png"], "neither a file nor a size"),
         (["1920x1080", "--param", "max_pixel=5"], "max_pixels"),
         (["1920x1080", "--param", "noequals"], "KEY=VALUE"),
     ],
@@ -126,6 +125,30 @@ def test_tokens_bad_input_is_a_clear_error(
     code, out, err = run_cli(cli, *argv, capsys=capsys)
     assert code == 2 and out == ""
     assert needle in err
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("0x10", "at least 1 pixel"),
+        ("99999x10", "exceeds the maximum"),
+        ("nonsense.png", "neither a file nor a size"),
+    ],
+)
+def test_one_bad_input_does_not_hide_the_other_rows(
+    bad: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bad input's row says so, the others print, and the exit status is 2 at the end."""
+    code, out, err = run_cli(cli, "1280x720", bad, "640x480", "--format", "tsv", capsys=capsys)
+    assert code == 2
+    rows = {line.split("\t")[0]: line.split("\t")[1:] for line in out.splitlines()[2:]}
+    assert rows["1280x720"] == ["1280x720", "880 (+2)"] and rows["640x480"] == ["640x480", "300 (+2)"]
+    assert "error" in " ".join(rows[bad])
+    assert err.splitlines() == [next(line for line in err.splitlines() if needle in line)]
+    assert err.startswith(f"mmgate tokens: error: {bad}: ")
+    code, out, _ = run_cli(cli, bad, "640x480", "--json", capsys=capsys)
+    records = json.loads(out)
+    assert code == 2 and needle in records[0]["error"] and records[1]["tokens"] == 300
 
 
 def test_tokens_table_and_list_through_the_real_command() -> None:
@@ -155,7 +178,7 @@ def test_cost_json_and_break_even(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         cost_cli,
         "--prefix-tokens", "10000", "--question-tokens", "0", "--output-tokens", "0", "--questions", "4",
-        "--price-table", str(REPO / "examples" / "prices.yaml"), "--model", "claude-sonnet-4", "--json",
+        "--price-table", str(PRICES), "--model", "claude-sonnet-4", "--json",
         "--per-question",
         capsys=capsys,
     )  # fmt: skip
@@ -174,7 +197,13 @@ def test_cost_json_and_break_even(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cost_table_through_the_real_command() -> None:
     out = subprocess.run(
         mmgate_command(
-            "cost", "--prefix-tokens", "12000", "--questions", "5", "--price-table", "examples/prices.yaml"
+            "cost",
+            "--prefix-tokens",
+            "12000",
+            "--questions",
+            "5",
+            "--price-table",
+            "examples/cost/prices.yaml",
         ),
         capture_output=True,
         text=True,
@@ -205,7 +234,7 @@ def test_cost_bad_price_tables(
 
 
 def test_cost_unknown_model_lists_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    table = str(REPO / "examples/prices.yaml")
+    table = str(PRICES)
     code, _, err = run_cli(
         cost_cli, "--prefix-tokens", "10", "--price-table", table, "--model", "gpt-9", capsys=capsys
     )
@@ -221,7 +250,7 @@ def test_the_shipped_price_table_covers_every_hosted_model_tokens_prices() -> No
     from mmgate.tokens.cost import load_price_table
     from mmgate.tokens.providers import OPENAI_MODELS, hosted_rules
 
-    table = load_price_table(REPO / "examples" / "prices.yaml")
+    table = load_price_table(PRICES)
     assert table.read is not None and table.read.startswith("20")  # the date the prices were read
     assert set(OPENAI_MODELS) <= set(table.models)
     rules = {get_provider(name).name for name in table.models}  # every row is a name tokens takes

@@ -42,12 +42,13 @@ def test_help_lists_every_accepted_system() -> None:
         "smg",
     ):
         assert name in text
-    assert "prices" not in text  # examples/prices.yaml is mmgate cost's price table, not a gateway config
+    assert "prices" not in text  # mmgate cost's price table is not a system
 
 
 def test_a_file_of_another_command_is_refused_with_the_reason() -> None:
-    err = _refused(_bench("run", "--des", "--systems", "prices", "--rates", "1", "--duration", "1"))
-    assert "prices.yaml" in err and "not a gateway config" in err and "unknown key" in err
+    prices = str(Path(__file__).resolve().parents[3] / "examples" / "cost" / "prices.yaml")
+    err = _refused(_bench("run", "--des", "--systems", prices, "--rates", "1", "--duration", "1"))
+    assert "prices.yaml" in err and "not a gateway config" in err and "not an EndpointPickerConfig" in err
 
 
 @pytest.mark.parametrize("verb", ["run", "des"])

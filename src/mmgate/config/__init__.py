@@ -36,6 +36,7 @@ from mmgate.config.schema import (
     SchedulingProfile,
 )
 from mmgate.config.strict import ConfigError, ConfigErrors, check_strict, decode_strict, raise_if_any
+from mmgate.errors import did_you_mean
 
 __all__ = [
     "ConfigError",
@@ -123,6 +124,10 @@ def _parse(data: Any, source: str) -> tuple[GatewayConfig | None, list[ConfigErr
         return None, [
             ConfigError(f"the top level must be a mapping, got {type(data).__name__}", source=source)
         ]
+    if data and not any(key in _TOP_KEYS or did_you_mean(str(key), _TOP_KEYS) for key in data):
+        # Nothing of a gateway config at all, not even a misspelt key (another tool's file, a
+        # wrong path): one line saying so reads better than an "unknown key" for every key.
+        return None, [ConfigError(_not_a_config(data), source=source)]
     body = dict(data)
     section = body.pop("mmgate", None)
     picker_errors = check_strict(body, EndpointPickerConfig)
@@ -140,6 +145,15 @@ def _parse(data: Any, source: str) -> tuple[GatewayConfig | None, list[ConfigErr
 
 
 _PICKER_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(EndpointPickerConfig))
+_TOP_KEYS = _PICKER_KEYS | {"mmgate"}
+
+
+def _not_a_config(data: dict[Any, Any]) -> str:
+    keys = ", ".join(str(k) for k in list(data)[:6]) + (", ..." if len(data) > 6 else "")
+    return (
+        f"not an EndpointPickerConfig: none of its top-level keys ({keys}) is one of "
+        f"{', '.join(sorted(_PICKER_KEYS))} or mmgate"
+    )
 
 
 def _check_picker(cfg: EndpointPickerConfig) -> list[ConfigError]:

@@ -41,7 +41,10 @@ class AdmissionSettings:
 class Overloaded(Exception):
     """Refused by admission or flow control; ``retry_after_s`` goes into the ``Retry-After``
     header, ``status`` is the answer's (429, or 503 when the gateway itself is full: flow
-    control's byte bound, a request held for its whole TTL), ``code`` the error's code."""
+    control's byte bound, a request held for its whole TTL), ``code`` the error's code:
+    ``overloaded`` when the gateway as a whole is full, ``rate_limit_exceeded`` when the client or
+    its API key is at its own limit (OpenAI's code for a 429 the caller can fix by slowing down;
+    SDKs and dashboards key on it)."""
 
     def __init__(
         self, message: str, retry_after_s: int, *, status: int = 429, code: str = "overloaded"
@@ -51,6 +54,9 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
         self.status = status
         self.code = code
+
+
+CLIENT_LIMIT = "rate_limit_exceeded"
 
 
 def client_key(headers: Mapping[str, str], remote: str | None) -> str:
@@ -112,6 +118,7 @@ class Admission:
                 raise Overloaded(
                     f"this client already has {held} requests in flight; the limit is {per_client}",
                     s.retry_after_s,
+                    code=CLIENT_LIMIT,
                 )
         if not limit or (self.inflight < limit and not self.queued):
             self.inflight += 1
@@ -174,6 +181,7 @@ class Admission:
             raise Overloaded(
                 f"this API key already has {held} requests in flight; its limit is {identity.max_inflight}",
                 retry_after,
+                code=CLIENT_LIMIT,
             )
         rate = identity.rate_per_s
         if not rate:
@@ -184,7 +192,8 @@ class Admission:
         if tokens < 1.0:
             self._buckets[identity.key_id] = (tokens, now)
             wait = math.ceil((1.0 - tokens) / rate)
-            raise Overloaded(f"this API key is limited to {rate:g} requests/s; retry shortly", max(1, wait))
+            message = f"this API key is limited to {rate:g} requests/s; retry shortly"
+            raise Overloaded(message, max(1, wait), code=CLIENT_LIMIT)
         self._buckets[identity.key_id] = (tokens - 1.0, now)
 
     def _drop_key(self, identity: Identity) -> None:

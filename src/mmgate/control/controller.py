@@ -65,7 +65,7 @@ from mmgate.control.flow.queues import HeldRequest
 from mmgate.control.parser import Parser
 from mmgate.control.retry_budget import RetryBudget
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry
-from mmgate.errors import RequestError
+from mmgate.errors import RequestError, did_you_mean
 from mmgate.request.urlsizing import UrlSizer
 from mmgate.request.view import Api, RequestView
 
@@ -798,9 +798,10 @@ class RequestController:
                 if r.health.healthy and (subset is None or r.name in subset):
                     out.append(r)
         if not serves and len(self.endpoints):
-            served = ", ".join(self.endpoints.models()[:20])
+            models = self.endpoints.models()
+            hint = did_you_mean(model, models)  # case-insensitive: 'qwen/qwen3-vl-8b' finds its id
             raise RequestError(
-                f"The model '{model}' is not served here; available: {served}",
+                f"The model '{model}' is not served here{hint}; available: {', '.join(models[:20])}",
                 param="model",
                 status=404,
                 code="model_not_found",

@@ -12,7 +12,7 @@ from mmgate.disagg.plan import parse_hosts
 from mmgate.disagg.sidecar import Sidecar, SidecarSettings
 from mmgate.disagg.stages import AllowList
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever, wait_for_signal
+from mmgate.process import listen_failure, run_forever, wait_for_signal
 
 log = logging.getLogger("mmgate.sidecar")
 
@@ -117,6 +117,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_forever(main)
     except OSError as exc:
-        print(f"mmgate sidecar: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        print(f"mmgate sidecar: {listen_failure(exc, args.host, args.port)}", file=sys.stderr)
+        return 2
     return 0

@@ -10,8 +10,9 @@ goes on without it (never to that host).
 
 Every other request (``/metrics``, ``/v1/models``, ``/health`` of the model server, any other API)
 is passed through to the local server unchanged, so the gateway scrapes and probes the pod through
-the sidecar's port as llm-d's does. The sidecar's own ``/health``, ``/ready`` (its upstream answers
-``/health``) and ``/metrics`` are on the admin port.
+the sidecar's port as llm-d's does; those scrapes and probes are counted apart (``kind="probe"``).
+The sidecar's own ``/health``, ``/ready`` (its upstream answers ``/health``) and ``/metrics`` are
+on the admin port.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ from mmgate.request.view import Api
 
 log = logging.getLogger("mmgate.sidecar")
 
+# What a gateway asks of the pod through the sidecar on its own, many times a second (metrics
+# scrapes, health checks, the model list): counted as kind="probe", so "passthrough" stays the
+# client requests the sidecar passed on without running a leg.
+PROBE_PATHS = frozenset({"/metrics", "/health", "/v1/models", "/ping", "/version"})
+
 ORCHESTRATED = {"/v1/chat/completions": Api.CHAT}
 """The APIs whose media the sidecar fans out (the other APIs pass through)."""
 
@@ -73,7 +79,8 @@ class Sidecar:
         self.registry = CollectorRegistry()
         self.stage_metrics = StageMetrics(self.registry)
         self.requests = Counter(
-            "mmgate_sidecar_requests", "Requests answered, by path kind and status",
+            "mmgate_sidecar_requests",
+            "Requests answered, by kind (disaggregated, api, passthrough, probe) and status",
             ["kind", "status"], registry=self.registry,
         )  # fmt: skip
         self._parse = make_parser(DEFAULT_LIMITS)
@@ -140,6 +147,8 @@ class Sidecar:
         body = request.body
         whole = False
         kind = "passthrough"
+        if request.method in ("GET", "HEAD") and request.path in PROBE_PATHS:
+            kind = "probe"  # the gateway's scrapes and health checks, not client traffic
         if api is not None:
             kind = "api"
             stages = stages_from(request.headers, allow=self.allow, metrics=self.stage_metrics)
@@ -183,6 +192,8 @@ class Sidecar:
             )
             return 502
         out, length = relay_headers(upstream.headers)
+        # A HEAD answer is its head alone (RFC 9110 9.3.2), whatever the local server's headers say.
+        writer.head_only = request.method == "HEAD"
         try:
             if whole:
                 pieces = []

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 
 import msgspec
 
@@ -15,23 +16,31 @@ from mmgate.config.schema import KubernetesSpec, TracingSpec
 from mmgate.gateway.app import Running, build_gateway, serve_until_signal
 from mmgate.gateway.config_check import load_checked
 from mmgate.gateway.malloc_tuning import keep_large_buffers
+from mmgate.gateway.server import route_list
 from mmgate.gateway.workers import serve_workers
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever
+from mmgate.process import listen_failure, run_forever
 
 log = logging.getLogger("mmgate.gateway")
 
-EPILOG = """\
+
+def _epilog() -> str:
+    """The examples (each one runs as written, given servers at those addresses) and every route,
+    from the route table itself."""
+    posts = ", ".join(path for method, path in route_list() if method == "POST")
+    gets = ", ".join(path for method, path in route_list() if method == "GET")
+    routes = textwrap.fill(f"Routes: POST {posts}; GET (and HEAD) {gets}.", 100)
+    return f"""\
 examples:
   mmgate serve --endpoints 127.0.0.1:8001,127.0.0.1:8002
-  mmgate serve --config examples/aggregated.yaml --port 8080
+  mmgate serve --config examples/aggregated.yaml --endpoints 127.0.0.1:8001 --port 8080
   mmgate serve --config my.yaml --endpoints-file /etc/mmgate/endpoints.yaml
 
 The config file is an llm-d EndpointPickerConfig (apiVersion llm-d.ai/v1alpha1 or v1) with an
 optional `mmgate:` section (host, port, endpoints, endpointsFile, limits, pricing, ...).
 Flags override the file. Endpoints are host:port or http(s)://host:port.
-Routes: POST /v1/chat/completions, /v1/completions, /v1/messages; GET /v1/models, /health,
-/ready, /metrics. See docs/gateway.md and docs/operations.md.
+{routes}
+With --admin-port, /ready and /metrics move there. See docs/gateway.md and docs/operations.md.
 """
 
 
@@ -44,7 +53,7 @@ def add_arguments(
 ) -> None:
     """The flags of ``mmgate serve``; ``mmgate extproc`` shares them with its own port defaults."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EPILOG
+    parser.epilog = _epilog()
     parser.add_argument("--config", metavar="FILE.yaml", help="EndpointPickerConfig + mmgate section")
     parser.add_argument(
         "--endpoints",
@@ -187,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             return serve_workers(args.workers, section.host, section.port, serve_one)
         except OSError as exc:
-            print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
-            return 1
+            print(f"mmgate serve: {listen_failure(exc, section.host, section.port)}", file=sys.stderr)
+            return 2
     try:
         run_forever(lambda: serve_until_signal(gateway, ready))
     except ConfigError as exc:  # found only on start, e.g. a kubeconfig that does not load
@@ -197,13 +206,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate serve: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"mmgate serve: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        print(f"mmgate serve: {listen_failure(exc, config.mmgate.host, config.mmgate.port)}", file=sys.stderr)
+        return 2
     return 0
 
 
 def _config_errors(error: ConfigError) -> int:
-    """Every mistake, one per line, each naming the file (and line) it is in; exit status 2."""
+    """Every mistake, one per line in file order, each naming the file (and line) it is in, then
+    the command that checks a file without starting anything; exit status 2."""
     for one in error.errors:
         print(f"mmgate serve: {one}", file=sys.stderr)
+    files = sorted({one.source for one in error.errors if one.source and not one.source.startswith("<")})
+    if files:
+        count = len(error.errors)
+        noun = "mistake" if count == 1 else "mistakes"
+        print(
+            f"mmgate serve: {count} {noun}; `mmgate check {' '.join(files)}` lists a config's "
+            "mistakes (or the scheduler it becomes) without starting the gateway",
+            file=sys.stderr,
+        )
     return 2

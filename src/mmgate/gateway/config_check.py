@@ -22,6 +22,7 @@ from mmgate.datalayer.endpoints import parse_endpoint
 from mmgate.scheduling import Plugin, Scheduler, build_scheduler
 from mmgate.tls import client_context
 from mmgate.tokens import get_family
+from mmgate.tokens.cost import load_price_table
 
 
 def reference_errors(m: MmgateSection) -> list[ConfigError]:
@@ -79,11 +80,28 @@ def check_file(path: str) -> tuple[GatewayConfig | None, Scheduler | None, list[
     """
     config, errors = read_config(path)
     if config is None:
-        return None, None, errors
+        return None, None, _other_kind(path) or errors
     scheduler, meaning = check_config(config)
     if errors or meaning:
         return config, None, in_file_order(errors + meaning)
     return config, scheduler, []
+
+
+def _other_kind(path: str) -> list[ConfigError]:
+    """For a file that is not a gateway config at all: one line naming the command it is for,
+    when it is one of mmgate's other files (a ``mmgate cost`` price table sits in ``examples/``
+    beside the configs), instead of an "unknown key" per key."""
+    try:
+        load_price_table(path)
+    except ValueError:
+        return []
+    return [
+        ConfigError(
+            "looks like a `mmgate cost` price table (use it with `mmgate cost --price-table FILE`); "
+            "mmgate check reads gateway configs (llm-d EndpointPickerConfig)",
+            source=path,
+        )
+    ]
 
 
 def load_checked(path: str) -> GatewayConfig:

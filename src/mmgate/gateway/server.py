@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -35,7 +36,7 @@ from mmgate.control.parser import PARSED_HEADERS, Parser
 from mmgate.datalayer.layer import DataLayer, DataLayerConfig
 from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.disagg.orchestrate import OrchestrationSettings, StageMetrics
-from mmgate.errors import RequestError
+from mmgate.errors import RequestError, did_you_mean
 from mmgate.gateway.flowmetrics import FlowCollector
 from mmgate.gateway.proxy import Forwarded, Proxy, ProxySettings
 from mmgate.gateway.telemetry import Telemetry
@@ -57,6 +58,21 @@ access_log = logging.getLogger("mmgate.access")
 
 RouteHandler = Callable[[Request, ResponseWriter], Awaitable[None]]
 Routes = dict[str, tuple[str, RouteHandler]]  # path -> (method, handler)
+
+# ``GET /v1/models/{model}``: a model id may hold a slash (``Qwen/Qwen3-VL-8B-Instruct``), which
+# the openai client sends percent-encoded (``Qwen%2FQwen3-VL-8B-Instruct``) and curl users type
+# as is; vLLM's route takes both (``{model_name:path}``), so the rest of the path is the id.
+MODEL_ROUTE = "/v1/models/{model}"
+MODEL_PREFIX = MODEL_ROUTE.split("{", 1)[0]
+GET_ROUTES = ("/v1/models", MODEL_ROUTE, "/health")  # on the API port
+ADMIN_ROUTES = ("/ready", "/metrics")  # on the API port, or on the admin port when one is set
+
+
+def route_list() -> list[tuple[str, str]]:
+    """(method, path) of every route the gateway serves, as :meth:`Gateway.routes` builds them
+    (for ``--help`` and docs; a test holds the two together)."""
+    return [("POST", path) for path in ROUTES] + [("GET", path) for path in (*GET_ROUTES, *ADMIN_ROUTES)]
+
 
 ROUTES: dict[str, Api] = API_PATHS  # every POST route vLLM serves, at vLLM's paths
 
@@ -174,8 +190,9 @@ class Gateway:
     def routes(self) -> Routes:
         """The API port's routes (``/metrics`` and ``/ready`` too unless an admin port is set)."""
         routes: Routes = {path: ("POST", self._api_handler(api)) for path, api in ROUTES.items()}
-        routes["/v1/models"] = ("GET", self._simple(self.models))
-        routes["/health"] = ("GET", self._simple(self.health))
+        gets = {"/v1/models": self._simple(self.models), MODEL_ROUTE: self._model_route}
+        gets["/health"] = self._simple(self.health)
+        routes.update({path: ("GET", gets[path]) for path in GET_ROUTES})
         if self.settings.admin_port is None:
             routes.update(self._admin_routes())
         return routes
@@ -186,17 +203,23 @@ class Gateway:
         return {"/health": ("GET", self._simple(self.health)), **self._admin_routes()}
 
     def _admin_routes(self) -> Routes:
-        return {"/ready": ("GET", self._simple(self.ready)), "/metrics": ("GET", self._simple(self.metrics))}
+        handlers = {"/ready": self._simple(self.ready), "/metrics": self._simple(self.metrics)}
+        return {path: ("GET", handlers[path]) for path in ADMIN_ROUTES}
 
     def dispatcher(self, routes: Routes) -> Callable[[Request, ResponseWriter], Awaitable[None]]:
         """The server handler for ``routes``: 404 for an unknown path, 405 (with Allow) for a
         known path asked with another method, both OpenAI-shaped. HEAD is served by GET routes."""
 
+        templated = MODEL_ROUTE in routes
+        fixed = [path for path in routes if "{" not in path]
+
         async def dispatch(request: Request, writer: ResponseWriter) -> None:
             route = routes.get(request.path)
             if route is None:
-                writer.send(error_response(404, f"Not Found: {request.method} {request.path}"))
-                return
+                if not (templated and request.path.startswith(MODEL_PREFIX)):
+                    writer.send(not_found(request.method, request.path, fixed))
+                    return
+                route = routes[MODEL_ROUTE]
             method, handler = route
             if request.method != method:
                 if method == "GET" and request.method == "HEAD":
@@ -334,6 +357,25 @@ class Gateway:
     def models(self) -> Response:
         return json_response({"object": "list", "data": self.data.model_cards()})
 
+    def model(self, name: str) -> Response:
+        """``GET /v1/models/{model}`` (``client.models.retrieve``): the model's card, or a 404
+        naming ``model`` (with the id it probably meant, e.g. in another case)."""
+        cards = self.data.model_cards()
+        for card in cards:
+            if card.get("id") == name:
+                return json_response(card)
+        ids = [str(card.get("id")) for card in cards]
+        error = RequestError(
+            f"The model '{name}' does not exist here{did_you_mean(name, ids)}; served: {', '.join(ids[:20])}",
+            param="model",
+            status=404,
+            code="model_not_found",
+        )
+        return request_error_response(error)
+
+    async def _model_route(self, request: Request, writer: ResponseWriter) -> None:
+        writer.send(self.model(model_in_path(request.path)))
+
     def health(self) -> Response:
         """Liveness: the gateway process answers. Says nothing about the fleet."""
         return json_response({"status": "ok"})
@@ -359,3 +401,14 @@ class Gateway:
 
     def metrics(self) -> Response:
         return Response(200, generate_latest(self.telemetry.registry), CONTENT_TYPE_LATEST)
+
+
+def model_in_path(path: str) -> str:
+    """The model id of a ``/v1/models/{model}`` path, percent-decoded (``%2F`` is a slash)."""
+    return unquote(path.removeprefix(MODEL_PREFIX))
+
+
+def not_found(method: str, path: str, known: Iterable[str]) -> Response:
+    """404 for a path no route serves, naming the route it was probably meant to be."""
+    hint = did_you_mean(path, known)
+    return error_response(404, f"Not Found: {method} {path}{hint}", code="unknown_route")

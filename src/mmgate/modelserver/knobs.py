@@ -27,6 +27,7 @@ class Knobs(msgspec.Struct):
     dimensions: int | None = None  # embeddings
     encoding_format: str = "float"  # embeddings: "float" or "base64"
     top_n: int = 0  # rerank
+    n: int = 1  # chat and completions: how many choices to generate for the prompt
     kv_transfer_params: Any = None
     ec_transfer_params: Any = None
 
@@ -53,6 +54,15 @@ class Knobs(msgspec.Struct):
         if limit is not None and limit < 1:
             raise RequestError(f"{self.limit_name} must be at least 1, got {limit}", param=self.limit_name)
         return limit
+
+    def checked_choices(self, *, streamable: bool = True) -> int:
+        """``n``, refused (400 naming ``n``) below 1, or above 1 when ``streamable`` is False
+        (a server that cannot stream several choices says so instead of sending one)."""
+        if self.n < 1:
+            raise RequestError(f"n must be at least 1, got {self.n}", param="n")
+        if self.n > 1 and self.stream and not streamable:
+            raise RequestError("n > 1 is not supported with stream: true here; send stream: false", param="n")
+        return self.n
 
 
 _KNOBS = msgspec.json.Decoder(Knobs)

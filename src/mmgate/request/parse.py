@@ -50,6 +50,10 @@ def parse_request(
         raise RequestError(
             f"Request body is {len(body)} bytes; the limit is {limits.max_body_bytes} bytes.", status=413
         )
+    if not body or (body[:1].isspace() and not body.strip()):
+        # Said as such: a JSON decoder's word for it ("Input data was truncated") reads as a
+        # body cut short in transit; ``curl -d @file`` with a missing file sends nothing.
+        raise RequestError("The request body is empty.", code="empty_body")
     builder = PromptBuilder(headers, limits)
     layout = None
     if api is Api.CHAT:

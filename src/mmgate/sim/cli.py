@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from mmgate.modelserver.flags import add_cache_arguments, add_kv_events_arguments
-from mmgate.process import run_forever, stop_signal
+from mmgate.process import listen_failure, run_forever, stop_signal
 from mmgate.sim.faults import FaultSettings
 from mmgate.sim.profiles import ProfileError
 from mmgate.sim.roles import Role, role_from_kv_transfer_config
@@ -362,7 +362,14 @@ def run(args: argparse.Namespace) -> int:
     except ProfileError as exc:  # a misspelt --profile or a bad profile file: the user's to fix
         print(f"mmgate sim: {exc}", file=sys.stderr)
         return 2
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno is None:  # not a socket's refusal
+            print(f"mmgate sim: {exc}", file=sys.stderr)
+            return 1
+        host = specs[0].host if specs else "127.0.0.1"
+        print(f"mmgate sim: {listen_failure(exc, host, flag='--base-port')}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"mmgate sim: {exc}", file=sys.stderr)
         return 1
     return 0

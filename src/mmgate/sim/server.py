@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import json
 import socket
 import struct
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import orjson
 from aiohttp import web
 
 from mmgate.errors import RequestError
@@ -344,13 +346,27 @@ class SimPod:
             media=payloads_of(job.view.assets),
             lora=self._lora_key(job.view.model),
         )
+        choices = 1
+        if api in (Api.CHAT, Api.COMPLETIONS):
+            try:
+                choices = job.knobs.checked_choices(streamable=False)
+            except RequestError as err:
+                return error_response(err, self.name)
         arrival = await driver.preprocess(sim)
+        # n choices are n sequences of one prompt, as vLLM runs them: the later ones find the
+        # prompt's blocks cached by the first.
+        siblings = [dataclasses.replace(sim, request_id=f"{engine_id}/{i}") for i in range(1, choices)]
+        flights: list[Flight] = []
         try:
-            flight = driver.submit(sim, arrival)
-        except ValueError as exc:
-            return error_response(RequestError(str(exc), param="messages"), self.name)
-        except RuntimeError as exc:
+            for sequence in (sim, *siblings):
+                flights.append(driver.submit(sequence, arrival))
+        except (ValueError, RuntimeError) as exc:
+            for submitted in flights:
+                driver.abort(submitted)
+            if isinstance(exc, ValueError):
+                return error_response(RequestError(str(exc), param="messages"), self.name)
             return error_response(RequestError(str(exc), status=503, type="service_unavailable"), self.name)
+        flight, others = flights[0], flights[1:]
         audio = [a.duration_s or 0.0 for a in job.pricing.assets if a.modality is Modality.AUDIO]
         # vLLM answers with the model the request named: the adapter's name for a LoRA request.
         served = self.model if self._adapter_of(job.view.model) is None else job.view.model
@@ -378,10 +394,11 @@ class SimPod:
         try:
             if job.knobs.stream:
                 return await self._stream(request, flight, writer, job, reason, extra, reset)
-            while not flight.finished:
-                await flight.wait()
-            if flight.reason == "abort":
-                raise RequestError("request aborted", status=503, type="server_error")
+            for each in (flight, *others):
+                while not each.finished:
+                    await each.wait()
+                if each.reason == "abort":
+                    raise RequestError("request aborted", status=503, type="server_error")
             usage = self._usage(flight, prompt_tokens)
             if reset:
                 _reset(request)
@@ -397,6 +414,8 @@ class SimPod:
                     encoding_format=knobs.encoding_format,
                     top_n=knobs.top_n,
                 )
+            elif others:
+                body = self._choices_body(api, request_id, job, (flight, *others), reason, usage, extra)
             else:
                 body = writer.body(flight.emitted, reason, usage, extra)
             return web.Response(body=body, headers={POD_HEADER: self.name}, content_type="application/json")
@@ -404,6 +423,34 @@ class SimPod:
             return error_response(err, self.name)
         finally:
             driver.abort(flight)
+            for other in others:
+                driver.abort(other)
+
+    def _choices_body(
+        self,
+        api: Api,
+        request_id: str,
+        job: Ingested,
+        flights: Sequence[Flight],
+        reason: str,
+        usage: Usage,
+        extra: dict[str, Any] | None,
+    ) -> bytes:
+        """One answer with a choice per flight (``n``), each its own text; usage counts every
+        choice's tokens, as vLLM's does."""
+        out: dict[str, Any] = {}
+        for index, each in enumerate(flights):
+            offset = zlib.crc32(f"{request_id}/{index}".encode()) & 0xFF
+            writer = writer_for(api, request_id, self.model, offset=offset)
+            doc = orjson.loads(writer.body(each.emitted, reason, usage, extra))
+            doc["choices"][0]["index"] = index
+            if not out:
+                out = doc
+            else:
+                out["choices"].append(doc["choices"][0])
+        completion = sum(each.emitted for each in flights)
+        out["usage"] = Usage(usage.prompt_tokens, completion, usage.cached_tokens).to_dict()
+        return orjson.dumps(out)
 
     async def _stream(
         self,

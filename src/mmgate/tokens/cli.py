@@ -220,16 +220,48 @@ def build_columns(
     return columns
 
 
-def count_all(inputs: list[Input], columns: list[Column]) -> list[dict[str, Any]]:
-    """One record per (input, column) where the column has a rule for the input."""
+@dataclass(frozen=True, slots=True)
+class BadInput:
+    """An input that could not be read (``12x``, a missing file): its row says why, the others
+    still print."""
+
+    label: str
+    error: str
+
+    @property
+    def shape(self) -> str:
+        return f"error: {self.error}"
+
+
+def read_inputs(texts: Sequence[str]) -> list[Input | BadInput]:
+    """Every input, each one read on its own: one bad one does not hide the others' counts."""
+    out: list[Input | BadInput] = []
+    for text in texts:
+        try:
+            out.append(parse_input(text))
+        except (RequestError, ValueError) as exc:
+            out.append(BadInput(text, str(exc)))
+    return out
+
+
+def count_all(inputs: Sequence[Input | BadInput], columns: list[Column]) -> list[dict[str, Any]]:
+    """One record per (input, column) where the column has a rule for the input; a rule that
+    refuses an input (``0x0``) gives a record with its ``error`` instead of ``tokens``."""
     rows: list[dict[str, Any]] = []
     for item in inputs:
+        if isinstance(item, BadInput):
+            rows.append({"input": item.label, "error": item.error})
+            continue
         for col in columns:
-            count = col.count(item)
-            if count is None:
-                continue
             row: dict[str, Any] = {"input": item.label, "modality": item.modality.value}
             row["provider" if col.kind == "provider" else "family"] = col.name
+            try:
+                count = col.count(item)
+            except (RequestError, ValueError) as exc:
+                rows.append({**row, "error": str(exc)})
+                continue
+            if count is None:
+                continue
             row.update(width=item.width, height=item.height)
             if item.modality is not Modality.IMAGE:
                 row.update(duration_s=item.duration_s)
@@ -243,11 +275,11 @@ def count_all(inputs: list[Input], columns: list[Column]) -> list[dict[str, Any]
     return rows
 
 
-def check_documents_priced(inputs: list[Input], rows: list[dict[str, Any]]) -> None:
+def check_documents_priced(inputs: Sequence[Input | BadInput], rows: list[dict[str, Any]]) -> None:
     """A document no selected rule prices is a usage error, not an empty table."""
     priced = {r["input"] for r in rows}
     for item in inputs:
-        if item.modality is Modality.DOCUMENT and item.label not in priced:
+        if isinstance(item, Input) and item.modality is Modality.DOCUMENT and item.label not in priced:
             raise ValueError(
                 f"{item.label}: documents are priced by hosted APIs that document a page rule; "
                 "add --provider anthropic (model families here take no PDFs)"
@@ -328,19 +360,24 @@ def run(args: argparse.Namespace) -> int:
         rules = build_columns(
             args.family, args.provider, args.param, args.estimate, args.detail, models=args.model
         )
-        inputs = [parse_input(i) for i in args.inputs]
+        inputs = read_inputs(args.inputs)
         rows = count_all(inputs, rules)
         check_documents_priced(inputs, rows)
     except (RequestError, ValueError) as exc:
         print(f"mmgate tokens: error: {exc}", file=sys.stderr)
         return 2
     emit([_table(inputs, rules, rows)], args.format, data=rows)
-    return 0
+    failed = {row["input"]: row["error"] for row in rows if "error" in row}
+    for label, error in failed.items():  # after the table, so the good rows are not lost
+        print(f"mmgate tokens: error: {label}: {error}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def _cell(row: dict[str, Any] | None) -> str:
     if row is None:
         return "—"
+    if "error" in row:
+        return "error"
     extra = f" (+{row['extra_tokens']})" if row["extra_tokens"] else ""
     return f"{row['tokens']:,}{extra}"
 
@@ -348,12 +385,14 @@ def _cell(row: dict[str, Any] | None) -> str:
 TITLE = "tokens (+ placeholder tokens)"
 
 
-def _table(inputs: list[Input], rules: list[Column], rows: list[dict[str, Any]]) -> Table:
+def _table(inputs: Sequence[Input | BadInput], rules: list[Column], rows: list[dict[str, Any]]) -> Table:
     """One column per rule, or with many rules one row per (input, rule)."""
     by_key = {(r["input"], r.get("family") or r.get("provider")): r for r in rows}
     if len(rules) > WIDE_COLUMNS:
         long = Table(columns("input", "shape", "rule", "tokens", numeric=["tokens"]), title=TITLE)
         for item in inputs:
+            if isinstance(item, BadInput):
+                long.add(item.label, item.shape, "—", "—")
             for rule in rules:
                 if (item.label, rule.name) in by_key:
                     long.add(item.label, item.shape, rule.name, _cell(by_key[(item.label, rule.name)]))

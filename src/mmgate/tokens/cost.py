@@ -4,7 +4,7 @@ With caching the first question writes the prefix to the cache (``cache_write`` 
 1.25 for 5-minute entries and 2.0 for 1-hour entries by default) and every later question reads it
 (``cache_read`` x the input price, 0.1 by default); without caching every question pays the full
 input price for the prefix again. Prices are data: a YAML table the user edits (see
-``examples/prices.yaml``); this module only does the arithmetic.
+``examples/cost/prices.yaml``); this module only does the arithmetic.
 """
 
 from __future__ import annotations

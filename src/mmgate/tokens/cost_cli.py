@@ -19,7 +19,7 @@ from mmgate.tokens.cost import (
     load_price_table,
 )
 
-EXAMPLE_TABLE = Path(__file__).resolve().parents[3] / "examples" / "prices.yaml"
+EXAMPLE_TABLE = Path(__file__).resolve().parents[3] / "examples" / "cost" / "prices.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "later one reads it (cache_read x input price), assuming they arrive within the cache TTL.\n\n"
         "example:\n"
         "  mmgate cost --prefix-tokens 12000 --question-tokens 40 --output-tokens 300 --questions 10 \\\n"
-        "      --price-table examples/prices.yaml\n"
+        "      --price-table examples/cost/prices.yaml\n"
         "  mmgate cost --document report.pdf --question-tokens 40 --output-tokens 300"
     )
     parser.add_argument(
@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--price-table",
         metavar="FILE",
         default=None,
-        help="YAML price table (USD per million tokens); default: the shipped examples/prices.yaml",
+        help="YAML price table (USD per million tokens); default: the shipped examples/cost/prices.yaml",
     )
     parser.add_argument(
         "--model", action="append", default=[], help="only these models of the table (repeatable)"
@@ -85,7 +85,7 @@ def summarize(model: ModelPrice, w: Workload) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.price_table is None and not EXAMPLE_TABLE.is_file():
-            raise ValueError("give a price table with --price-table FILE (see examples/prices.yaml)")
+            raise ValueError("give a price table with --price-table FILE (see examples/cost/prices.yaml)")
         path = args.price_table or EXAMPLE_TABLE
         table: PriceTable = load_price_table(path)
         models = [table.get(m) for m in args.model] if args.model else list(table.models.values())
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     data: dict[str, Any] = {"workload": _workload(w), "models": rows}
     if args.per_question:
         data["per_question"] = {m.name: _cumulative(m, w) for m in models}
-    source = args.price_table or "examples/prices.yaml"
+    source = args.price_table or "examples/cost/prices.yaml"
     if table.read:
         source += f", read {table.read}"
     tables = _tables(rows, w, models, args.per_question, source)
@@ -114,6 +114,8 @@ def document_tokens(path: Path) -> int:
     from mmgate.tokens.cli import parse_input
     from mmgate.tokens.providers import anthropic_document
 
+    if not path.is_file():  # else parse_input would try it as a size ("neither a file nor a size")
+        raise ValueError(f"--document {path}: no such file")
     item = parse_input(str(path))
     if item.pages is None:
         raise ValueError(f"{path}: --document takes a PDF")

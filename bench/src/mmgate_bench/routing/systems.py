@@ -4,8 +4,8 @@ A system name is one of:
 
 - a path to an mmgate/llm-d YAML config;
 - the name of a gateway config in the checkout's ``examples/`` (``round-robin``, ``aggregated``,
-  ``encoder-affinity`` …; files there that are not gateway configs, such as ``prices.yaml`` for
-  ``mmgate cost``, are not systems);
+  ``encoder-affinity`` …; ``examples/*.yaml`` holds only gateway configs, and a file that is not
+  one is refused with the reason);
 - a peer router, ``sglang-router``, ``vllm-router`` or ``smg``, optionally with a policy after a
   colon (``vllm-router:round_robin``, ``smg:power_of_two``; default ``cache_aware``). Peers run
   only in HTTP mode, from the environment ``make peers`` creates; absent ones are skipped with a
@@ -93,7 +93,7 @@ def resolve(name: str) -> System:
             raise UnknownSystem(f"config file {name} does not exist")
         return _config_system(name, path)
     example = EXAMPLES / f"{name}.yaml"
-    if example.is_file():  # a gateway config, or a file of another command (prices.yaml) said so
+    if example.is_file():
         return System(name=name, config=_config_system(name, example).config)
     close = difflib.get_close_matches(name, [*example_systems(), *PEER_PACKAGES], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -15,10 +15,10 @@ from mmgate.arguments import port as port_number
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
-from mmgate.gateway.extproc import server
 from mmgate.gateway.extproc.envoy_config import LB_POLICIES, REQUEST_BODY_MODES, render
+from mmgate.gateway.extproc.transport import TRANSPORTS
 from mmgate.logs import configure_logging
-from mmgate.process import run_forever, wait_for_signal
+from mmgate.process import listen_failure, run_forever, wait_for_signal
 
 log = logging.getLogger("mmgate.extproc")
 
@@ -34,7 +34,7 @@ examples:
 
 gRPC (ext_proc, health: liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor) on
 --port (default 9002); /metrics, /ready and /health over HTTP on --admin-port (default 9090).
-See docs/envoy.md.
+Serving needs the extproc extra (pip install 'mmgate[extproc]'). See docs/envoy.md.
 """
 
 
@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--grpc",
-        choices=server.TRANSPORTS,
+        choices=TRANSPORTS,
         default="lean",
         help="the gRPC server: lean (mmgate's own HTTP/2 layer, the default) or grpcio (grpc.aio, "
         "several times the CPU per request; for comparison)",
@@ -143,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
     if args.workers != 1:
         print("mmgate extproc: --workers is not supported (run more replicas instead)", file=sys.stderr)
         return 2
+    # grpc (the extproc extra) only from here on: --help and --print-envoy-config work without it.
+    from mmgate.gateway.extproc import server
+
     configure_logging(args.log_level, json=args.log_format == "json")
     args.port = None  # the file's mmgate.port is the HTTP gateway's; the gRPC port is --port
     try:
@@ -179,6 +182,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"mmgate extproc: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"mmgate extproc: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        print(f"mmgate extproc: {listen_failure(exc, host, port)}", file=sys.stderr)
+        return 2
     return 0

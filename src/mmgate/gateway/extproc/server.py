@@ -19,7 +19,6 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
@@ -28,6 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from mmgate.gateway.extproc import lean
 from mmgate.gateway.extproc.stream import RequestStream
+from mmgate.gateway.extproc.transport import Transport
 from mmgate.gateway.server import Gateway
 from mmgate.http.server import HttpServer
 
@@ -35,8 +35,6 @@ log = logging.getLogger("mmgate.extproc")
 
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 READY_EVERY_S = 0.5
-TRANSPORTS = ("lean", "grpcio")
-Transport = Literal["lean", "grpcio"]
 
 
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]  # generated, untyped

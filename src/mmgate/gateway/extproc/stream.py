@@ -39,7 +39,7 @@ from mmgate.control.admission import Overloaded, client_key
 from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace, Usage
 from mmgate.errors import RequestError
 from mmgate.gateway.extproc import messages
-from mmgate.gateway.server import ROUTES, Gateway
+from mmgate.gateway.server import MODEL_PREFIX, ROUTES, Gateway, model_in_path, not_found
 from mmgate.http.headers import (
     REQUEST_ID,
     RESPONSE_ENDPOINT,
@@ -140,13 +140,17 @@ class RequestStream:
     def _bodiless(self) -> ep.ProcessingResponse:
         if self.path == "/v1/models" and self.method in ("GET", "HEAD"):
             return self._immediate(self.gateway.models(), "mmgate_models")
+        if self.path.startswith(MODEL_PREFIX) and self.method in ("GET", "HEAD"):
+            return self._immediate(self.gateway.model(model_in_path(self.path)), "mmgate_models")
         if self.path == "/health" and self.method in ("GET", "HEAD"):
             return self._immediate(self.gateway.health(), "mmgate_health")
         if self.api is not None:
             return self._refuse(RequestError("the request has no body", param="body"))
-        return self._immediate(
-            error_response(404, f"Not Found: {self.method} {self.path}"), "mmgate_not_found"
-        )
+        return self._not_found()
+
+    def _not_found(self) -> ep.ProcessingResponse:
+        known = [*ROUTES, "/v1/models", "/health"]
+        return self._immediate(not_found(self.method, self.path, known), "mmgate_not_found")
 
     def request_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer] | None:
         """A request body message (:meth:`on_message` for one the transport read without the
@@ -168,11 +172,7 @@ class RequestStream:
     def _route(self) -> list[messages.Answer] | None:
         assert self.headers is not None
         if self.api is None:
-            return [
-                self._immediate(
-                    error_response(404, f"Not Found: {self.method} {self.path}"), "mmgate_not_found"
-                )
-            ]
+            return [self._not_found()]
         controller = self.controller
         chunks = self._chunks
         whole = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)  # one copy (none of bytes)
