@@ -212,6 +212,10 @@ def test_pool_pickers_are_replicated_probed_and_budgeted(part: str) -> None:
     grpc_port = {p["name"]: p["containerPort"] for p in container["ports"]}["grpc"]
     assert container["readinessProbe"]["grpc"]["port"] == grpc_port
     assert container["args"][container["args"].index("--port") + 1] == str(grpc_port)
+    # A terminating replica leaves the Services before it stops, within the grace period.
+    grace = picker["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    for each in picker["spec"]["template"]["spec"]["containers"]:
+        assert 0 < each["lifecycle"]["preStop"]["sleep"]["seconds"] < grace, each["name"]
     budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     assert any(
         _selects(b["spec"]["selector"]["matchLabels"], labels)
