@@ -5,13 +5,20 @@ Built-in kinds are validated against the Kubernetes OpenAPI schemas shipped in t
 ``kubernetes-validate`` package (offline, strict: unknown fields are errors). Custom resources
 (InferencePool, Gateway, HTTPRoute, ServiceMonitor) have no schema there; they are checked for
 their required fields here, and an InferencePool is read by the very code the gateway reads it with.
+The pieces that must fit together are checked by name: the pickers' replicas, probes and disruption
+budget, the Redis their shared index names, the Service the InferencePool names, the route to the
+pool, and the Envoy configuration shipped beside the pickers.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -27,6 +34,8 @@ DEPLOY = REPO / "deploy"
 MANIFESTS = sorted(p for p in (DEPLOY / "kubernetes").rglob("*.yaml") if p.name != "kustomization.yaml")
 K8S_VERSION = kubernetes_validate.latest_version()
 
+ENVOY_KEY = "envoy.yaml"  # a ConfigMap key holding an Envoy configuration, not an mmgate one
+POOL = DEPLOY / "kubernetes" / "inferencepool"
 CUSTOM_REQUIRED: dict[str, tuple[str, ...]] = {
     "InferencePool": ("spec.selector.matchLabels", "spec.targetPorts", "spec.endpointPickerRef.name"),
     "Gateway": ("spec.gatewayClassName", "spec.listeners"),
@@ -67,11 +76,34 @@ def test_each_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
 
+KUSTOMIZATIONS = sorted((DEPLOY / "kubernetes").rglob("kustomization.yaml"))
+
+
 def test_every_kustomization_lists_its_files() -> None:
-    for kustomization in (DEPLOY / "kubernetes").rglob("kustomization.yaml"):
-        listed = set(yaml.safe_load(kustomization.read_text())["resources"])
+    for kustomization in KUSTOMIZATIONS:
+        resources = yaml.safe_load(kustomization.read_text())["resources"]
+        bases = [r for r in resources if r.startswith("../")]
+        for base in bases:
+            assert (kustomization.parent / base / "kustomization.yaml").is_file(), (kustomization, base)
+        listed = set(resources) - set(bases)
         present = {p.name for p in kustomization.parent.glob("*.yaml") if p.name != "kustomization.yaml"}
         assert listed == present, kustomization
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=lambda p: str(p.parent.relative_to(DEPLOY)))
+def test_every_kustomization_builds(kustomization: Path) -> None:
+    """What `kubectl apply -k` would send: the build succeeds, each object once."""
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(kustomization.parent)], capture_output=True, text=True, timeout=60
+    )
+    assert built.returncode == 0, built.stderr
+    names = [
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+        for d in yaml.safe_load_all(built.stdout)
+        if d
+    ]
+    assert names and len(names) == len(set(names)), names
 
 
 def test_embedded_mmgate_configs_build_a_scheduler() -> None:
@@ -80,7 +112,7 @@ def test_embedded_mmgate_configs_build_a_scheduler() -> None:
         if doc["kind"] != "ConfigMap":
             continue
         for key, text in (doc.get("data") or {}).items():
-            if key.endswith((".yaml", ".yml")):
+            if key.endswith((".yaml", ".yml")) and key != ENVOY_KEY:
                 config = parse_config(yaml.safe_load(text), source=f"{where}:{key}")
                 build_scheduler(config.picker, mmgate=config.mmgate)
                 found += 1
@@ -135,3 +167,148 @@ def test_dashboard_uses_only_metrics_the_gateway_exports() -> None:
         for target in panel["targets"]:
             wanted |= _metric_names(target["expr"])
     assert wanted and wanted <= exported, sorted(wanted - exported)
+
+
+def _pool_docs(part: str) -> list[dict[str, Any]]:
+    """The objects `kubectl apply -k inferencepool/PART` applies: base/ and PART/."""
+    dirs = tuple(f"{(POOL / d).relative_to(REPO)}/" for d in ("base", part))
+    return [doc for where, doc in documents() if where.startswith(dirs)]
+
+
+def _named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def _pickers(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in docs
+        if d["kind"] == "Deployment"
+        and any(c.get("args", [""])[0] == "extproc" for c in d["spec"]["template"]["spec"]["containers"])
+    ]
+
+
+def _picker_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["args"][0] == "extproc"]
+    return container
+
+
+@pytest.mark.parametrize("part", ["gateway", "envoy"])
+def test_pool_pickers_are_replicated_probed_and_budgeted(part: str) -> None:
+    docs = _pool_docs(part)
+    (picker,) = _pickers(docs)
+    assert picker["spec"]["replicas"] >= 2
+    labels = picker["spec"]["template"]["metadata"]["labels"]
+    container = _picker_container(picker)
+    assert container["livenessProbe"]["grpc"]["service"] == "liveness"
+    assert container["readinessProbe"]["grpc"]["service"] == "readiness"
+    grpc_port = {p["name"]: p["containerPort"] for p in container["ports"]}["grpc"]
+    assert container["readinessProbe"]["grpc"]["port"] == grpc_port
+    assert container["args"][container["args"].index("--port") + 1] == str(grpc_port)
+    # A terminating replica leaves the Services before it stops, within the grace period.
+    grace = picker["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    for each in picker["spec"]["template"]["spec"]["containers"]:
+        assert 0 < each["lifecycle"]["preStop"]["sleep"]["seconds"] < grace, each["name"]
+    budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert any(
+        _selects(b["spec"]["selector"]["matchLabels"], labels)
+        and b["spec"]["minAvailable"] < picker["spec"]["replicas"]
+        for b in budgets
+    )
+
+
+@pytest.mark.parametrize("part", ["gateway", "envoy"])
+def test_pool_pickers_share_the_redis_the_manifests_run(part: str) -> None:
+    docs = _pool_docs(part)
+    (picker,) = _pickers(docs)
+    config_map = next(
+        v["configMap"]["name"] for v in picker["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"
+    )
+    config = parse_config(yaml.safe_load(_named(docs, "ConfigMap", config_map)["data"]["config.yaml"]))
+    assert config.mmgate.sharedIndex is not None
+    url = urlsplit(config.mmgate.sharedIndex.redis)
+    assert url.scheme == "redis"
+    service = _named(docs, "Service", str(url.hostname))
+    assert service["metadata"]["namespace"] == picker["metadata"]["namespace"]
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == (url.port or 6379)]
+    redis = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment"
+        and _selects(service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+    ]
+    assert len(redis) == 1
+    (container,) = redis[0]["spec"]["template"]["spec"]["containers"]
+    assert container["image"].startswith("redis:")
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+@pytest.mark.parametrize("part", ["gateway", "envoy"])
+def test_the_pool_names_the_picker_service(part: str) -> None:
+    docs = _pool_docs(part)
+    (picker,) = _pickers(docs)
+    pool = next(d for d in docs if d["kind"] == "InferencePool")
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    ref = pool["spec"]["endpointPickerRef"]
+    service = _named(docs, "Service", ref["name"])
+    assert _selects(service["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["portNumber"]["number"]]
+    assert port["appProtocol"] == "kubernetes.io/h2c"
+    assert port["targetPort"] == "grpc"
+    assert ref["failureMode"] in ("FailOpen", "FailClose")
+    config = yaml.safe_load(_named(docs, "ConfigMap", "mmgate-epp-config")["data"]["config.yaml"])
+    assert config["mmgate"]["kubernetes"]["inferencePool"] == pool["metadata"]["name"]
+
+
+def test_the_gateway_routes_to_the_pool() -> None:
+    docs = _pool_docs("gateway")
+    pool = next(d for d in docs if d["kind"] == "InferencePool")
+    gateway = next(d for d in docs if d["kind"] == "Gateway")
+    route = next(d for d in docs if d["kind"] == "HTTPRoute")
+    assert [p["name"] for p in route["spec"]["parentRefs"]] == [gateway["metadata"]["name"]]
+    backends = [b for rule in route["spec"]["rules"] for b in rule["backendRefs"]]
+    assert backends == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool["metadata"]["name"]}
+    ]
+
+
+def test_the_standalone_envoy_is_llm_d_original_dst_config_beside_each_picker() -> None:
+    docs = _pool_docs("envoy")
+    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
+    (picker,) = _pickers(docs)
+    pod = picker["spec"]["template"]["spec"]
+    (envoy,) = [c for c in pod["containers"] if c["name"] == "envoy"]
+    (mount,) = envoy["volumeMounts"]
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    shipped = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
+    assert envoy["args"][envoy["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
+    assert shipped == (DEPLOY / "envoy" / "envoy-original-dst.yaml").read_text()
+    # The Envoy reaches its picker on the pod's loopback, at the port the picker serves.
+    envoy_config = yaml.safe_load(shipped)
+    (cluster,) = [c for c in envoy_config["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    (address,) = [
+        e["endpoint"]["address"]["socket_address"]
+        for group in cluster["load_assignment"]["endpoints"]
+        for e in group["lb_endpoints"]
+    ]
+    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
+    assert (address["address"], address["port_value"]) == ("127.0.0.1", picker_ports["grpc"])
+    listener = envoy_config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"]
+    assert {p["name"]: p["containerPort"] for p in envoy["ports"]}["http"] == listener
+    service = _named(docs, "Service", "mmgate-envoy")
+    assert _selects(service["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+
+
+def test_both_ways_run_the_same_picker_container() -> None:
+    (gateway,) = _pickers(_pool_docs("gateway"))
+    (envoy,) = _pickers(_pool_docs("envoy"))
+    assert _picker_container(gateway) == _picker_container(envoy)
+    assert gateway["spec"]["replicas"] == envoy["spec"]["replicas"]

@@ -47,7 +47,7 @@ class Profile:
         )
 
     def run(
-        self, request: SchedulingRequest, endpoints: Sequence[EndpointState], *, timed_run: bool = False
+        self, request: SchedulingRequest, endpoints: Sequence[EndpointState], timed_run: bool = False
     ) -> ProfileResult | None:
         """The profile's result for ``request``; ``timed_run``: time each plugin (when a timer is set)."""
         timed = self._timed if timed_run else None

@@ -132,7 +132,7 @@ class Scheduler:
         profiles = self.profiles
         if self._one_profile is not None:
             name, profile = self._one_profile
-            only = profile.run(request, endpoints, timed_run=timed)
+            only = profile.run(request, endpoints, timed)
             if only is None or not only.targets:
                 raise no_target(name)
             return SchedulingResult({name: only}, name)
@@ -142,7 +142,7 @@ class Scheduler:
             if not names:
                 break
             for name in names:
-                results[name] = profiles[name].run(request, endpoints, timed_run=timed)
+                results[name] = profiles[name].run(request, endpoints, timed)
         else:
             raise RuntimeError(f"profile handler {handler.name!r} never stopped picking profiles")
         return handler.process_results(request, results)
