@@ -36,43 +36,42 @@ class Profile:
         self.filters = filters
         self.scorers = scorers
         self.picker = picker
-        self._timed: tuple[list[Seconds], list[Seconds], Seconds] | None = None
+        # The same pipeline with each plugin wrapped in a stopwatch (time_plugins); a timed run
+        # takes these lists, so an untimed one pays nothing for the timing.
+        self._timed: tuple[list[Filter[Any]], list[WeightedScorer], Picker[Any]] | None = None
 
     def time_plugins(self, timer: PluginTimer) -> None:
-        """Hand every plugin's processing time to ``timer`` from now on."""
+        """Let a timed :meth:`run` hand every plugin's processing time to ``timer``."""
         self._timed = (
-            [timer("filter", f) for f in self.filters],
-            [timer("scorer", ws.scorer) for ws in self.scorers],
-            timer("picker", self.picker),
+            [_TimedFilter(f, timer("filter", f)) for f in self.filters],
+            [
+                WeightedScorer(_TimedScorer(ws.scorer, timer("scorer", ws.scorer)), ws.weight)
+                for ws in self.scorers
+            ],
+            _TimedPicker(self.picker, timer("picker", self.picker)),
         )
 
     def run(
         self, request: SchedulingRequest, endpoints: Sequence[EndpointState], timed_run: bool = False
     ) -> ProfileResult | None:
         """The profile's result for ``request``; ``timed_run``: time each plugin (when a timer is set)."""
-        timed = self._timed if timed_run else None
+        timed = self._timed
+        if timed_run and timed is not None:
+            filters, scorers, picker = timed
+        else:
+            filters, scorers, picker = self.filters, self.scorers, self.picker
         candidates = list(endpoints)
-        for i, f in enumerate(self.filters):
+        for f in filters:
             if not candidates:
                 break
-            if timed is None:
-                candidates = f.filter(request, candidates)
-            else:
-                started = perf_counter()
-                candidates = f.filter(request, candidates)
-                timed[0][i](perf_counter() - started)
+            candidates = f.filter(request, candidates)
         if not candidates:
             return None
         n = len(candidates)
         totals: list[float] | None = None
         by_scorer: dict[str, list[float]] | None = {} if request.debug else None
-        for i, ws in enumerate(self.scorers):
-            if timed is None:
-                raw = ws.scorer.score(request, candidates)
-            else:
-                started = perf_counter()
-                raw = ws.scorer.score(request, candidates)
-                timed[1][i](perf_counter() - started)
+        for ws in scorers:
+            raw = ws.scorer.score(request, candidates)
             if len(raw) != n:
                 raise ValueError(f"scorer {ws.scorer.name!r} gave {len(raw)} scores for {n} endpoints")
             # Clamped, weighted and summed in scorer order (mmgate.scheduling._weights, compiled).
@@ -81,13 +80,49 @@ class Profile:
                 by_scorer[ws.scorer.name] = list(raw)
         if totals is None:
             totals = [0.0] * n
-        if timed is None:
-            targets = self.picker.pick(candidates, totals)
-        else:
-            started = perf_counter()
-            targets = self.picker.pick(candidates, totals)
-            timed[2](perf_counter() - started)
-        return ProfileResult(targets, candidates, totals, by_scorer)
+        return ProfileResult(picker.pick(candidates, totals), candidates, totals, by_scorer)
+
+
+class _TimedFilter(Filter[Any]):
+    """``inner`` with each call's seconds handed to ``seconds``."""
+
+    def __init__(self, inner: Filter[Any], seconds: Seconds) -> None:
+        super().__init__(inner.name, inner.params, inner.handle)
+        self.inner, self.seconds = inner, seconds
+
+    def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
+        started = perf_counter()
+        kept = self.inner.filter(request, endpoints)
+        self.seconds(perf_counter() - started)
+        return kept
+
+
+class _TimedScorer(Scorer[Any]):
+    """``inner`` with each call's seconds handed to ``seconds``."""
+
+    def __init__(self, inner: Scorer[Any], seconds: Seconds) -> None:
+        super().__init__(inner.name, inner.params, inner.handle)
+        self.inner, self.seconds = inner, seconds
+
+    def score(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[float]:
+        started = perf_counter()
+        scores = self.inner.score(request, endpoints)
+        self.seconds(perf_counter() - started)
+        return scores
+
+
+class _TimedPicker(Picker[Any]):
+    """``inner`` with each call's seconds handed to ``seconds``."""
+
+    def __init__(self, inner: Picker[Any], seconds: Seconds) -> None:
+        super().__init__(inner.name, inner.params, inner.handle)
+        self.inner, self.seconds = inner, seconds
+
+    def pick(self, endpoints: list[EndpointState], scores: list[float]) -> list[EndpointState]:
+        started = perf_counter()
+        targets = self.inner.pick(endpoints, scores)
+        self.seconds(perf_counter() - started)
+        return targets
 
 
 def no_target(profile: str) -> NoEndpointsError:
