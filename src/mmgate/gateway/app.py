@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mmgate.config import GatewayConfig, MmgateSection
-from mmgate.config.schema import EndpointSpec
 from mmgate.config.strict import ConfigError
 from mmgate.control.admission import AdmissionSettings
 from mmgate.control.apikeys import KeyStore
@@ -23,12 +22,13 @@ from mmgate.control.controller import ControlSettings
 from mmgate.control.flow import flow_settings_of
 from mmgate.control.parser import make_parser
 from mmgate.control.scheduler_picker import SchedulerPicker
-from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
+from mmgate.datalayer.endpoints import Endpoint
 from mmgate.datalayer.index.memory import AffinityIndex
 from mmgate.datalayer.kubernetes import KubernetesSettings
 from mmgate.datalayer.kvevents.settings import kv_events_settings_of
 from mmgate.datalayer.layer import DataLayerConfig
 from mmgate.disagg.orchestrate import OrchestrationSettings
+from mmgate.gateway.config_check import endpoint_of
 from mmgate.gateway.plugin_times import PluginTimes
 from mmgate.gateway.proxy import ProxySettings
 from mmgate.gateway.server import Gateway, GatewaySettings
@@ -50,21 +50,7 @@ log = logging.getLogger("mmgate.gateway")
 
 
 def endpoints_of(section: MmgateSection) -> list[Endpoint]:
-    out: list[Endpoint] = []
-    for item in section.endpoints:
-        if isinstance(item, EndpointSpec):
-            out.append(
-                parse_endpoint(
-                    item.url,
-                    role=item.role,
-                    labels=item.labels,
-                    kv_events=item.kvEvents,
-                    kv_replay=item.kvEventsReplay,
-                )
-            )
-        else:
-            out.append(parse_endpoint(item))
-    return out
+    return [endpoint_of(item) for item in section.endpoints]
 
 
 def kubernetes_of(section: MmgateSection) -> KubernetesSettings | None:

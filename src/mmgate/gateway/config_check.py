@@ -18,11 +18,20 @@ from mmgate.config.flow import FEATURE_GATE, FLOW_PLUGIN_TYPES
 from mmgate.config.schema import EndpointSpec, MmgateSection
 from mmgate.config.strict import raise_if_any
 from mmgate.control.flow import flow_settings_of
-from mmgate.datalayer.endpoints import parse_endpoint
+from mmgate.datalayer.endpoints import Endpoint, parse_endpoint
 from mmgate.scheduling import Plugin, Scheduler, build_scheduler
 from mmgate.tls import client_context
 from mmgate.tokens import get_family
 from mmgate.tokens.cost import load_price_table
+
+
+def endpoint_of(item: str | EndpointSpec) -> Endpoint:
+    """One entry of ``mmgate.endpoints`` (a URL, or a URL with its role, labels and KV-event
+    addresses) as the data layer's :class:`Endpoint`; ``ValueError`` names what is wrong."""
+    spec = item if isinstance(item, EndpointSpec) else EndpointSpec(url=item)
+    return parse_endpoint(
+        spec.url, role=spec.role, labels=spec.labels, kv_events=spec.kvEvents, kv_replay=spec.kvEventsReplay
+    )
 
 
 def reference_errors(m: MmgateSection) -> list[ConfigError]:
@@ -31,15 +40,8 @@ def reference_errors(m: MmgateSection) -> list[ConfigError]:
     ``mmgate check`` finds what ``mmgate serve`` would refuse."""
     errors: list[ConfigError] = []
     for i, item in enumerate(m.endpoints):
-        spec = item if isinstance(item, EndpointSpec) else EndpointSpec(url=item)
         try:
-            parse_endpoint(
-                spec.url,
-                role=spec.role,
-                labels=spec.labels,
-                kv_events=spec.kvEvents,
-                kv_replay=spec.kvEventsReplay,
-            )
+            endpoint_of(item)
         except ValueError as exc:
             where = f"mmgate.endpoints[{i}]" + (".url" if isinstance(item, EndpointSpec) else "")
             errors.append(ConfigError(str(exc), path=where))
