@@ -6,7 +6,8 @@ import random
 from pathlib import Path
 
 from mmgate_bench.routing.des import DesOptions
-from mmgate_bench.routing.flow_control import config_of, heavy, light, run_system
+from mmgate_bench.routing.flow_control import run_system
+from mmgate_bench.routing.flow_scenarios import config_of, heavy, light
 
 OPTS = DesOptions(profile="fast", pods=1)
 

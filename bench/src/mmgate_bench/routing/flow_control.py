@@ -36,35 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from mmgate_bench.routing.des import TENANT, DesOptions, Simulation
+from mmgate_bench.routing.des import DesOptions, Simulation
+from mmgate_bench.routing.flow_scenarios import SYSTEMS, config_of, heavy, light
 from mmgate_bench.routing.records import RequestRecord
-from mmgate_bench.routing.systems import EXAMPLES, System
-from mmgate_bench.workloads.media import image
-from mmgate_bench.workloads.synthetic import Message, WorkItem, text_of
-
-SCHEDULER = "aggregated.yaml"  # examples/: the scheduler every system runs, flow control or not
-OBJECTIVES = [{"name": "critical", "priority": 10}, {"name": "batch", "priority": -1}]
-SYSTEMS: dict[str, str | None] = {
-    "none": None,
-    "global-fcfs": "global-strict-fairness-policy",
-    "round-robin": "round-robin-fairness-policy",
-    "media-cost": "media-cost-fairness-policy",
-}
-PHOTO = (1280, 720)
-SMALL = (448, 336)
-
-
-def light(n: int, rng: random.Random, objective: str = "") -> WorkItem:
-    msg = Message("user", (image(f"a:{n}", *SMALL), text_of(40, rng)))
-    return WorkItem(f"A-{n}", (msg,), 32, group=TENANT + "A" + objective)
-
-
-def heavy(n: int, rng: random.Random, photos: int, objective: str = "") -> WorkItem:
-    shots = tuple(image(f"b:{n}:{k}", *PHOTO) for k in range(photos))
-    msg = Message("user", (*shots, text_of(60, rng)))
-    return WorkItem(f"B-{n}", (msg,), 64, group=TENANT + "B" + objective)
+from mmgate_bench.routing.systems import System
+from mmgate_bench.stats import percentile
+from mmgate_bench.workloads.synthetic import WorkItem
 
 
 def stream(make: Any, rate: float, duration_s: float, seed: int) -> list[tuple[float, WorkItem]]:
@@ -84,10 +61,7 @@ class Tenant:
     ttfts: list[float] | None = None
 
     def p(self, q: float) -> float | None:
-        values = sorted(self.ttfts or [])
-        if not values:
-            return None
-        return values[min(len(values) - 1, int(q * len(values)))]
+        return percentile(self.ttfts or [], q * 100)
 
 
 def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant]:
@@ -106,28 +80,6 @@ def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant
             t.last_end = max(t.last_end, end)
             t.served += end <= window_s
     return out
-
-
-def config_of(name: str, inflight_tokens: int) -> str:
-    """The system's config: examples/aggregated.yaml, plus flow control with the system's fairness
-    policy (a pod counts as saturated past ``inflight_tokens`` priced prompt tokens sent there
-    and not prefilled yet, besides llm-d's default thresholds) and two objectives."""
-    config = yaml.safe_load((EXAMPLES / SCHEDULER).read_text())
-    policy = SYSTEMS[name]
-    if policy is None:
-        return str(yaml.safe_dump(config))
-    detector: dict[str, Any] = {"type": "utilization-detector"}
-    if inflight_tokens:
-        detector["parameters"] = {"maxInflightTokens": inflight_tokens}
-    config["plugins"].append(detector)
-    config["featureGates"] = ["flowControl"]
-    config["flowControl"] = {
-        "defaultRequestTTL": "0s",  # held until served: the drain window ends the run instead
-        "saturationDetector": {"pluginRef": "utilization-detector"},
-        "defaultPriorityBand": {"fairnessPolicyRef": policy},
-    }
-    config.setdefault("mmgate", {})["inferenceObjectives"] = OBJECTIVES
-    return str(yaml.safe_dump(config))
 
 
 def run_system(

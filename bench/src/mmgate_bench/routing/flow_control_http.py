@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from mmgate_bench.routing.flow_control import config_of, heavy, light
+from mmgate_bench.routing.flow_scenarios import config_of, heavy, light
 from mmgate_bench.routing.http_mode import HttpOptions, start_fleet, start_router
 from mmgate_bench.routing.systems import System
 from mmgate_bench.workloads.media import MediaCache
