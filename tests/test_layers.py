@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+BENCH_SRC = SRC.parent / "bench" / "src"
 
 # Bottom first. Keep in step with the table in docs/architecture.md ("What may import what").
 LAYERS: tuple[frozenset[str], ...] = (
@@ -76,9 +77,9 @@ def _imports(src: Path, path: Path) -> Iterator[str]:
     yield from visit(ast.parse(path.read_text(encoding="utf-8")))
 
 
-def graph_of(src: Path) -> dict[str, set[str]]:
-    """Module -> the modules of the ``mmgate`` package it imports."""
-    modules = {_module_name(src, p): p for p in src.rglob("*.py") if p.relative_to(src).parts[0] == "mmgate"}
+def graph_of(src: Path, package: str = "mmgate") -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports."""
+    modules = {_module_name(src, p): p for p in src.rglob("*.py") if p.relative_to(src).parts[0] == package}
     return {
         name: {m for m in _imports(src, path) if m in modules and m != name} for name, path in modules.items()
     }
@@ -147,6 +148,11 @@ def test_imports_point_down_only() -> None:
 def test_no_module_imports_itself_through_others() -> None:
     loop = first_loop(GRAPH)
     assert loop == [], "modules import each other in a loop: " + " -> ".join(loop)
+
+
+def test_no_benchmark_module_imports_itself_through_others() -> None:
+    loop = first_loop(graph_of(BENCH_SRC, "mmgate_bench"))
+    assert loop == [], "benchmark modules import each other in a loop: " + " -> ".join(loop)
 
 
 def test_the_product_never_imports_the_benchmarks() -> None:
