@@ -26,6 +26,7 @@ import aiohttp
 from mmgate_bench.routing.flow_scenarios import config_of, heavy, light
 from mmgate_bench.routing.http_mode import HttpOptions, start_fleet, start_router
 from mmgate_bench.routing.systems import System
+from mmgate_bench.stats import percentile
 from mmgate_bench.workloads.media import MediaCache
 from mmgate_bench.workloads.synthetic import DEFAULT_MODEL, WorkItem
 
@@ -99,8 +100,8 @@ async def drive(
 
 def summary(samples: list[Sample], tenant: str, duration: float) -> dict[str, Any]:
     mine = [s for s in samples if s.tenant == tenant]
-    ok = sorted(s.ttft_s for s in mine if s.ttft_s is not None)
-    p90 = ok[min(len(ok) - 1, int(0.9 * len(ok)))] if ok else None
+    ok = [s.ttft_s for s in mine if s.ttft_s is not None]
+    p90 = percentile(ok, 90)
     return {
         "sent": len(mine),
         "ok": len(ok),
