@@ -29,11 +29,13 @@ keeps routing with the cluster's own policy while mmgate is down — round-robin
 
 Several picker replicas (``extproc`` a list) sharing their affinity indexes through Redis: the
 picker cluster lists them all, health-checked with gRPC health
-(``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included). Observed
-with Envoy 1.40: its ext_proc client kept opening every stream to the replica it used first, also
-after the health checks marked that replica down (the requests got 500s) — so for failover run one
-Envoy per replica (each with its own picker), which the tests do; the shared index keeps their
-routing the same.
+(``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included), and each
+ext_proc stream goes to the less busy healthy replica. Two settings make a health change reach
+the streams at once: ``update_merge_window: 0s`` (Envoy's default of 1 s merges health changes
+and delivers them to the worker threads' load balancers up to a second late, while the admin
+``/clusters`` page already shows them; every stream opened in between still goes to a dead
+replica), and ``close_connections_on_host_health_failure`` (a replica that hangs with its
+connections open loses them when its checks fail, so nothing waits on it).
 
 The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
 Service name resolving to every pod, the usual Kubernetes setup); ``override_host`` can only pick
@@ -251,13 +253,25 @@ def envoy_config(
 def _picker_health(interval_s: float) -> dict[str, Any]:
     """Active gRPC health checks on the picker replicas (active-active: every replica whose
     ``envoy.service.ext_proc.v3.ExternalProcessor`` service answers SERVING takes streams), also
-    while no stream goes to a replica (``no_traffic_interval``), one failure marking it down."""
+    while no stream goes to a replica (``no_traffic_interval``), one failure marking it down.
+
+    Envoy's ``common_lb_config.update_merge_window`` (1 s unless set) merges health-check changes
+    on the main thread and hands them to the workers' load balancers when the window ends; the
+    admin ``/clusters`` page shows the new state at once. With a few picker hosts there is nothing
+    to save by merging, and a stale worker view sends every new stream to a replica already
+    known dead (fail closed: a 500 each), so the window is off."""
     every = f"{interval_s:g}s"
     return {
         "lb_policy": "LEAST_REQUEST",  # as llm-d's chart: a stream goes to the less busy replica
-        # Never route to a replica marked down (Envoy's default panic mode spreads over every
-        # host once too few are healthy; with two replicas, one down is already that).
-        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        "common_lb_config": {
+            # Never route to a replica marked down (Envoy's default panic mode spreads over every
+            # host once too few are healthy; with two replicas, one down is already that).
+            "healthy_panic_threshold": {"value": 0},
+            "update_merge_window": "0s",  # a health change reaches the workers at once
+        },
+        # A replica whose checks fail loses its connections (one hung with its sockets open
+        # would otherwise keep the streams Envoy opened on it before).
+        "close_connections_on_host_health_failure": True,
         "health_checks": [
             {
                 "timeout": every,
