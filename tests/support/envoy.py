@@ -57,11 +57,13 @@ class EnvoyStack:
     stopped: list[extproc_server.Running]
     urls: list[str]
 
-    async def stop_picker(self, n: int) -> None:
-        """Picker replica ``n`` goes away (its port closes; its open streams end)."""
+    async def stop_picker(self, n: int, *, drain_s: float = 0.0, grace_s: float = 0.0) -> None:
+        """Picker replica ``n`` goes away: by default as a process that dies (its port and its
+        connections close at once, under their open streams); with ``drain_s``/``grace_s`` as
+        ``mmgate extproc`` stops on SIGTERM."""
         replica = self.replicas[n]
         self.stopped.append(replica)
-        await replica.stop()
+        await replica.stop(drain_s=drain_s, grace_s=grace_s)
 
     async def picker_marked_down(self, n: int) -> None:
         """Wait until Envoy's health checks have marked picker replica ``n`` unhealthy."""

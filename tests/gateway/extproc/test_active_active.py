@@ -55,7 +55,8 @@ async def test_one_envoy_in_front_of_two_replicas_spreads_sticks_and_fails_over(
         repeats = []  # Envoy spreads the streams: both replicas decide repeats, to the same pods
         for round_ in range(4):
             for i, image in enumerate(images):
-                status, endpoint = await post(stack, stack.url, chat_body(model, f"Again {round_} {i}", [image]))
+                body = chat_body(model, f"Again {round_} {i}", [image])
+                status, endpoint = await post(stack, stack.url, body)
                 assert status == 200
                 repeats.append(endpoint == first[i])
         assert sum(repeats) / len(repeats) >= 0.9
@@ -77,6 +78,36 @@ async def test_one_envoy_in_front_of_two_replicas_spreads_sticks_and_fails_over(
         assert [s for s, _ in replies] == [200] * 24  # every request after the mark: served
         assert await decided(stack, 1) - before_1 == 24  # by the live replica
         assert sum(e == first[i % 6] for i, (_, e) in enumerate(replies)) >= 22
+
+
+@pytest.mark.parametrize("transport", ["lean", "grpcio"])
+async def test_a_replica_stopped_with_a_drain_behind_one_envoy_costs_no_request(transport: str) -> None:
+    """As ``mmgate extproc`` stops on SIGTERM: NOT_SERVING while it still serves (Envoy's checks,
+    0.2 s apart here, move new streams to the other replica), then GOAWAY and a grace for the
+    streams it holds. Requests keep arriving throughout; none fails."""
+    async with envoy_stack(ENCODER_AFFINITY, pods=2, pickers=2, proxy="llm-d", transport=transport) as stack:
+        model = stack.model
+        statuses: list[int] = []
+        stopping = asyncio.Event()
+
+        async def client(k: int) -> None:
+            i = 0
+            while not stopping.is_set():
+                status, _ = await post(stack, stack.url, chat_body(model, f"Client {k} asks {i}"))
+                statuses.append(status)
+                i += 1
+
+        clients = [asyncio.create_task(client(k)) for k in range(4)]
+        await asyncio.sleep(0.5)
+        served_before = len(statuses)
+        await stack.stop_picker(0, drain_s=1.0, grace_s=5.0)
+        await stack.picker_marked_down(0)
+        after_stop = len(statuses)
+        await asyncio.sleep(0.5)
+        stopping.set()
+        await asyncio.gather(*clients)
+        assert served_before > 0 and len(statuses) > after_stop  # load before, during and after
+        assert statuses == [200] * len(statuses)
 
 
 @pytest.mark.parametrize("proxy", ["llm-d", "override-host"])

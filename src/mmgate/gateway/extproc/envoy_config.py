@@ -261,6 +261,9 @@ def _picker_health(interval_s: float) -> dict[str, Any]:
     to save by merging, and a stale worker view sends every new stream to a replica already
     known dead (fail closed: a 500 each), so the window is off."""
     every = f"{interval_s:g}s"
+    # The picker answers a check from memory; a timeout shorter than a second would mark a busy
+    # but live replica down (a dead one is marked down by the refused connection, not the timeout).
+    timeout = f"{max(interval_s, 1.0):g}s"
     return {
         "lb_policy": "LEAST_REQUEST",  # as llm-d's chart: a stream goes to the less busy replica
         "common_lb_config": {
@@ -274,7 +277,7 @@ def _picker_health(interval_s: float) -> dict[str, Any]:
         "close_connections_on_host_health_failure": True,
         "health_checks": [
             {
-                "timeout": every,
+                "timeout": timeout,
                 "interval": every,
                 "no_traffic_interval": every,
                 "unhealthy_threshold": 1,
