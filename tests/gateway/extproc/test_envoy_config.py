@@ -109,6 +109,11 @@ def test_several_pickers_are_health_checked_and_a_change_reaches_every_worker_at
         "update_merge_window": "0s",
     }
     assert cluster["close_connections_on_host_health_failure"] is True
+    assert cluster["outlier_detection"] == {  # a replica dead between two checks: out at once
+        "split_external_local_origin_errors": True,
+        "consecutive_local_origin_failure": 1,
+        "max_ejection_percent": 50,
+    }
     (check,) = cluster["health_checks"]
     assert check["grpc_health_check"] == {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"}
     assert check["interval"] == check["no_traffic_interval"] == "0.2s" and check["timeout"] == "1s"

@@ -35,7 +35,9 @@ the streams at once: ``update_merge_window: 0s`` (Envoy's default of 1 s merges 
 and delivers them to the worker threads' load balancers up to a second late, while the admin
 ``/clusters`` page already shows them; every stream opened in between still goes to a dead
 replica), and ``close_connections_on_host_health_failure`` (a replica that hangs with its
-connections open loses them when its checks fail, so nothing waits on it).
+connections open loses them when its checks fail, so nothing waits on it). Outlier detection on
+local-origin failures (a refused connection, a reset) ejects a replica that died between two
+checks at its first failed stream instead of at its next check.
 
 The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
 Service name resolving to every pod, the usual Kubernetes setup); ``override_host`` can only pick
@@ -275,6 +277,15 @@ def _picker_health(interval_s: float) -> dict[str, Any]:
         # A replica whose checks fail loses its connections (one hung with its sockets open
         # would otherwise keep the streams Envoy opened on it before).
         "close_connections_on_host_health_failure": True,
+        # A replica that dies refuses connections before its next check: the first refused (or
+        # reset) stream ejects it, so the requests of the rest of that interval go to a live one.
+        # Never more than half the replicas, and a passing check brings one back early
+        # (successful_active_health_check_uneject_host, on by default).
+        "outlier_detection": {
+            "split_external_local_origin_errors": True,
+            "consecutive_local_origin_failure": 1,
+            "max_ejection_percent": 50,
+        },
         "health_checks": [
             {
                 "timeout": timeout,
