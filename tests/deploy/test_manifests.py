@@ -36,6 +36,7 @@ K8S_VERSION = kubernetes_validate.latest_version()
 
 ENVOY_KEY = "envoy.yaml"  # a ConfigMap key holding an Envoy configuration, not an mmgate one
 POOL = DEPLOY / "kubernetes" / "inferencepool"
+PARTS = ["gateway", "envoy", "envoy-front"]  # the ways to apply the pool: base/ + one of them
 CUSTOM_REQUIRED: dict[str, tuple[str, ...]] = {
     "InferencePool": ("spec.selector.matchLabels", "spec.targetPorts", "spec.endpointPickerRef.name"),
     "Gateway": ("spec.gatewayClassName", "spec.listeners"),
@@ -200,7 +201,7 @@ def _picker_container(deployment: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-@pytest.mark.parametrize("part", ["gateway", "envoy"])
+@pytest.mark.parametrize("part", PARTS)
 def test_pool_pickers_are_replicated_probed_and_budgeted(part: str) -> None:
     docs = _pool_docs(part)
     (picker,) = _pickers(docs)
@@ -224,7 +225,7 @@ def test_pool_pickers_are_replicated_probed_and_budgeted(part: str) -> None:
     )
 
 
-@pytest.mark.parametrize("part", ["gateway", "envoy"])
+@pytest.mark.parametrize("part", PARTS)
 def test_pool_pickers_share_the_redis_the_manifests_run(part: str) -> None:
     docs = _pool_docs(part)
     (picker,) = _pickers(docs)
@@ -250,7 +251,7 @@ def test_pool_pickers_share_the_redis_the_manifests_run(part: str) -> None:
     assert port["targetPort"] in {p["name"] for p in container["ports"]}
 
 
-@pytest.mark.parametrize("part", ["gateway", "envoy"])
+@pytest.mark.parametrize("part", PARTS)
 def test_the_pool_names_the_picker_service(part: str) -> None:
     docs = _pool_docs(part)
     (picker,) = _pickers(docs)
@@ -307,8 +308,46 @@ def test_the_standalone_envoy_is_llm_d_original_dst_config_beside_each_picker() 
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
 
 
-def test_both_ways_run_the_same_picker_container() -> None:
+def test_one_envoy_in_front_finds_every_picker_replica_through_a_headless_service() -> None:
+    docs = _pool_docs("envoy-front")
+    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
+    (picker,) = _pickers(docs)
+    envoy = _named(docs, "Deployment", "mmgate-envoy")
+    assert envoy["spec"]["replicas"] >= 2
+    pod = envoy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = container["volumeMounts"]
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    shipped = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
+    assert container["args"][container["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
+    assert shipped == (DEPLOY / "envoy" / "envoy-pickers.yaml").read_text()
+    # The picker cluster resolves the headless Service (one host per ready replica), health-checked.
+    envoy_config = yaml.safe_load(shipped)
+    (cluster,) = [c for c in envoy_config["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    assert cluster["type"] == "STRICT_DNS" and cluster["health_checks"]
+    (address,) = [
+        e["endpoint"]["address"]["socket_address"]
+        for group in cluster["load_assignment"]["endpoints"]
+        for e in group["lb_endpoints"]
+    ]
+    headless = _named(docs, "Service", "mmgate-epp-pods")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert _selects(headless["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
+    namespace = headless["metadata"]["namespace"]
+    assert address["address"] == f"mmgate-epp-pods.{namespace}.svc.cluster.local"
+    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
+    (port,) = headless["spec"]["ports"]
+    assert port["targetPort"] == "grpc" and address["port_value"] == port["port"] == picker_ports["grpc"]
+    listener = envoy_config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["http"] == listener
+    service = _named(docs, "Service", "mmgate-envoy")
+    assert _selects(service["spec"]["selector"], envoy["spec"]["template"]["metadata"]["labels"])
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+
+
+def test_every_way_runs_the_same_picker_container() -> None:
     (gateway,) = _pickers(_pool_docs("gateway"))
-    (envoy,) = _pickers(_pool_docs("envoy"))
-    assert _picker_container(gateway) == _picker_container(envoy)
-    assert gateway["spec"]["replicas"] == envoy["spec"]["replicas"]
+    for part in PARTS[1:]:
+        (other,) = _pickers(_pool_docs(part))
+        assert _picker_container(gateway) == _picker_container(other), part
+        assert gateway["spec"]["replicas"] == other["spec"]["replicas"], part

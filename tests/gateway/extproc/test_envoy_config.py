@@ -17,6 +17,11 @@ SHIPPED_FILES = {
     "envoy.yaml": {},
     "envoy-original-dst.yaml": {"lb": "original-dst"},
     "envoy-buffered.yaml": {"request_body": "buffered"},
+    # one Envoy in front of every picker replica, found through a headless Service
+    "envoy-pickers.yaml": {
+        "lb": "original-dst",
+        "extproc": ["mmgate-epp-pods.mmgate-pool.svc.cluster.local:9002"],
+    },
 }
 
 
@@ -118,6 +123,12 @@ def test_several_pickers_are_health_checked_and_a_change_reaches_every_worker_at
     assert check["grpc_health_check"] == {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"}
     assert check["interval"] == check["no_traffic_interval"] == "0.2s" and check["timeout"] == "1s"
     assert check["unhealthy_threshold"] == check["healthy_threshold"] == 1
+    # a name stands for every replica it resolves to (a headless Service): health-checked too
+    doc = envoy_config(extproc="mmgate-epp-pods.llm.svc.cluster.local:9002")
+    (by_name,) = [c for c in doc["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    assert by_name["type"] == "STRICT_DNS"
+    assert by_name["common_lb_config"]["update_merge_window"] == "0s"
+    assert by_name["health_checks"][0]["grpc_health_check"] == check["grpc_health_check"]
 
 
 @pytest.mark.parametrize(

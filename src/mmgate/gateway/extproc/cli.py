@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--envoy-pickers",
         metavar="HOST:PORT,...",
         help="with --print-envoy-config: several picker replicas (active-active, health-checked) "
-        "instead of the one at --host/--port",
+        "instead of the one at --host/--port; a name (a headless Service) stands for every address "
+        "it resolves to",
     )
     parser.add_argument(
         "--envoy-lb",

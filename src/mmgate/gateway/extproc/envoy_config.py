@@ -27,8 +27,9 @@ when the picker enforces limits or routes disaggregated requests); ``true`` (fai
 keeps routing with the cluster's own policy while mmgate is down — round-robin for
 ``override_host``; nothing for ``ORIGINAL_DST``, which has no address without the header).
 
-Several picker replicas (``extproc`` a list) sharing their affinity indexes through Redis: the
-picker cluster lists them all, health-checked with gRPC health
+Several picker replicas (``extproc`` a list, or a name resolving to every replica: a headless
+Service, found by DNS) sharing their affinity indexes through Redis: the picker cluster lists
+them all, health-checked with gRPC health
 (``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included), and each
 ext_proc stream goes to the less busy healthy replica. Two settings make a health change reach
 the streams at once: ``update_merge_window: 0s`` (Envoy's default of 1 s merges health changes
@@ -47,6 +48,7 @@ lists none (the picker's own discovery decides which pods exist).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -64,6 +66,14 @@ def _host_port(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _address(host: str, port: int) -> dict[str, Any]:
@@ -107,7 +117,12 @@ def envoy_config(
     pickers = [extproc] if isinstance(extproc, str) else list(extproc)
     if not pickers:
         raise ValueError("give at least one picker address")
-    picker_endpoints = [{"endpoint": {"address": _address(*_host_port(a))}} for a in pickers]
+    picker_hosts = [_host_port(a) for a in pickers]
+    picker_endpoints = [{"endpoint": {"address": _address(*hp)}} for hp in picker_hosts]
+    # A name (a headless Service) may stand for every replica: Envoy resolves it (STRICT_DNS),
+    # one host per address, and the replicas are then health-checked as listed ones are.
+    picker_dns = not all(_is_ip(host) for host, _ in picker_hosts)
+    several_pickers = len(pickers) > 1 or picker_dns
     ext_proc_filter = {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -232,7 +247,7 @@ def envoy_config(
                 model_servers,
                 {
                     "name": "mmgate_extproc",
-                    "type": "STATIC",
+                    "type": "STRICT_DNS" if picker_dns else "STATIC",
                     "connect_timeout": "1s",
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -245,7 +260,7 @@ def envoy_config(
                         "cluster_name": "mmgate_extproc",
                         "endpoints": [{"lb_endpoints": picker_endpoints}],
                     },
-                    **(_picker_health(picker_health_interval_s) if len(pickers) > 1 else {}),
+                    **(_picker_health(picker_health_interval_s) if several_pickers else {}),
                 },
             ],
         },
@@ -315,9 +330,15 @@ def render(**options: Any) -> str:
         if options.get("request_body") == "buffered"
         else ("FULL_DUPLEX_STREAMED both ways")
     )
+    pickers = document["static_resources"]["clusters"][1]
+    replicas = (
+        "# Pickers: several replicas, health-checked (docs/envoy.md, several picker replicas).\n"
+        if "health_checks" in pickers
+        else ""
+    )
     header = (
         "# Envoy in front of a vLLM fleet, with mmgate as its endpoint picker (ext_proc).\n"
         "# Written by `mmgate extproc --print-envoy-config`; see docs/envoy.md for each choice.\n"
-        f"# Model servers: {found}.\n# Bodies: {bodies}. Failure mode: fail {mode}.\n"
+        f"# Model servers: {found}.\n# Bodies: {bodies}. Failure mode: fail {mode}.\n{replicas}"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=120)
