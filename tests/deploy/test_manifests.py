@@ -280,32 +280,51 @@ def test_the_gateway_routes_to_the_pool() -> None:
     ]
 
 
-def test_the_standalone_envoy_is_llm_d_original_dst_config_beside_each_picker() -> None:
-    docs = _pool_docs("envoy")
-    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
-    (picker,) = _pickers(docs)
-    pod = picker["spec"]["template"]["spec"]
-    (envoy,) = [c for c in pod["containers"] if c["name"] == "envoy"]
-    (mount,) = envoy["volumeMounts"]
+def _envoy_run_by(docs: list[dict[str, Any]], pod: dict[str, Any], container: dict[str, Any]) -> str:
+    """The Envoy configuration ``container`` runs: its ConfigMap's text, the file ``-c`` names."""
+    (mount,) = container["volumeMounts"]
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    shipped = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
-    assert envoy["args"][envoy["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
-    assert shipped == (DEPLOY / "envoy" / "envoy-original-dst.yaml").read_text()
-    # The Envoy reaches its picker on the pod's loopback, at the port the picker serves.
-    envoy_config = yaml.safe_load(shipped)
+    assert container["args"][container["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
+    text: str = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
+    return text
+
+
+def _picker_cluster(envoy_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The picker cluster of an Envoy configuration and the one address it lists."""
     (cluster,) = [c for c in envoy_config["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
     (address,) = [
         e["endpoint"]["address"]["socket_address"]
         for group in cluster["load_assignment"]["endpoints"]
         for e in group["lb_endpoints"]
     ]
-    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
-    assert (address["address"], address["port_value"]) == ("127.0.0.1", picker_ports["grpc"])
+    return cluster, address
+
+
+def _serves_clients(docs: list[dict[str, Any]], envoy_config: dict[str, Any], pods: dict[str, Any]) -> None:
+    """The Service mmgate-envoy reaches the Envoy container of ``pods`` (a Deployment) on its
+    listener's port."""
     listener = envoy_config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"]
+    (envoy,) = [c for c in pods["spec"]["template"]["spec"]["containers"] if c["name"] == "envoy"]
     assert {p["name"]: p["containerPort"] for p in envoy["ports"]}["http"] == listener
     service = _named(docs, "Service", "mmgate-envoy")
-    assert _selects(service["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
+    assert _selects(service["spec"]["selector"], pods["spec"]["template"]["metadata"]["labels"])
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+
+
+def test_the_standalone_envoy_is_llm_d_original_dst_config_beside_each_picker() -> None:
+    docs = _pool_docs("envoy")
+    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
+    (picker,) = _pickers(docs)
+    pod = picker["spec"]["template"]["spec"]
+    (envoy,) = [c for c in pod["containers"] if c["name"] == "envoy"]
+    shipped = _envoy_run_by(docs, pod, envoy)
+    assert shipped == (DEPLOY / "envoy" / "envoy-original-dst.yaml").read_text()
+    # The Envoy reaches its picker on the pod's loopback, at the port the picker serves.
+    envoy_config = yaml.safe_load(shipped)
+    _, address = _picker_cluster(envoy_config)
+    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
+    assert (address["address"], address["port_value"]) == ("127.0.0.1", picker_ports["grpc"])
+    _serves_clients(docs, envoy_config, picker)
 
 
 def test_one_envoy_in_front_finds_every_picker_replica_through_a_headless_service() -> None:
@@ -316,20 +335,12 @@ def test_one_envoy_in_front_finds_every_picker_replica_through_a_headless_servic
     assert envoy["spec"]["replicas"] >= 2
     pod = envoy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    (mount,) = container["volumeMounts"]
-    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    shipped = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
-    assert container["args"][container["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
+    shipped = _envoy_run_by(docs, pod, container)
     assert shipped == (DEPLOY / "envoy" / "envoy-pickers.yaml").read_text()
     # The picker cluster resolves the headless Service (one host per ready replica), health-checked.
     envoy_config = yaml.safe_load(shipped)
-    (cluster,) = [c for c in envoy_config["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    cluster, address = _picker_cluster(envoy_config)
     assert cluster["type"] == "STRICT_DNS" and cluster["health_checks"]
-    (address,) = [
-        e["endpoint"]["address"]["socket_address"]
-        for group in cluster["load_assignment"]["endpoints"]
-        for e in group["lb_endpoints"]
-    ]
     headless = _named(docs, "Service", "mmgate-epp-pods")
     assert headless["spec"]["clusterIP"] == "None"
     assert _selects(headless["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
@@ -338,11 +349,7 @@ def test_one_envoy_in_front_finds_every_picker_replica_through_a_headless_servic
     picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
     (port,) = headless["spec"]["ports"]
     assert port["targetPort"] == "grpc" and address["port_value"] == port["port"] == picker_ports["grpc"]
-    listener = envoy_config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"]
-    assert {p["name"]: p["containerPort"] for p in container["ports"]}["http"] == listener
-    service = _named(docs, "Service", "mmgate-envoy")
-    assert _selects(service["spec"]["selector"], envoy["spec"]["template"]["metadata"]["labels"])
-    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    _serves_clients(docs, envoy_config, envoy)
 
 
 def test_every_way_runs_the_same_picker_container() -> None:
