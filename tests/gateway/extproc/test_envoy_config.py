@@ -113,7 +113,6 @@ def test_several_pickers_are_health_checked_and_a_change_reaches_every_worker_at
         "healthy_panic_threshold": {"value": 0},
         "update_merge_window": "0s",
     }
-    assert cluster["close_connections_on_host_health_failure"] is True
     assert cluster["outlier_detection"] == {  # a replica dead between two checks: out at once
         "split_external_local_origin_errors": True,
         "consecutive_local_origin_failure": 1,

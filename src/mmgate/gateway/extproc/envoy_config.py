@@ -31,14 +31,12 @@ Several picker replicas (``extproc`` a list, or a name resolving to every replic
 Service, found by DNS) sharing their affinity indexes through Redis: the picker cluster lists
 them all, health-checked with gRPC health
 (``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included), and each
-ext_proc stream goes to the less busy healthy replica. Two settings make a health change reach
-the streams at once: ``update_merge_window: 0s`` (Envoy's default of 1 s merges health changes
-and delivers them to the worker threads' load balancers up to a second late, while the admin
+ext_proc stream goes to the less busy healthy replica. ``update_merge_window: 0s`` makes a
+health change reach the streams at once (Envoy's default of 1 s merges health changes and
+delivers them to the worker threads' load balancers up to a second late, while the admin
 ``/clusters`` page already shows them; every stream opened in between still goes to a dead
-replica), and ``close_connections_on_host_health_failure`` (a replica that hangs with its
-connections open loses them when its checks fail, so nothing waits on it). Outlier detection on
-local-origin failures (a refused connection, a reset) ejects a replica that died between two
-checks at its first failed stream instead of at its next check.
+replica). Outlier detection on local-origin failures (a refused connection, a reset) ejects a
+replica that died between two checks at its first failed stream instead of at its next check.
 
 The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
 Service name resolving to every pod, the usual Kubernetes setup); ``override_host`` can only pick
@@ -289,9 +287,6 @@ def _picker_health(interval_s: float) -> dict[str, Any]:
             "healthy_panic_threshold": {"value": 0},
             "update_merge_window": "0s",  # a health change reaches the workers at once
         },
-        # A replica whose checks fail loses its connections (one hung with its sockets open
-        # would otherwise keep the streams Envoy opened on it before).
-        "close_connections_on_host_health_failure": True,
         # A replica that dies refuses connections before its next check: the first refused (or
         # reset) stream ejects it, so the requests of the rest of that interval go to a live one.
         # Never more than half the replicas, and a passing check brings one back early
