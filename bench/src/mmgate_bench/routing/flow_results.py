@@ -1,0 +1,119 @@
+"""What ``mmgate bench flow-control`` reports per tenant and system, from request records (the
+DES's or the HTTP clients'): the same tally for both, so their tables compare.
+
+A tenant's *fleet share* is its requests completed within the arrival window over its capacity
+(requests/s the fleet serves of its shape alone): shares add up to the fleet's busy fraction
+whatever the request shapes, and a share is the tenant's part of the fleet's served cost.
+*Goodput* is every completion, in capacity units, over the time until the last one finished.
+Every request ends in one answer: completed, refused with a status (429, 503: the gateway
+answered), or lost (no answer: a timeout, a dropped connection, an empty stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmgate_bench.routing.flow_scenarios import Plan
+from mmgate_bench.routing.records import RequestRecord
+from mmgate_bench.stats import percentile
+
+
+@dataclass
+class Tenant:
+    sent: int = 0
+    served: int = 0  # completed within the arrival window
+    completed: int = 0  # completed at all
+    refused: Counter[str] = field(default_factory=Counter)  # answered with an error status, by status
+    lost: Counter[str] = field(default_factory=Counter)  # no answer, by why
+    last_end: float = 0.0  # when its last request finished
+    ttfts: list[float] = field(default_factory=list)
+
+
+def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant]:
+    """Per tenant (the item id's prefix before ``-``)."""
+    out: dict[str, Tenant] = {}
+    for r in records:
+        t = out.setdefault(r.item_id.split("-")[0], Tenant())
+        t.sent += 1
+        if r.error is not None:
+            if r.error.startswith("http_"):
+                t.refused[r.error.removeprefix("http_")] += 1
+            else:
+                t.lost[r.error] += 1
+            continue
+        t.completed += 1
+        if r.ttft_s is not None:
+            t.ttfts.append(r.ttft_s)
+        if r.e2e_s is not None:
+            end = r.sent_s + r.e2e_s
+            t.last_end = max(t.last_end, end)
+            t.served += end <= window_s
+    return out
+
+
+def summary(t: Tenant, window_s: float, cap: float) -> dict[str, Any]:
+    p50, p90 = percentile(t.ttfts, 50), percentile(t.ttfts, 90)
+    return {
+        "sent": t.sent,
+        "completed": t.completed,
+        "refused": dict(sorted(t.refused.items())),
+        "lost": dict(sorted(t.lost.items())),
+        "served_in_window_rps": round(t.served / window_s, 3),
+        "fleet_share": round(t.served / window_s / cap, 3),
+        "ttft_p50_s": None if p50 is None else round(p50, 3),
+        "ttft_p90_s": None if p90 is None else round(p90, 3),
+    }
+
+
+def system_row(tenants: dict[str, Tenant], window_s: float, capacity: dict[str, float]) -> dict[str, Any]:
+    """One system's row: each tenant's summary, goodput (the fleet busy with useful work
+    throughout: 1.0) and when the last request finished."""
+    row: dict[str, Any] = {k: summary(t, window_s, capacity[k]) for k, t in sorted(tenants.items())}
+    end = max((t.last_end for t in tenants.values()), default=0.0)
+    work = sum(t.completed / capacity[k] for k, t in tenants.items())
+    row["goodput"] = round(work / end, 3) if end else 0.0
+    row["last_end_s"] = round(end, 1)
+    return row
+
+
+def report_head(args: argparse.Namespace, scenario: Plan, mode: str) -> dict[str, Any]:
+    """What every report starts with: the scenario, the fleet and the offered load."""
+    return {
+        "mode": mode,
+        "scenario": scenario.scenario,
+        "profile": args.profile,
+        "pods": args.pods,
+        "duration_s": args.duration,
+        "capacity_rps": {k: round(v, 3) for k, v in scenario.capacity.items()},
+        "offered_rps": {k: round(v, 3) for k, v in scenario.offered.items()},
+        "max_inflight_tokens": args.max_inflight_tokens,
+    }
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(
+        f"scenario {report['scenario']} ({report.get('mode', 'des')}): {report['pods']} x "
+        f"{report['profile']}, capacity A {report['capacity_rps']['A']}/s B "
+        f"{report['capacity_rps']['B']}/s, offered A {report['offered_rps']['A']}/s B "
+        f"{report['offered_rps']['B']}/s"
+    )
+    print(f"A alone: TTFT p90 {report['a_alone']['ttft_p90_s']} s")
+    base = report["systems"].get("none", {}).get("A", {}).get("ttft_p90_s")
+    print(
+        f"{'system':<12} {'A p90 s':>8} {'vs none':>8} {'B p90 s':>8} {'A share':>8} {'B share':>8} "
+        f"{'goodput':>8} {'refused':>8} {'lost':>5}"
+    )
+    for name, row in report["systems"].items():
+        a, b = row.get("A", {}), row.get("B", {})
+        p90 = a.get("ttft_p90_s")
+        ratio = f"{p90 / base:.2f}x" if p90 is not None and base else "-"
+        refused = sum(sum(t.get("refused", {}).values()) for t in (a, b))
+        lost = sum(sum(t.get("lost", {}).values()) for t in (a, b))
+        print(
+            f"{name:<12} {p90!s:>8} {ratio:>8} {b.get('ttft_p90_s')!s:>8} {a.get('fleet_share')!s:>8} "
+            f"{b.get('fleet_share')!s:>8} {row.get('goodput')!s:>8} {refused:>8} {lost:>5}"
+        )
