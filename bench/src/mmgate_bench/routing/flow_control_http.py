@@ -30,7 +30,7 @@ import aiohttp
 import orjson
 
 from mmgate_bench.routing.des import tenant_headers
-from mmgate_bench.routing.flow_results import report_head, summary, system_row, tally
+from mmgate_bench.routing.flow_results import compact, report_head, summary, system_row, tally
 from mmgate_bench.routing.flow_scenarios import Plan, Schedule, config_of
 from mmgate_bench.routing.http_mode import HttpOptions, start_fleet, start_router
 from mmgate_bench.routing.loadgen import Target, stream_request
@@ -122,7 +122,7 @@ def run_http(args: argparse.Namespace, scenario: Plan, systems: list[str], folde
     report: dict[str, Any] = {
         **report_head(args, scenario, "http"),
         "drain_s": args.drain,
-        "a_alone": {**summary(alone, window, scenario.capacity["A"]), **facts},
+        "a_alone": {**summary(alone, window, scenario.capacity["A"]), **facts, "requests": compact(records)},
         "systems": {},
     }
     print(f"A alone: TTFT p90 {report['a_alone']['ttft_p90_s']} s ({facts})")
@@ -130,7 +130,7 @@ def run_http(args: argparse.Namespace, scenario: Plan, systems: list[str], folde
         config = config_of(name, args.max_inflight_tokens)
         records, facts = run_one(opts, config, both, timeout_s, folder / name)
         row = system_row(tally(records, window), window, scenario.capacity)
-        report["systems"][name] = {**facts, **row}
+        report["systems"][name] = {**facts, **row, "requests": compact(records)}
         a, b = row.get("A", {}), row.get("B", {})
         print(
             f"{name:<12} A p90 {a.get('ttft_p90_s')} s, B p90 {b.get('ttft_p90_s')} s, goodput "

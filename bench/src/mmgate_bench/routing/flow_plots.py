@@ -2,7 +2,8 @@
 
 Left, each tenant's TTFT p90 per system on a log scale (the flood moves it by orders of
 magnitude), with A alone as a dashed line: how far each system leaves the victim from its own
-floor. Right, each tenant's fleet share (its part of the served cost) per system, stacked, with A's
+floor. Right, each tenant's fleet share (its part of the served cost) per system, stacked, counted by
+requests completed in the window (plain) and by requests prefilled in it (hatched), with A's
 demand marked: who the fleet worked for.
 """
 
@@ -51,22 +52,30 @@ def plot_report(report: dict[str, Any], path: Path) -> Path:
     left.legend(fontsize=8, loc="upper left", ncol=3)
     left.grid(True, axis="y", which="both", alpha=0.3)
 
-    bottom = [0.0] * len(systems)
-    for tenant in ("A", "B"):
-        shares = [r.get(tenant, {}).get("fleet_share") or 0.0 for r in rows]
-        right.bar(list(x), shares, 0.6, bottom=bottom, color=COLOURS[tenant], label=f"tenant {tenant}")
-        for i, (share, base) in enumerate(zip(shares, bottom, strict=True)):
-            above = tenant == "B"
-            right.annotate(f"{share:.3f}", (i, base + share), ha="center", va="bottom" if above else "top",
-                           fontsize=7, color="black" if above else "white")  # fmt: skip
-        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+    top = 1.05
+    for offset, key, hatch, what in (
+        (-0.2, "fleet_share", "", "completed"),
+        (0.2, "prefill_share", "//", "prefilled"),
+    ):
+        bottom = [0.0] * len(systems)
+        xs = [i + offset for i in x]
+        for tenant in ("A", "B"):
+            shares = [r.get(tenant, {}).get(key) or 0.0 for r in rows]
+            right.bar(xs, shares, 0.38, bottom=bottom, color=COLOURS[tenant], hatch=hatch, edgecolor="white",
+                      label=f"{tenant}, {what} in the window")  # fmt: skip
+            for xi, share, base in zip(xs, shares, bottom, strict=True):
+                b = tenant == "B"
+                right.annotate(f"{share:.2f}", (xi, base + share), ha="center", va="bottom" if b else "top",
+                               fontsize=6, color="black" if b else "white")  # fmt: skip
+            bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+        top = max(top, max(bottom) * 1.1)
     demand = report["offered_rps"]["A"] / report["capacity_rps"]["A"]
     right.axhline(demand, color=COLOURS["A"], ls="--", lw=1, label=f"A's demand ({demand:.2f})")
-    right.set_ylim(0, max(1.05, max(bottom) * 1.1))
-    right.set_ylabel("fleet share (served within the window / capacity)")
+    right.set_ylim(0, top * 1.25)  # room for the legend
+    right.set_ylabel("fleet share (in the window, over capacity)")
     right.set_title("served cost per tenant")
     right.set_xticks(list(x), labels, fontsize=8)
-    right.legend(fontsize=8, loc="upper left")
+    right.legend(fontsize=7, loc="upper left", ncol=2)
     right.grid(True, axis="y", alpha=0.3)
 
     mode = "over HTTP" if report.get("mode") == "http" else "DES"

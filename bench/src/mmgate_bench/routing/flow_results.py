@@ -3,7 +3,10 @@ DES's or the HTTP clients'): the same tally for both, so their tables compare.
 
 A tenant's *fleet share* is its requests completed within the arrival window over its capacity
 (requests/s the fleet serves of its shape alone): shares add up to the fleet's busy fraction
-whatever the request shapes, and a share is the tenant's part of the fleet's served cost.
+whatever the request shapes, and a share is the tenant's part of the fleet's served cost. The
+*prefill share* counts requests whose first token came within the window instead: the prompt
+and media work, most of a multimodal request's cost, without the decode that a crowded batch
+stretches past the window's end.
 *Goodput* is every completion, in capacity units, over the time until the last one finished.
 Every request ends in one answer: completed, refused with a status (429, 503: the gateway
 answered), or lost (no answer: a timeout, a dropped connection, an empty stream).
@@ -26,11 +29,13 @@ from mmgate_bench.stats import percentile
 class Tenant:
     sent: int = 0
     served: int = 0  # completed within the arrival window
+    prefilled: int = 0  # first token within the arrival window
     completed: int = 0  # completed at all
     refused: Counter[str] = field(default_factory=Counter)  # answered with an error status, by status
     lost: Counter[str] = field(default_factory=Counter)  # no answer, by why
     last_end: float = 0.0  # when its last request finished
     ttfts: list[float] = field(default_factory=list)
+    e2es: list[float] = field(default_factory=list)
 
 
 def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant]:
@@ -48,15 +53,22 @@ def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant
         t.completed += 1
         if r.ttft_s is not None:
             t.ttfts.append(r.ttft_s)
+            t.prefilled += r.sent_s + r.ttft_s <= window_s
         if r.e2e_s is not None:
+            t.e2es.append(r.e2e_s)
             end = r.sent_s + r.e2e_s
             t.last_end = max(t.last_end, end)
             t.served += end <= window_s
     return out
 
 
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
 def summary(t: Tenant, window_s: float, cap: float) -> dict[str, Any]:
-    p50, p90 = percentile(t.ttfts, 50), percentile(t.ttfts, 90)
+    """``served_rps``: completions over the time until the tenant's last one (its arrivals span
+    the window: a tenant served at its offered rate finishes soon after the window closes)."""
     return {
         "sent": t.sent,
         "completed": t.completed,
@@ -64,8 +76,12 @@ def summary(t: Tenant, window_s: float, cap: float) -> dict[str, Any]:
         "lost": dict(sorted(t.lost.items())),
         "served_in_window_rps": round(t.served / window_s, 3),
         "fleet_share": round(t.served / window_s / cap, 3),
-        "ttft_p50_s": None if p50 is None else round(p50, 3),
-        "ttft_p90_s": None if p90 is None else round(p90, 3),
+        "prefill_share": round(t.prefilled / window_s / cap, 3),
+        "served_rps": round(t.completed / max(window_s, t.last_end), 3),
+        "last_end_s": round(t.last_end, 1),
+        "ttft_p50_s": _r(percentile(t.ttfts, 50)),
+        "ttft_p90_s": _r(percentile(t.ttfts, 90)),
+        "e2e_p90_s": _r(percentile(t.e2es, 90)),
     }
 
 
@@ -78,6 +94,12 @@ def system_row(tenants: dict[str, Tenant], window_s: float, capacity: dict[str, 
     row["goodput"] = round(work / end, 3) if end else 0.0
     row["last_end_s"] = round(end, 1)
     return row
+
+
+def compact(records: Sequence[RequestRecord]) -> list[list[Any]]:
+    """Every request of a run, for the raw JSON: [id, sent s, TTFT s, end-to-end s, error]."""
+    rows = sorted(records, key=lambda r: r.sent_s)
+    return [[r.item_id, round(r.sent_s, 3), _r(r.ttft_s), _r(r.e2e_s), r.error] for r in rows]
 
 
 def report_head(args: argparse.Namespace, scenario: Plan, mode: str) -> dict[str, Any]:
