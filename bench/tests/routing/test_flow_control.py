@@ -4,6 +4,7 @@ HTTP clients (open loop, answers told from losses) and the report's plot."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -13,10 +14,11 @@ from mmgate_bench.routing.des import DesOptions
 from mmgate_bench.routing.flow_control import run_system
 from mmgate_bench.routing.flow_control_http import drive, sends_of
 from mmgate_bench.routing.flow_plots import plot_report
-from mmgate_bench.routing.flow_results import system_row, tally
+from mmgate_bench.routing.flow_results import system_row, tally, to_json
 from mmgate_bench.routing.flow_scenarios import config_of, heavy, light
 from mmgate_bench.routing.records import RequestRecord
 from mmgate_bench.workloads.media import MediaCache
+from support.upstreams import serve
 
 OPTS = DesOptions(profile="fast", pods=1)
 
@@ -75,11 +77,7 @@ async def _held_server(seen: list[str], release: asyncio.Event) -> tuple[web.App
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await serve(app)
     return runner, f"http://127.0.0.1:{port}"
 
 
@@ -124,3 +122,13 @@ def test_plot_draws_a_png_of_a_report(tmp_path: Path) -> None:
     }  # fmt: skip
     path = plot_report(report, tmp_path / "priority.png")
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_report_json_puts_each_request_on_one_line_and_reads_back() -> None:
+    report = {
+        "systems": {
+            "none": {"requests": [["A-0", 0.0, 0.1, 0.5, None], ["B-0", 0.1, None, None, "http_429"]]}
+        }
+    }
+    text = to_json(report)
+    assert '["A-0", 0.0, 0.1, 0.5, null]' in text and json.loads(text) == report

@@ -30,7 +30,6 @@ busy, whatever the request shapes. TTFT counts from arrival (held time included)
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -38,7 +37,15 @@ from typing import Any
 
 from mmgate_bench.routing.des import DesOptions, Simulation
 from mmgate_bench.routing.flow_plots import plot_report
-from mmgate_bench.routing.flow_results import Tenant, print_report, report_head, summary, system_row, tally
+from mmgate_bench.routing.flow_results import (
+    Tenant,
+    print_report,
+    report_head,
+    summary,
+    system_row,
+    tally,
+    to_json,
+)
 from mmgate_bench.routing.flow_scenarios import SCENARIOS, SYSTEMS, Load, Plan, Schedule, config_of, plan
 from mmgate_bench.routing.systems import System
 
@@ -109,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             report = _run_des(args, scenario, systems, opts, folder)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    args.output.write_text(to_json(report))
     print_report(report)
     print(f"wrote {args.output}")
     if args.plot:

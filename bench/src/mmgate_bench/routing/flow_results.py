@@ -15,6 +15,8 @@ answered), or lost (no answer: a timeout, a dropped connection, an empty stream)
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,6 +102,12 @@ def compact(records: Sequence[RequestRecord]) -> list[list[Any]]:
     """Every request of a run, for the raw JSON: [id, sent s, TTFT s, end-to-end s, error]."""
     rows = sorted(records, key=lambda r: r.sent_s)
     return [[r.item_id, round(r.sent_s, 3), _r(r.ttft_s), _r(r.e2e_s), r.error] for r in rows]
+
+
+def to_json(report: dict[str, Any]) -> str:
+    """The report, indented, with each innermost list on one line (a run's requests one a line)."""
+    text = json.dumps(report, indent=2)
+    return re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
 def report_head(args: argparse.Namespace, scenario: Plan, mode: str) -> dict[str, Any]:
