@@ -3,15 +3,17 @@ HTTP clients (open loop, answers told from losses) and the report's plot."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from mmgate_bench.routing.des import DesOptions
-from mmgate_bench.routing.flow_control import run_system
+from mmgate_bench.routing.flow_control import add_arguments, run, run_system
 from mmgate_bench.routing.flow_control_http import drive, sends_of
 from mmgate_bench.routing.flow_plots import plot_report
 from mmgate_bench.routing.flow_results import system_row, tally, to_json
@@ -132,3 +134,15 @@ def test_report_json_puts_each_request_on_one_line_and_reads_back() -> None:
     }
     text = to_json(report)
     assert '["A-0", 0.0, 0.1, 0.5, null]' in text and json.loads(text) == report
+
+
+def test_cli_mistakes_exit_2_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for argv, words in (
+        (["--systems", "none,fifo"], "unknown system(s) fifo"),
+        (["--pods", "0"], "--pods must be at least 1"),
+        (["--overload", "-1"], "--overload, --a-rate and --a-share must be above 0"),
+    ):
+        assert run(parser.parse_args(argv)) == 2
+        assert words in capsys.readouterr().err

@@ -30,6 +30,7 @@ busy, whatever the request shapes. TTFT counts from arrival (held time included)
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,9 +65,16 @@ def run_system(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", choices=SCENARIOS, default="light-victim")
-    parser.add_argument("--profile", default="qwen3-vl-32b-h200-tp2")
-    parser.add_argument("--pods", type=int, default=2)
+    parser.add_argument(
+        "--scenario", choices=SCENARIOS, default="light-victim",
+        help="light-victim: A light, B floods with eight photos; cheap-vs-heavy: A many cheap requests "
+        "(--a-share of its capacity), B six to eight photos; priority: light-victim with A critical and "
+        "B sheddable (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", default="qwen3-vl-32b-h200-tp2", help="simulated pod profile (default: %(default)s)"
+    )
+    parser.add_argument("--pods", type=int, default=2, help="simulated pods (default: %(default)s)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
     parser.add_argument(
         "--drain", type=float, default=600.0,
@@ -89,7 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "process, the same open-loop arrivals sent by this process in real time (one system after "
         "another, A alone first)",
     )  # fmt: skip
-    parser.add_argument("--output", type=Path, default=Path("results/flow-control.json"))
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("results/flow-control.json"),
+        help="the report (default: %(default)s)",
+    )
     parser.add_argument(
         "--plot", action="store_true",
         help="also draw the report: TTFT p90 per tenant and system, and each tenant's fleet share "
@@ -102,8 +115,11 @@ def run(args: argparse.Namespace) -> int:
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:
         known = ", ".join(SYSTEMS)
-        print(f"mmgate bench flow-control: unknown system(s) {', '.join(unknown)}; choose from {known}")
-        return 2
+        return _mistake(f"unknown system(s) {', '.join(unknown)}; choose from {known}")
+    if args.pods < 1 or args.duration <= 0 or args.drain < 0:
+        return _mistake("--pods must be at least 1, --duration above 0 and --drain not negative")
+    if args.overload <= 0 or args.a_rate <= 0 or args.a_share <= 0:
+        return _mistake("--overload, --a-rate and --a-share must be above 0")
     opts = DesOptions(profile=args.profile, pods=args.pods)
     load = Load(args.duration, args.overload, args.a_rate, args.a_share)
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"wrote {plot_report(report, args.output.with_suffix('.png'))}")
     return 0
+
+
+def _mistake(message: str) -> int:
+    print(f"mmgate bench flow-control: {message}", file=sys.stderr)
+    return 2
 
 
 def _run_des(
