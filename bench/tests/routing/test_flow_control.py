@@ -14,7 +14,7 @@ from aiohttp import web
 
 from mmgate_bench.routing.des import DesOptions
 from mmgate_bench.routing.flow_control import add_arguments, run, run_system
-from mmgate_bench.routing.flow_control_http import drive, sends_of
+from mmgate_bench.routing.flow_control_http import drive, held_times, sends_of
 from mmgate_bench.routing.flow_plots import plot_report
 from mmgate_bench.routing.flow_results import system_row, tally, to_json
 from mmgate_bench.routing.flow_scenarios import config_of, heavy, light
@@ -146,3 +146,17 @@ def test_cli_mistakes_exit_2_with_a_message(capsys: pytest.CaptureFixture[str]) 
     ):
         assert run(parser.parse_args(argv)) == 2
         assert words in capsys.readouterr().err
+
+
+def test_held_times_read_the_gateways_access_log(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.log"
+    lines = [
+        '{"logger":"mmgate.gateway","msg":"listening"}',
+        '{"logger":"mmgate.access","status":"200","flow":"A","held_ms":250.0}',
+        '{"logger":"mmgate.access","status":"200","flow":"B","held_ms":0.0}',
+        '{"logger":"mmgate.access","status":"429","flow":"B","held_ms":0.0}',  # refused: not held time
+        '{"logger":"mmgate.access","status":"200"}',  # no flow control
+        "not json",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    assert held_times(log) == {"A": [0.25], "B": [0.0]}

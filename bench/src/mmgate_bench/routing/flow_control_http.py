@@ -30,12 +30,13 @@ import aiohttp
 import orjson
 
 from mmgate_bench.routing.des import tenant_headers
-from mmgate_bench.routing.flow_results import compact, report_head, summary, system_row, tally
+from mmgate_bench.routing.flow_results import compact, report_head, rounded, summary, system_row, tally
 from mmgate_bench.routing.flow_scenarios import Plan, Schedule, config_of
 from mmgate_bench.routing.http_mode import HttpOptions, start_fleet, start_router
 from mmgate_bench.routing.loadgen import Target, stream_request
 from mmgate_bench.routing.records import RequestRecord
 from mmgate_bench.routing.systems import System
+from mmgate_bench.stats import percentile
 from mmgate_bench.workloads.media import MediaCache
 from mmgate_bench.workloads.synthetic import DEFAULT_MODEL
 
@@ -80,17 +81,39 @@ async def drive(base: str, sends: list[Send], timeout_s: float) -> tuple[list[Re
     return records, late
 
 
+def held_times(log: Path) -> dict[str, list[float]]:
+    """Per fairness id, how long each request answered 200 was held in the gateway (seconds),
+    from the gateway's access log (``held_ms``: only requests under flow control have it)."""
+    held: dict[str, list[float]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and str(doc.get("status")) == "200" and "held_ms" in doc:
+            held.setdefault(str(doc.get("flow")), []).append(float(doc["held_ms"]) / 1000)
+    return held
+
+
 def run_one(
-    opts: HttpOptions, config: str, sends: list[Send], timeout_s: float, folder: Path
+    opts: HttpOptions,
+    config: str,
+    sends: list[Send],
+    timeout_s: float,
+    folder: Path,
+    *,
+    access_log: bool = False,
 ) -> tuple[list[RequestRecord], dict[str, Any]]:
-    """One system: a fresh fleet and gateway, the sends, both stopped; (records, run facts)."""
+    """One system: a fresh fleet and gateway, the sends, both stopped; (records, run facts: with
+    ``access_log``, each tenant's held time p50/p90 from the gateway's log)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.yaml"
     path.write_text(config)
     load_before = os.getloadavg()[0]
     fleet, urls = start_fleet(opts, folder)
     try:
-        router, base, note = start_router(System(folder.name, config=path), urls, folder, DEFAULT_MODEL)
+        system = System(folder.name, config=path)
+        router, base, note = start_router(system, urls, folder, DEFAULT_MODEL, access_log=access_log)
         if router is None:
             raise RuntimeError(note)
         try:
@@ -106,6 +129,11 @@ def run_one(
         "client_late_max_s": round(late, 3),
         "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
+    if access_log:
+        facts["held_s"] = {
+            flow: {"p50": rounded(percentile(times, 50)), "p90": rounded(percentile(times, 90))}
+            for flow, times in sorted(held_times(router.log_path).items())
+        }
     return records, facts
 
 
@@ -128,7 +156,7 @@ def run_http(args: argparse.Namespace, scenario: Plan, systems: list[str], folde
     print(f"A alone: TTFT p90 {report['a_alone']['ttft_p90_s']} s ({facts})")
     for name in systems:
         config = config_of(name, args.max_inflight_tokens)
-        records, facts = run_one(opts, config, both, timeout_s, folder / name)
+        records, facts = run_one(opts, config, both, timeout_s, folder / name, access_log=args.access_log)
         row = system_row(tally(records, window), window, scenario.capacity)
         report["systems"][name] = {**facts, **row, "requests": compact(records)}
         a, b = row.get("A", {}), row.get("B", {})

@@ -64,7 +64,7 @@ def tally(records: Sequence[RequestRecord], window_s: float) -> dict[str, Tenant
     return out
 
 
-def _r(x: float | None) -> float | None:
+def rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
@@ -81,9 +81,9 @@ def summary(t: Tenant, window_s: float, cap: float) -> dict[str, Any]:
         "prefill_share": round(t.prefilled / window_s / cap, 3),
         "served_rps": round(t.completed / max(window_s, t.last_end), 3),
         "last_end_s": round(t.last_end, 1),
-        "ttft_p50_s": _r(percentile(t.ttfts, 50)),
-        "ttft_p90_s": _r(percentile(t.ttfts, 90)),
-        "e2e_p90_s": _r(percentile(t.e2es, 90)),
+        "ttft_p50_s": rounded(percentile(t.ttfts, 50)),
+        "ttft_p90_s": rounded(percentile(t.ttfts, 90)),
+        "e2e_p90_s": rounded(percentile(t.e2es, 90)),
     }
 
 
@@ -101,7 +101,7 @@ def system_row(tenants: dict[str, Tenant], window_s: float, capacity: dict[str, 
 def compact(records: Sequence[RequestRecord]) -> list[list[Any]]:
     """Every request of a run, for the raw JSON: [id, sent s, TTFT s, end-to-end s, error]."""
     rows = sorted(records, key=lambda r: r.sent_s)
-    return [[r.item_id, round(r.sent_s, 3), _r(r.ttft_s), _r(r.e2e_s), r.error] for r in rows]
+    return [[r.item_id, round(r.sent_s, 3), rounded(r.ttft_s), rounded(r.e2e_s), r.error] for r in rows]
 
 
 def to_json(report: dict[str, Any]) -> str:
