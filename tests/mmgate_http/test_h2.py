@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from mmgate.http import h2
 from mmgate.http.hpack import Header, encode
 
@@ -75,7 +77,8 @@ def settings(*pairs: tuple[int, int]) -> bytes:
 REQUEST = [(b":method", b"POST"), (b":path", b"/svc/Method"), (b"content-type", b"application/grpc")]
 
 
-def test_a_stream_opens_with_its_headers_and_its_data_arrives_across_reads() -> None:
+@pytest.mark.parametrize("read", [1, 7, 9, 10, 40, 1000])
+def test_a_stream_opens_with_its_headers_and_its_data_arrives_across_reads(read: int) -> None:
     conn, transport, opened = connect()
     kinds = [f[0] for f in transport.frames()]
     assert kinds == [h2.SETTINGS, h2.WINDOW_UPDATE]  # this side's settings, a wide connection window
@@ -86,8 +89,8 @@ def test_a_stream_opens_with_its_headers_and_its_data_arrives_across_reads() -> 
         + h2.frame(h2.DATA, 0, 1, b"hello ")
         + h2.frame(h2.DATA, h2.END_STREAM, 1, b"world")
     )
-    for i in range(0, len(wire), 7):  # arbitrary read boundaries
-        conn.data_received(wire[i : i + 7])
+    for i in range(0, len(wire), read):  # arbitrary read boundaries
+        conn.data_received(wire[i : i + read])
     headers, recorder = opened[1]
     assert headers == REQUEST
     assert recorder.events == [("data", (b"hello ", False)), ("data", (b"world", True))]

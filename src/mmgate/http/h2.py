@@ -105,8 +105,10 @@ class Connection(asyncio.Protocol):
     def __init__(self, open_stream: OpenStream) -> None:
         self._open_stream = open_stream
         self.transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._preface_buffer = bytearray()
         self._preface = False
+        self._pending: list[memoryview] = []  # a frame's first bytes, read but not yet complete
+        self._pending_size = 0
         self._decoder = Decoder()
         self._streams: dict[int, Stream] = {}
         self._out: dict[int, _Out] = {}
@@ -158,34 +160,69 @@ class Connection(asyncio.Protocol):
                 self.transport.writelines(held)
 
     def _receive(self, data: bytes) -> None:
-        buffer = self._buffer
-        if not buffer and self._preface:  # the common case: parse the bytes as they came
-            pos = self._frames(data)
-            if pos < len(data) and not self._closing:
-                buffer += data[pos:] if pos else data
-            return
-        buffer += data
         if not self._preface:
-            if len(buffer) < len(PREFACE):
+            data = self._read_preface(data)
+            if not data:
                 return
-            if buffer[: len(PREFACE)] != PREFACE:
-                self.close(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+        start = 0
+        if self._pending:  # a frame begun in an earlier read
+            start = self._complete(data)
+            if start < 0 or self._closing:
                 return
-            del buffer[: len(PREFACE)]
-            self._preface = True
-        # A frame larger than one read arrives over several: copy the bytes out only once the
-        # first frame is complete (never the growing buffer on every read).
-        if len(buffer) < 9 or len(buffer) < 9 + (buffer[0] << 16 | buffer[1] << 8 | buffer[2]):
-            return
-        data = bytes(buffer)
-        buffer.clear()
-        pos = self._frames(data)
+        pos = self._frames(data, start)
         if pos < len(data) and not self._closing:
-            buffer += data[pos:]
+            # The start of the next frame: kept as a view (no copy) until the read that ends it.
+            self._pending.append(memoryview(data)[pos:])
+            self._pending_size = len(data) - pos
 
-    def _frames(self, data: bytes) -> int:
-        """Handle every complete frame in ``data``; the offset of the first incomplete one."""
-        pos = 0
+    def _read_preface(self, data: bytes) -> bytes:
+        """The client's connection preface (RFC 9113 §3.4) out of the first reads; what follows it."""
+        buffer = self._preface_buffer
+        buffer += data
+        if len(buffer) < len(PREFACE):
+            return b""
+        if buffer[: len(PREFACE)] != PREFACE:
+            self.close(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            return b""
+        self._preface = True
+        rest = bytes(buffer[len(PREFACE) :])
+        buffer.clear()
+        return rest
+
+    def _complete(self, data: bytes) -> int:
+        """Add ``data`` to a frame begun in earlier reads: where the frames after it start in
+        ``data`` once it is complete (and handled), -1 while it is not. Only that one frame is
+        copied out of the reads, never the bytes after it."""
+        pending = self._pending
+        have = self._pending_size
+        if have < 9:  # even the frame header is split
+            head = b"".join(pending) + data[: 9 - have]
+            if len(head) < 9:
+                pending.append(memoryview(data))
+                self._pending_size += len(data)
+                return -1
+        else:
+            head = bytes(pending[0][:9]) if len(pending[0]) >= 9 else b"".join(pending)[:9]
+        need = 9 + (head[0] << 16 | head[1] << 8 | head[2])
+        if need > 9 + OUR_MAX_FRAME:
+            self.close(FRAME_SIZE_ERROR, f"frame of {need - 9} bytes")
+            return -1
+        if have + len(data) < need:
+            pending.append(memoryview(data))
+            self._pending_size += len(data)
+            return -1
+        take = need - have
+        pending.append(memoryview(data)[:take])
+        whole = b"".join(pending)
+        pending.clear()
+        self._pending_size = 0
+        if self._frames(whole, 0) != len(whole):  # checks the length (and handles the frame)
+            return len(data)
+        return take
+
+    def _frames(self, data: bytes, pos: int) -> int:
+        """Handle every complete frame in ``data`` from ``pos``; the offset of the first
+        incomplete one (``len(data)`` once the connection is closing)."""
         size = len(data)
         view = memoryview(data)  # frame payloads are views of the bytes read: no copy per frame
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
+from mmgate.gateway.extproc.lean import MessageReader
 from mmgate.gateway.extproc.messages import (
     MAX_CHUNK,
     REQUEST_CHUNK,
@@ -26,7 +27,16 @@ from support.bodies import photo_chat
 
 
 def parsed(answers: list[Answer]) -> list[ep.ProcessingResponse]:
-    return [ep.ProcessingResponse.FromString(a) if isinstance(a, bytes) else a for a in answers]
+    out = []
+    for answer in answers:
+        if isinstance(answer, list):
+            answer = b"".join(answer)
+        out.append(ep.ProcessingResponse.FromString(answer) if isinstance(answer, bytes) else answer)
+    return out
+
+
+def wire(answers: list[Answer]) -> list[bytes]:
+    return [b"".join(a) if isinstance(a, list) else bytes(a) for a in answers]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("images", [0, 1, 3])
@@ -40,7 +50,7 @@ def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(image
     cuts = range(0, len(whole), MAX_CHUNK)
     assert [s.body for s in streamed] == [whole[i : i + MAX_CHUNK] for i in cuts]
     assert [s.end_of_stream for s in streamed] == [i + MAX_CHUNK >= len(whole) for i in cuts]
-    assert list(request_body(body, end=True)) == list(request_body(whole, end=True))
+    assert wire(request_body(body, end=True)) == wire(request_body(whole, end=True))
 
 
 def test_an_empty_body_is_one_empty_chunk_and_a_middle_one_never_ends_the_stream() -> None:
@@ -57,7 +67,17 @@ def test_an_echoed_response_chunk_is_the_message_the_runtime_would_build() -> No
     streamed = ep.StreamedBodyResponse(body=b"data: {}\n\n", end_of_stream=True)
     common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
     built = ep.ProcessingResponse(response_body=ep.BodyResponse(response=common))
-    assert parsed(response_body(b"data: {}\n\n", end=True)) == [built]
+    assert parsed(response_body([b"data: {}\n\n"], end=True)) == [built]
+    assert parsed(response_body([b"data: ", b"{}\n\n"], end=True)) == [built]
+
+
+def test_a_long_response_chunk_goes_back_in_chunks_of_at_most_max_chunk() -> None:
+    data = bytes(range(256)) * 1000
+    answers = parsed(response_body([data[:1000], data[1000:]], end=True))
+    streamed = [m.response_body.response.body_mutation.streamed_response for m in answers]
+    assert b"".join(s.body for s in streamed) == data
+    assert max(len(s.body) for s in streamed) == MAX_CHUNK
+    assert [s.end_of_stream for s in streamed] == [False] * (len(streamed) - 1) + [True]
 
 
 def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
@@ -74,18 +94,44 @@ def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
     assert not unchanged.request_body.response.HasField("body_mutation")
 
 
+def _read(raw: bytes | list[bytes]) -> tuple[int, bytes, bool] | None:
+    got = body_chunk(raw)
+    return None if got is None else (got[0], b"".join(got[1]), got[2])
+
+
 @pytest.mark.parametrize("end", [True, False])
 @pytest.mark.parametrize("data", [b"", b"x", bytes(range(256)) * 700])
 def test_a_body_chunk_is_read_without_the_runtime_as_the_runtime_reads_it(data: bytes, end: bool) -> None:
     for kind, field in ((REQUEST_CHUNK, "request_body"), (RESPONSE_CHUNK, "response_body")):
-        raw = ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)}).SerializeToString()
-        assert body_chunk(raw) == (kind, memoryview(data), end)
+        message = ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)})
+        message.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})  # Envoy sends it
+        for raw in (ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)}), message):
+            serialized = raw.SerializeToString()
+            assert _read(serialized) == (kind, data, end)
+            # the same message received over several frames, cut anywhere (within its keys too)
+            for cuts in ((1,), (3, 7), (len(serialized) // 2,), (5, len(serialized) - 3)):
+                edges = sorted({0, *(c for c in cuts if 0 < c < len(serialized)), len(serialized)})
+                parts = [serialized[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+                assert _read(parts) == (kind, data, end), cuts
 
 
-def test_a_message_with_anything_beside_the_body_is_left_to_the_runtime() -> None:
-    with_metadata = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x"))
-    with_metadata.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})
+def test_a_message_that_is_not_only_a_body_chunk_is_left_to_the_runtime() -> None:
     headers = ep.ProcessingRequest(request_headers=ep.HttpHeaders(end_of_stream=True))
-    assert body_chunk(with_metadata.SerializeToString()) is None
+    trailers = ep.HttpBody(body=b"x").SerializeToString() + b"\x18\x01"  # HttpBody field 3
     assert body_chunk(headers.SerializeToString()) is None
+    assert body_chunk(b"\x22" + bytes([len(trailers)]) + trailers) is None
     assert body_chunk(b"\x22\x05\x0a\x09abc") is None  # a body longer than the message
+    twice = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x")).SerializeToString()
+    assert body_chunk(twice + twice) is None  # a repeated oneof field: merged by the runtime
+    assert body_chunk(twice[:-1]) is None  # truncated
+
+
+@pytest.mark.parametrize("read", [1, 4, 5, 6, 16_384, 1 << 20])
+def test_grpc_messages_come_out_whole_and_in_order_however_the_frames_cut_them(read: int) -> None:
+    sent = [b"", b"a", bytes(range(256)) * 300, b"xyz" * 7]
+    wire = b"".join(b"\x00" + len(m).to_bytes(4, "big") + m for m in sent)
+    reader = MessageReader()
+    got = []
+    for i in range(0, len(wire), read):
+        got.extend(b"".join(parts) for parts in reader.feed(wire[i : i + read]))
+    assert got == sent

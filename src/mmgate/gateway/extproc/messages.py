@@ -23,7 +23,7 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from mmgate.http.responses import Response
-from mmgate.request.pieces import Body, chunks
+from mmgate.request.pieces import Body
 
 DESTINATION = "x-gateway-destination-endpoint"
 SERVED = "x-gateway-destination-endpoint-served"
@@ -34,8 +34,12 @@ FILTER_NAME = "envoy.filters.http.ext_proc"
 UPSTREAM_ADDRESS = "upstream.address"
 MAX_CHUNK = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
 
-Answer: TypeAlias = "ep.ProcessingResponse | bytes"
-"""A message to send back: built, or already serialized (the body-carrying ones)."""
+Buffer: TypeAlias = "bytes | memoryview"
+Wire: TypeAlias = "list[bytes | memoryview]"
+"""A serialized message as consecutive parts (a body-carrying answer: its few bytes of keys and
+lengths, then views of the body)."""
+Answer: TypeAlias = "ep.ProcessingResponse | bytes | Wire"
+"""A message to send back: built, or already serialized (the body-carrying ones, as parts)."""
 
 
 def _number(message: type, field: str) -> int:
@@ -59,36 +63,93 @@ _IN_END = _number(ep.HttpBody, "end_of_stream")
 REQUEST_CHUNK, RESPONSE_CHUNK = _REQUEST_BODY_IN, _RESPONSE_BODY_IN
 
 
-def body_chunk(raw: bytes | memoryview) -> tuple[int, memoryview, bool] | None:
-    """A ``ProcessingRequest`` that is only a body chunk, read without the protobuf runtime:
-    (:data:`REQUEST_CHUNK` or :data:`RESPONSE_CHUNK`, the chunk as a view of ``raw``,
-    ``end_of_stream``). ``None`` for anything else — another kind, or any other field beside the
-    body (metadata, attributes) — which the caller parses whole. A body arrives as dozens of such
-    messages; parsing each with the runtime copied its bytes twice."""
-    view = memoryview(raw)
-    size = len(view)
-    if size < 2 or view[0] not in (_REQUEST_BODY_IN << 3 | 2, _RESPONSE_BODY_IN << 3 | 2):
+_TOP_REQUESTS = frozenset(range(2, 8))  # the ``request`` oneof of ProcessingRequest: 2..7
+_TAIL_LIMIT = 64 * 1024  # fields after a body chunk read by hand; more goes to the runtime
+
+
+def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], bool] | None:
+    """A ``ProcessingRequest`` that is a body chunk, read without the protobuf runtime:
+    (:data:`REQUEST_CHUNK` or :data:`RESPONSE_CHUNK`, the chunk as views of ``raw``,
+    ``end_of_stream``). ``raw`` is the message's bytes, or their consecutive parts (a message
+    received over several frames: Envoy sends a megabyte body message in 16 KiB frames), never
+    joined. Fields beside the body (``metadata_context``, which Envoy sends with every message,
+    and ``attributes``) are skipped: the picker reads them on the headers messages only. ``None``
+    for anything else (another kind, a field of ``HttpBody`` other than the body and its end,
+    a malformed message), which the caller parses whole. Parsing each chunk with the runtime
+    copied its megabyte twice."""
+    parts = [memoryview(raw)] if isinstance(raw, (bytes, memoryview)) else [memoryview(p) for p in raw]
+    size = 0
+    for part in parts:
+        size += len(part)
+    head = _span(parts, 0, min(size, 24))
+    if len(head) < 2 or head[0] not in (_REQUEST_BODY_IN << 3 | 2, _RESPONSE_BODY_IN << 3 | 2):
         return None
-    kind = view[0] >> 3
-    length, pos = _read_varint(view, 1)
-    if pos + length != size:
+    kind = head[0] >> 3
+    inner, pos = _read_varint(head, 1)
+    inner_end = pos + inner
+    if inner < 0 or inner_end > size:
         return None
-    chunk = view[pos:pos]
+    chunk: list[memoryview] = []
+    after = pos
+    if pos < inner_end and head[pos] == _IN_BODY << 3 | 2:
+        length, after = _read_varint(head, pos + 1)
+        if length < 0 or after + length > inner_end:
+            return None
+        chunk = _slice(parts, after, after + length)
+        after += length
+    if size - after > _TAIL_LIMIT:
+        return None
+    tail = _span(parts, after, size)
     end = False
-    while pos < size:
-        key = view[pos]
-        if key == _IN_BODY << 3 | 2:
-            length, pos = _read_varint(view, pos + 1)
-            if pos + length > size:
-                return None
-            chunk = view[pos : pos + length]
-            pos += length
-        elif key == _IN_END << 3:
-            value, pos = _read_varint(view, pos + 1)
-            end = bool(value)
+    pos = 0
+    inner_end -= after
+    while pos < inner_end:  # the rest of HttpBody: only end_of_stream is expected
+        if tail[pos] != _IN_END << 3:
+            return None
+        value, pos = _read_varint(tail, pos + 1)
+        end = bool(value)
+    if pos != inner_end:
+        return None
+    while pos < len(tail):  # the message's other fields: skipped (never another request kind)
+        key, pos = _read_varint(tail, pos)
+        if key < 0 or key >> 3 in _TOP_REQUESTS:
+            return None
+        wire = key & 7
+        if wire == 0:
+            _, pos = _read_varint(tail, pos)
+        elif wire == 2:
+            length, pos = _read_varint(tail, pos)
+            pos = pos + length if length >= 0 else len(tail) + 1
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
         else:
             return None
+    if pos != len(tail):
+        return None
     return kind, chunk, end
+
+
+def _slice(parts: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
+    """Bytes ``start:stop`` of the consecutive ``parts``, as views (no copy)."""
+    out = []
+    offset = 0
+    for part in parts:
+        size = len(part)
+        if offset + size > start and offset < stop:
+            out.append(part[max(start - offset, 0) : min(stop - offset, size)])
+        offset += size
+        if offset >= stop:
+            break
+    return out
+
+
+def _span(parts: Sequence[memoryview], start: int, stop: int) -> memoryview:
+    """Bytes ``start:stop`` of the consecutive ``parts`` as one view (copied only when they
+    straddle parts: callers ask for a few bytes)."""
+    pieces = _slice(parts, start, stop)
+    if len(pieces) == 1:
+        return pieces[0]
+    return memoryview(b"".join(pieces))
 
 
 def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
@@ -117,27 +178,30 @@ def _delimited(number: int, size: int) -> bytes:
     return _varint(number << 3 | 2) + _varint(size)
 
 
-def _nested(path: Sequence[int], leaf: Sequence[bytes | memoryview], before: bytes = b"") -> bytes:
+def _nested(path: Sequence[int], leaf: Sequence[Buffer], before: bytes = b"") -> Wire:
     """``leaf`` (the innermost message's serialized fields) inside the embedded fields ``path``
-    (outermost first): each level's key and length, then the leaf, joined once (after
-    ``before``, other fields of the outermost message)."""
-    size = sum(len(piece) for piece in leaf)
-    heads = []
+    (outermost first): the keys and lengths of every level (after ``before``, other fields of
+    the outermost message) as one small ``bytes``, then the leaf's parts as they are."""
+    size = 0
+    for piece in leaf:
+        size += len(piece)
+    heads: list[bytes] = []
     for number in reversed(path):
         head = _delimited(number, size)
         heads.append(head)
         size += len(head)
     heads.append(before)
     heads.reverse()
-    return b"".join([*heads, *leaf])
+    return [b"".join(heads), *leaf]
 
 
-def _streamed_body(answer: int, piece: bytes | memoryview, end: bool) -> bytes:
-    leaf: list[bytes | memoryview] = []
-    if len(piece):
-        leaf += [_delimited(_CHUNK, len(piece)), piece]
+_END_TRUE = _varint(_END << 3) + b"\x01"
+
+
+def _streamed_body(answer: int, pieces: Sequence[Buffer], size: int, end: bool) -> Wire:
+    leaf: list[Buffer] = [_delimited(_CHUNK, size), *pieces] if size else []
     if end:
-        leaf.append(_varint(_END << 3) + b"\x01")
+        leaf.append(_END_TRUE)
     return _nested((answer, _COMMON, _BODY_MUTATION, _STREAMED), leaf)
 
 
@@ -247,33 +311,53 @@ def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingRes
     return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
 
 
-def _slices(body: Body | memoryview) -> Iterator[bytes | memoryview]:
-    """``body`` in slices of at most :data:`MAX_CHUNK` bytes: views of the client's bytes when
-    it is one object, else copied once out of the pieces."""
-    if isinstance(body, (bytes, memoryview)):
-        whole = memoryview(body)
-        for start in range(0, len(body), MAX_CHUNK):
-            yield whole[start : start + MAX_CHUNK]
-    else:
-        yield from chunks(body, MAX_CHUNK)
+def _slices(body: Body | Sequence[Buffer], size: int) -> Iterator[tuple[list[Buffer], int]]:
+    """``body`` in consecutive slices of at most ``size`` bytes, each as views of the body's own
+    bytes (never copied: the socket writes them as they are) and its length."""
+    pieces: Iterable[Buffer] = [body] if isinstance(body, bytes) else body
+    held: list[Buffer] = []
+    room = size
+    for piece in pieces:
+        view = memoryview(piece)
+        length = len(view)
+        start = 0
+        while start < length:
+            take = min(room, length - start)
+            held.append(view if take == length else view[start : start + take])
+            start += take
+            room -= take
+            if not room:
+                yield held, size
+                held = []
+                room = size
+    if held:
+        yield held, size - room
 
 
 def request_body(body: Body, *, end: bool) -> list[Answer]:
     """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`
     (``FULL_DUPLEX_STREAMED``: what is not sent back, the upstream never gets)."""
-    return _streamed(_REQUEST_BODY, body, end)
+    return _streamed(_REQUEST_BODY, body, len(body), end)
 
 
-def response_body(body: bytes | memoryview, *, end: bool) -> list[Answer]:
-    """An upstream body chunk passed through to the client unchanged."""
-    return _streamed(_RESPONSE_BODY, body, end)
+def response_body(body: Sequence[Buffer], *, end: bool) -> list[Answer]:
+    """An upstream body chunk (its parts) passed through to the client unchanged."""
+    size = 0
+    for piece in body:
+        size += len(piece)
+    if size <= MAX_CHUNK:  # the usual case: one answer around the chunk as it came
+        return [_streamed_body(_RESPONSE_BODY, body, size, end)]
+    return _streamed(_RESPONSE_BODY, body, size, end)
 
 
-def _streamed(answer: int, body: Body | memoryview, end: bool) -> list[Answer]:
-    if not body:
-        return [_streamed_body(answer, b"", end)]
-    last = (len(body) - 1) // MAX_CHUNK
-    return [_streamed_body(answer, piece, end and n == last) for n, piece in enumerate(_slices(body))]
+def _streamed(answer: int, body: Body | Sequence[Buffer], size: int, end: bool) -> list[Answer]:
+    if not size:
+        return [_streamed_body(answer, (), 0, end)]
+    last = (size - 1) // MAX_CHUNK
+    return [
+        _streamed_body(answer, pieces, length, end and n == last)
+        for n, (pieces, length) in enumerate(_slices(body, MAX_CHUNK))
+    ]
 
 
 def continue_response_body() -> ep.ProcessingResponse:

@@ -54,7 +54,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 if answers is None:
                     answers = await stream.admitted()
                 for answer in answers:  # serialized ones parsed again: this is the reference path
-                    yield ep.ProcessingResponse.FromString(answer) if isinstance(answer, bytes) else answer
+                    if isinstance(answer, ep.ProcessingResponse):
+                        yield answer
+                    else:
+                        yield ep.ProcessingResponse.FromString(
+                            answer if isinstance(answer, bytes) else b"".join(answer)
+                        )
         finally:
             stream.close()
 
