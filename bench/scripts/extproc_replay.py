@@ -209,7 +209,9 @@ def replay(args: argparse.Namespace) -> int:
         return sink.written
 
     written = one_round()  # warm-up
-    print(f"{len(reads)} reads, {sum(map(len, reads))} bytes in, {written} bytes out per round of {per_round}")
+    print(
+        f"{len(reads)} reads, {sum(map(len, reads))} bytes in, {written} bytes out per round of {per_round}"
+    )
     if args.instructions:
         time.thread_time_ns()
         for _ in range(args.rounds):
@@ -236,7 +238,15 @@ def replay(args: argparse.Namespace) -> int:
 
 def instructions(args: argparse.Namespace) -> int:
     out = Path(tempfile.mkdtemp(prefix="extproc-cg-")) / "cg.out"
-    command = [sys.executable, __file__, "replay", args.frames, "--rounds", str(args.rounds), "--instructions"]
+    command = [
+        sys.executable,
+        __file__,
+        "replay",
+        args.frames,
+        "--rounds",
+        str(args.rounds),
+        "--instructions",
+    ]
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--dump-before=time_thread_time_ns", f"--callgrind-out-file={out}",
          *command],
@@ -254,7 +264,9 @@ def instructions(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("--body", default="text")

@@ -42,6 +42,10 @@ from types import ModuleType
 
 MODULES: tuple[str, ...] = (
     "mmgate.datalayer.index.memory",
+    "mmgate.gateway.extproc.lean",
+    "mmgate.gateway.extproc.wire",
+    "mmgate.http.h2",
+    "mmgate.http.hpack",
     "mmgate.request.assets",
     "mmgate.request.layout",
     "mmgate.request.payload",

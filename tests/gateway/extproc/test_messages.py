@@ -4,19 +4,24 @@ for."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from grpc_health.v1 import health_pb2
 
+from mmgate.gateway import extproc
 from mmgate.gateway.extproc.lean import MessageReader
-from mmgate.gateway.extproc.messages import (
+from mmgate.gateway.extproc.messages import Answer, route_body
+from mmgate.gateway.extproc.wire import (
     MAX_CHUNK,
     REQUEST_CHUNK,
     RESPONSE_CHUNK,
-    Answer,
     body_chunk,
+    health_answer,
+    health_service,
     request_body,
     response_body,
-    route_body,
 )
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
@@ -111,7 +116,7 @@ def test_a_body_chunk_is_read_without_the_runtime_as_the_runtime_reads_it(data: 
             # the same message received over several frames, cut anywhere (within its keys too)
             for cuts in ((1,), (3, 7), (len(serialized) // 2,), (5, len(serialized) - 3)):
                 edges = sorted({0, *(c for c in cuts if 0 < c < len(serialized)), len(serialized)})
-                parts = [serialized[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+                parts = [serialized[a:b] for a, b in itertools.pairwise(edges)]
                 assert _read(parts) == (kind, data, end), cuts
 
 
@@ -135,3 +140,46 @@ def test_grpc_messages_come_out_whole_and_in_order_however_the_frames_cut_them(r
     for i in range(0, len(wire), read):
         got.extend(b"".join(parts) for parts in reader.feed(wire[i : i + read]))
     assert got == sent
+
+
+def test_the_field_numbers_written_by_hand_are_the_generated_descriptors_ones() -> None:
+    wire = extproc.wire
+
+    def number(message: type, field: str) -> int:
+        return int(message.DESCRIPTOR.fields_by_name[field].number)  # type: ignore[attr-defined]
+
+    assert (
+        number(ep.ProcessingResponse, "request_body"),
+        number(ep.ProcessingResponse, "response_body"),
+    ) == (wire.REQUEST_BODY_OUT, wire.RESPONSE_BODY_OUT)
+    assert number(ep.BodyResponse, "response") == wire.COMMON
+    assert number(ep.CommonResponse, "body_mutation") == wire.BODY_MUTATION
+    assert (
+        number(ep.BodyMutation, "body"),
+        number(ep.BodyMutation, "streamed_response"),
+    ) == (wire.WHOLE_BODY, wire.STREAMED)
+    assert (
+        number(ep.StreamedBodyResponse, "body"),
+        number(ep.StreamedBodyResponse, "end_of_stream"),
+    ) == (wire.CHUNK, wire.CHUNK_END)
+    assert (
+        number(ep.ProcessingRequest, "request_body"),
+        number(ep.ProcessingRequest, "response_body"),
+    ) == (REQUEST_CHUNK, RESPONSE_CHUNK)
+    assert (number(ep.HttpBody, "body"), number(ep.HttpBody, "end_of_stream")) == (wire.IN_BODY, wire.IN_END)
+    oneof = ep.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"]
+    assert {f.number for f in oneof.fields} == wire.REQUEST_KINDS
+    assert number(health_pb2.HealthCheckRequest, "service") == wire.HEALTH_SERVICE
+    assert number(health_pb2.HealthCheckResponse, "status") == wire.HEALTH_STATUS
+
+
+@pytest.mark.parametrize(
+    "service", ["", "liveness", "envoy.service.ext_proc.v3.ExternalProcessor", "é" * 200]
+)
+def test_health_messages_by_hand_are_the_runtime_s(service: str) -> None:
+    assert health_service(health_pb2.HealthCheckRequest(service=service).SerializeToString()) == service
+    for status in (0, 1, 2, 3):
+        assert health_answer(status) == health_pb2.HealthCheckResponse(status=status).SerializeToString()
+    assert health_service(b"\x0a\x05ab") is None  # truncated
+    assert health_service(b"\x0a\x02\xff\xfe") is None  # not UTF-8
+    assert health_service(b"\x10\x01\x0a\x01x") == "x"  # an unknown field is skipped

@@ -25,13 +25,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
-from google.protobuf.message import DecodeError
-from grpc_health.v1 import health_pb2
-
-from mmgate.gateway.extproc import messages
+from mmgate.gateway.extproc import wire
 from mmgate.gateway.extproc.messages import Answer
-from mmgate.gateway.extproc.stream import RequestStream
+from mmgate.gateway.extproc.stream import Malformed, RequestStream
 from mmgate.gateway.server import Gateway
 from mmgate.http import h2, hpack
 
@@ -64,7 +60,7 @@ class MessageReader:
     Each message comes out as its consecutive parts, views of the bytes read: one part when it
     lies inside one frame, several when it spans frames (Envoy sends a megabyte body message in
     16 KiB frames). Nothing is joined here; a reader that needs one buffer joins (the protobuf
-    runtime), a body chunk's reader does not (:func:`messages.body_chunk`)."""
+    runtime), a body chunk's reader does not (:func:`.wire.body_chunk`)."""
 
     __slots__ = ("_have", "_need", "_parts")
 
@@ -179,20 +175,19 @@ class _ProcessStream:
     def _handle(self, found: list[list[memoryview]]) -> None:
         request = self._request
         for n, raw in enumerate(found):
-            chunk = messages.body_chunk(raw)
+            chunk = wire.body_chunk(raw)
             if chunk is not None:  # most messages: a body chunk, read without the runtime
                 kind, data, end = chunk
-                if kind == messages.REQUEST_CHUNK:
+                if kind == wire.REQUEST_CHUNK:
                     answers = request.request_chunk(data, end)
                 else:
                     answers = request.response_chunk(data, end)
             else:
                 try:
-                    message = ep.ProcessingRequest.FromString(_joined(raw))
-                except DecodeError:
+                    answers = request.on_serialized(_joined(raw))
+                except Malformed:
                     self._fail(INVALID_ARGUMENT, "not a ProcessingRequest")
                     return
-                answers = request.on_message(message)
             if answers is None:  # waits for an admission slot; what follows waits behind it
                 self._queued = found[n + 1 :]
                 self._waiting = asyncio.get_running_loop().create_task(self._admitted())
@@ -286,16 +281,15 @@ class _HealthCheck:
         except _Refused:
             found = []
         if found:
-            try:
-                service = health_pb2.HealthCheckRequest.FromString(_joined(found[0])).service
-            except DecodeError:
+            service = wire.health_service(_joined(found[0]))
+            if service is None:
                 _trailers_only(self._conn, self._id, INVALID_ARGUMENT, "not a HealthCheckRequest")
                 return
             status = self._statuses.get(service)
             if status is None:
                 _trailers_only(self._conn, self._id, NOT_FOUND, f"unknown service {service!r}")
                 return
-            answer = health_pb2.HealthCheckResponse(status=status).SerializeToString()
+            answer = wire.health_answer(status)
             self._conn.send_headers(self._id, RESPONSE_HEADERS)
             self._conn.send_data(self._id, _framed(answer))
             self._conn.send_headers(self._id, OK_TRAILERS, end=True)

@@ -3,18 +3,15 @@
 Header values travel in ``raw_value`` (bytes): Envoy fills it and reads it first, and bytes keep
 non-ASCII header values intact both ways.
 
-Answers that carry a body are written as protobuf wire bytes by hand (:data:`Answer` is a message
-or its serialized form): building them as messages copied the body once per nesting level, and
-the protobuf runtime's copies of a megabyte field cost about a millisecond each — 10 ms for one
-three-image body, more than everything else the picker does. By hand, the body is copied once,
-into the frame that carries it. Protobuf's merge rule (a message's serialized fields may be
-concatenated; the same embedded field twice merges) lets the small routing part be serialized by
-the runtime and the body appended.
+Answers that carry a body are written as protobuf wire bytes by hand (:mod:`.wire`;
+:data:`Answer` is a message or its serialized form). Protobuf's merge rule (a message's
+serialized fields may be concatenated; the same embedded field twice merges) lets the small
+routing part of a ``BUFFERED`` body answer be serialized by the runtime and the body appended.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
 from envoy.config.core.v3 import base_pb2
@@ -22,6 +19,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from mmgate.gateway.extproc import wire
+from mmgate.gateway.extproc.wire import Wire
 from mmgate.http.responses import Response
 from mmgate.request.pieces import Body
 
@@ -32,177 +31,8 @@ LB_NAMESPACE = "envoy.lb"
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 FILTER_NAME = "envoy.filters.http.ext_proc"
 UPSTREAM_ADDRESS = "upstream.address"
-MAX_CHUNK = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
-
-Buffer: TypeAlias = "bytes | memoryview"
-Wire: TypeAlias = "list[bytes | memoryview]"
-"""A serialized message as consecutive parts (a body-carrying answer: its few bytes of keys and
-lengths, then views of the body)."""
 Answer: TypeAlias = "ep.ProcessingResponse | bytes | Wire"
 """A message to send back: built, or already serialized (the body-carrying ones, as parts)."""
-
-
-def _number(message: type, field: str) -> int:
-    return int(message.DESCRIPTOR.fields_by_name[field].number)  # type: ignore[attr-defined]
-
-
-_REQUEST_BODY = _number(ep.ProcessingResponse, "request_body")
-_RESPONSE_BODY = _number(ep.ProcessingResponse, "response_body")
-_COMMON = _number(ep.BodyResponse, "response")
-_BODY_MUTATION = _number(ep.CommonResponse, "body_mutation")
-_WHOLE_BODY = _number(ep.BodyMutation, "body")
-_STREAMED = _number(ep.BodyMutation, "streamed_response")
-_CHUNK = _number(ep.StreamedBodyResponse, "body")
-_END = _number(ep.StreamedBodyResponse, "end_of_stream")
-
-
-_REQUEST_BODY_IN = _number(ep.ProcessingRequest, "request_body")
-_RESPONSE_BODY_IN = _number(ep.ProcessingRequest, "response_body")
-_IN_BODY = _number(ep.HttpBody, "body")
-_IN_END = _number(ep.HttpBody, "end_of_stream")
-REQUEST_CHUNK, RESPONSE_CHUNK = _REQUEST_BODY_IN, _RESPONSE_BODY_IN
-
-
-_TOP_REQUESTS = frozenset(range(2, 8))  # the ``request`` oneof of ProcessingRequest: 2..7
-_TAIL_LIMIT = 64 * 1024  # fields after a body chunk read by hand; more goes to the runtime
-
-
-def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], bool] | None:
-    """A ``ProcessingRequest`` that is a body chunk, read without the protobuf runtime:
-    (:data:`REQUEST_CHUNK` or :data:`RESPONSE_CHUNK`, the chunk as views of ``raw``,
-    ``end_of_stream``). ``raw`` is the message's bytes, or their consecutive parts (a message
-    received over several frames: Envoy sends a megabyte body message in 16 KiB frames), never
-    joined. Fields beside the body (``metadata_context``, which Envoy sends with every message,
-    and ``attributes``) are skipped: the picker reads them on the headers messages only. ``None``
-    for anything else (another kind, a field of ``HttpBody`` other than the body and its end,
-    a malformed message), which the caller parses whole. Parsing each chunk with the runtime
-    copied its megabyte twice."""
-    parts = [memoryview(raw)] if isinstance(raw, (bytes, memoryview)) else [memoryview(p) for p in raw]
-    size = 0
-    for part in parts:
-        size += len(part)
-    head = _span(parts, 0, min(size, 24))
-    if len(head) < 2 or head[0] not in (_REQUEST_BODY_IN << 3 | 2, _RESPONSE_BODY_IN << 3 | 2):
-        return None
-    kind = head[0] >> 3
-    inner, pos = _read_varint(head, 1)
-    inner_end = pos + inner
-    if inner < 0 or inner_end > size:
-        return None
-    chunk: list[memoryview] = []
-    after = pos
-    if pos < inner_end and head[pos] == _IN_BODY << 3 | 2:
-        length, after = _read_varint(head, pos + 1)
-        if length < 0 or after + length > inner_end:
-            return None
-        chunk = _slice(parts, after, after + length)
-        after += length
-    if size - after > _TAIL_LIMIT:
-        return None
-    tail = _span(parts, after, size)
-    end = False
-    pos = 0
-    inner_end -= after
-    while pos < inner_end:  # the rest of HttpBody: only end_of_stream is expected
-        if tail[pos] != _IN_END << 3:
-            return None
-        value, pos = _read_varint(tail, pos + 1)
-        end = bool(value)
-    if pos != inner_end:
-        return None
-    while pos < len(tail):  # the message's other fields: skipped (never another request kind)
-        key, pos = _read_varint(tail, pos)
-        if key < 0 or key >> 3 in _TOP_REQUESTS:
-            return None
-        wire = key & 7
-        if wire == 0:
-            _, pos = _read_varint(tail, pos)
-        elif wire == 2:
-            length, pos = _read_varint(tail, pos)
-            pos = pos + length if length >= 0 else len(tail) + 1
-        elif wire == 1 or wire == 5:
-            pos += 8 if wire == 1 else 4
-        else:
-            return None
-    if pos != len(tail):
-        return None
-    return kind, chunk, end
-
-
-def _slice(parts: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
-    """Bytes ``start:stop`` of the consecutive ``parts``, as views (no copy)."""
-    out = []
-    offset = 0
-    for part in parts:
-        size = len(part)
-        if offset + size > start and offset < stop:
-            out.append(part[max(start - offset, 0) : min(stop - offset, size)])
-        offset += size
-        if offset >= stop:
-            break
-    return out
-
-
-def _span(parts: Sequence[memoryview], start: int, stop: int) -> memoryview:
-    """Bytes ``start:stop`` of the consecutive ``parts`` as one view (copied only when they
-    straddle parts: callers ask for a few bytes)."""
-    pieces = _slice(parts, start, stop)
-    if len(pieces) == 1:
-        return pieces[0]
-    return memoryview(b"".join(pieces))
-
-
-def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(view):
-        byte = view[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    return -1, len(view) + 1  # truncated: no caller's bounds check passes
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _delimited(number: int, size: int) -> bytes:
-    """The key and length of a length-delimited field (wire type 2) of ``size`` bytes."""
-    return _varint(number << 3 | 2) + _varint(size)
-
-
-def _nested(path: Sequence[int], leaf: Sequence[Buffer], before: bytes = b"") -> Wire:
-    """``leaf`` (the innermost message's serialized fields) inside the embedded fields ``path``
-    (outermost first): the keys and lengths of every level (after ``before``, other fields of
-    the outermost message) as one small ``bytes``, then the leaf's parts as they are."""
-    size = 0
-    for piece in leaf:
-        size += len(piece)
-    heads: list[bytes] = []
-    for number in reversed(path):
-        head = _delimited(number, size)
-        heads.append(head)
-        size += len(head)
-    heads.append(before)
-    heads.reverse()
-    return [b"".join(heads), *leaf]
-
-
-_END_TRUE = _varint(_END << 3) + b"\x01"
-
-
-def _streamed_body(answer: int, pieces: Sequence[Buffer], size: int, end: bool) -> Wire:
-    leaf: list[Buffer] = [_delimited(_CHUNK, size), *pieces] if size else []
-    if end:
-        leaf.append(_END_TRUE)
-    return _nested((answer, _COMMON, _BODY_MUTATION, _STREAMED), leaf)
 
 
 def header_pairs(headers: ep.HttpHeaders) -> list[tuple[str, str]]:
@@ -296,12 +126,24 @@ def route_body(
     if body is None:
         return routing
     pieces = [body] if isinstance(body, bytes) else list(body)
-    leaf = [_delimited(_WHOLE_BODY, len(body)), *pieces]
-    return _nested((_REQUEST_BODY, _COMMON, _BODY_MUTATION), leaf, before=routing.SerializeToString())
+    leaf = [wire.delimited(wire.WHOLE_BODY, len(body)), *pieces]
+    path = (wire.REQUEST_BODY_OUT, wire.COMMON, wire.BODY_MUTATION)
+    return wire.nested(path, leaf, before=routing.SerializeToString())
 
 
-def continue_request_headers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(request_headers=ep.HeadersResponse(response=ep.CommonResponse()))
+# The answers that never vary, serialized once.
+_CONTINUE_REQUEST_HEADERS: bytes = ep.ProcessingResponse(
+    request_headers=ep.HeadersResponse(response=ep.CommonResponse())
+).SerializeToString()
+_CONTINUE_RESPONSE_BODY: bytes = ep.ProcessingResponse(
+    response_body=ep.BodyResponse(response=ep.CommonResponse())
+).SerializeToString()
+_REQUEST_TRAILERS: bytes = ep.ProcessingResponse(request_trailers=ep.TrailersResponse()).SerializeToString()
+_RESPONSE_TRAILERS: bytes = ep.ProcessingResponse(response_trailers=ep.TrailersResponse()).SerializeToString()
+
+
+def continue_request_headers() -> bytes:
+    return _CONTINUE_REQUEST_HEADERS
 
 
 def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingResponse:
@@ -311,66 +153,17 @@ def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingRes
     return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
 
 
-def _slices(body: Body | Sequence[Buffer], size: int) -> Iterator[tuple[list[Buffer], int]]:
-    """``body`` in consecutive slices of at most ``size`` bytes, each as views of the body's own
-    bytes (never copied: the socket writes them as they are) and its length."""
-    pieces: Iterable[Buffer] = [body] if isinstance(body, bytes) else body
-    held: list[Buffer] = []
-    room = size
-    for piece in pieces:
-        view = memoryview(piece)
-        length = len(view)
-        start = 0
-        while start < length:
-            take = min(room, length - start)
-            held.append(view if take == length else view[start : start + take])
-            start += take
-            room -= take
-            if not room:
-                yield held, size
-                held = []
-                room = size
-    if held:
-        yield held, size - room
-
-
-def request_body(body: Body, *, end: bool) -> list[Answer]:
-    """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`
-    (``FULL_DUPLEX_STREAMED``: what is not sent back, the upstream never gets)."""
-    return _streamed(_REQUEST_BODY, body, len(body), end)
-
-
-def response_body(body: Sequence[Buffer], *, end: bool) -> list[Answer]:
-    """An upstream body chunk (its parts) passed through to the client unchanged."""
-    size = 0
-    for piece in body:
-        size += len(piece)
-    if size <= MAX_CHUNK:  # the usual case: one answer around the chunk as it came
-        return [_streamed_body(_RESPONSE_BODY, body, size, end)]
-    return _streamed(_RESPONSE_BODY, body, size, end)
-
-
-def _streamed(answer: int, body: Body | Sequence[Buffer], size: int, end: bool) -> list[Answer]:
-    if not size:
-        return [_streamed_body(answer, (), 0, end)]
-    last = (size - 1) // MAX_CHUNK
-    return [
-        _streamed_body(answer, pieces, length, end and n == last)
-        for n, (pieces, length) in enumerate(_slices(body, MAX_CHUNK))
-    ]
-
-
-def continue_response_body() -> ep.ProcessingResponse:
+def continue_response_body() -> bytes:
     """The answer to a ``STREAMED`` (or ``BUFFERED``) response body chunk: pass it on as it is."""
-    return ep.ProcessingResponse(response_body=ep.BodyResponse(response=ep.CommonResponse()))
+    return _CONTINUE_RESPONSE_BODY
 
 
-def request_trailers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
+def request_trailers() -> bytes:
+    return _REQUEST_TRAILERS
 
 
-def response_trailers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(response_trailers=ep.TrailersResponse())
+def response_trailers() -> bytes:
+    return _RESPONSE_TRAILERS
 
 
 def immediate(response: Response, details: str) -> ep.ProcessingResponse:

@@ -35,11 +35,12 @@ from collections.abc import Sequence
 import orjson
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from google.protobuf.message import DecodeError
 
 from mmgate.control.admission import Overloaded, client_key
 from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace, Usage
 from mmgate.errors import RequestError
-from mmgate.gateway.extproc import messages
+from mmgate.gateway.extproc import messages, wire
 from mmgate.gateway.server import MODEL_PREFIX, ROUTES, Gateway, model_in_path, not_found
 from mmgate.http.headers import (
     REQUEST_ID,
@@ -59,6 +60,10 @@ Buffer = bytes | memoryview
 USAGE_TAIL = 64 * 1024  # the end of a response kept to read its ``usage`` (never the whole body)
 FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = pm.ProcessingMode.BUFFERED
+
+
+class Malformed(ValueError):
+    """Bytes that do not parse as the message they should be."""
 
 
 class RequestStream:
@@ -99,6 +104,15 @@ class RequestStream:
         self._whole = b""  # the client's body, until the routing answer says whether it changed
 
     # -- the request ----------------------------------------------------------------------------
+
+    def on_serialized(self, raw: Buffer) -> list[messages.Answer] | None:
+        """:meth:`on_message` for a ``ProcessingRequest``'s wire bytes (:class:`Malformed` if
+        they are not one)."""
+        try:
+            message = ep.ProcessingRequest.FromString(raw)
+        except DecodeError:
+            raise Malformed("not a ProcessingRequest") from None
+        return self.on_message(message)
 
     def on_message(self, message: ep.ProcessingRequest) -> list[messages.Answer] | None:
         kind = message.WhichOneof("request")
@@ -243,7 +257,7 @@ class RequestStream:
         if self.request_mode != FULL_DUPLEX:  # one answer; the body only when it changed
             return [messages.route_body(destination, extra, remove, None if body is whole else body)]
         out = [messages.route_headers(destination, extra, remove)]
-        out.extend(messages.request_body(body, end=True))
+        out.extend(wire.request_body(body, end=True))
         return out
 
     # -- the response ---------------------------------------------------------------------------
@@ -277,8 +291,9 @@ class RequestStream:
             tail += part
         if len(tail) > USAGE_TAIL:
             del tail[: len(tail) - USAGE_TAIL]
+        out: list[messages.Answer]
         if self.response_mode == FULL_DUPLEX:  # what mmgate does not send back, the client never gets
-            out = messages.response_body(chunk, end=end)
+            out = list(wire.response_body(chunk, end=end))
         else:  # STREAMED or BUFFERED: an empty answer leaves the chunk as it is
             out = [messages.continue_response_body()]
         if end:
