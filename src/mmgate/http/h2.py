@@ -27,32 +27,51 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
 from mmgate.http.hpack import Decoder, Header, HpackError
 
 log = logging.getLogger("mmgate.h2")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types (RFC 9113 §6)
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0, 1, 2, 3, 4
-PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 5, 6, 7, 8, 9
-END_STREAM = 0x1
-ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
+DATA: Final = 0
+HEADERS: Final = 1
+PRIORITY: Final = 2
+RST_STREAM: Final = 3
+SETTINGS: Final = 4
+PUSH_PROMISE: Final = 5
+PING: Final = 6
+GOAWAY: Final = 7
+WINDOW_UPDATE: Final = 8
+CONTINUATION: Final = 9
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
 # error codes (RFC 9113 §7)
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
+NO_ERROR: Final = 0
+PROTOCOL_ERROR: Final = 1
+INTERNAL_ERROR: Final = 2
+FLOW_CONTROL_ERROR: Final = 3
+STREAM_CLOSED: Final = 5
+FRAME_SIZE_ERROR: Final = 6
+REFUSED_STREAM: Final = 7
+CANCEL: Final = 8
+COMPRESSION_ERROR: Final = 9
 # settings
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE = 1, 2, 3, 4
-MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 5, 6
+HEADER_TABLE_SIZE: Final = 1
+ENABLE_PUSH: Final = 2
+MAX_CONCURRENT_STREAMS: Final = 3
+INITIAL_WINDOW_SIZE: Final = 4
+MAX_FRAME_SIZE: Final = 5
+MAX_HEADER_LIST_SIZE: Final = 6
 
-MAX_WINDOW = 2**31 - 1
-OUR_MAX_FRAME = 1 << 20  # DATA frames up to 1 MiB from the peer: fewer frames per body
-OUR_MAX_STREAMS = 10_000
-MAX_HEADER_BLOCK = 256 * 1024
+MAX_WINDOW: Final = 2**31 - 1
+OUR_MAX_FRAME: Final = 1 << 20  # DATA frames up to 1 MiB from the peer: fewer frames per body
+OUR_MAX_STREAMS: Final = 10_000
+MAX_HEADER_BLOCK: Final = 256 * 1024
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
@@ -442,31 +461,39 @@ class Connection(asyncio.Protocol):
                 queue.popleft()
                 continue
             # One DATA frame: as many queued bytes as the windows and the frame size allow.
-            room = min(out.window, self._peer_window, self._peer_max_frame)
+            room = out.window
+            if self._peer_window < room:
+                room = self._peer_window
+            if self._peer_max_frame < room:
+                room = self._peer_max_frame
             body: list[bytes | memoryview] = []
             taken = 0
             end = 0
-            while queue and queue[0][0] == DATA:
-                _, payload, flags = queue[0]
+            while queue:
+                item = queue[0]
+                if item[0] != DATA:
+                    break
+                payload = item[1]
                 size = len(payload)
                 if not size:  # the end marker
-                    end = flags
+                    end = item[2]
                     queue.popleft()
                     break
-                if taken == room:
+                take = room - taken
+                if not take:
                     break
-                take = min(size, room - taken)
-                if take == size:
+                if take >= size:
                     body.append(payload)
                     queue.popleft()
+                    taken += size
                 else:
                     view = memoryview(payload)
                     body.append(view[:take])
                     queue[0] = (DATA, view[take:], 0)
-                taken += take
+                    taken += take
             if not taken and not end:
                 break  # the windows are shut: the peer's WINDOW_UPDATE resumes
-            frames.append(taken.to_bytes(3, "big") + bytes((DATA, end)) + sid)
+            frames.append(bytes((taken >> 16, taken >> 8 & 0xFF, taken & 0xFF, DATA, end)) + sid)
             frames.extend(body)
             out.window -= taken
             self._peer_window -= taken

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from mmgate.gateway.extproc import wire
 from mmgate.gateway.extproc.messages import Answer
@@ -33,16 +34,23 @@ from mmgate.http import h2, hpack
 
 log = logging.getLogger("mmgate.extproc")
 
-PROCESS = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
-HEALTH_CHECK = b"/grpc.health.v1.Health/Check"
+PROCESS: Final = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+HEALTH_CHECK: Final = b"/grpc.health.v1.Health/Check"
 Buffer = bytes | memoryview
-MAX_MESSAGE = 64 * 1024 * 1024  # as the grpc.aio server's limit: a 20 MB body and room to spare
+MAX_MESSAGE: Final = 64 * 1024 * 1024  # as the grpc.aio server's limit: a 20 MB body and room to spare
 
 # gRPC status codes (grpc/doc/statuscodes.md)
-OK, INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 5, 8, 12, 13
+OK: Final = 0
+INVALID_ARGUMENT: Final = 3
+NOT_FOUND: Final = 5
+RESOURCE_EXHAUSTED: Final = 8
+UNIMPLEMENTED: Final = 12
+INTERNAL: Final = 13
 
-RESPONSE_HEADERS = b"\x88" + hpack.encode([(b"content-type", b"application/grpc")])  # 0x88: :status 200
-OK_TRAILERS = hpack.encode([(b"grpc-status", b"0")])
+RESPONSE_HEADERS: Final = b"\x88" + hpack.encode(
+    [(b"content-type", b"application/grpc")]
+)  # 0x88: :status 200
+OK_TRAILERS: Final = hpack.encode([(b"grpc-status", b"0")])
 
 
 def _status_trailers(code: int, message: str) -> bytes:

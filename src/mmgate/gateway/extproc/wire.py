@@ -20,11 +20,11 @@ against the generated descriptors.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from mmgate.request.pieces import Body
 
-MAX_CHUNK = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
+MAX_CHUNK: Final = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
 
 Buffer: TypeAlias = "bytes | memoryview"
 Wire: TypeAlias = "list[bytes | memoryview]"
@@ -33,16 +33,24 @@ lengths, then views of the body)."""
 
 # ProcessingResponse.request_body / .response_body -> BodyResponse.response -> CommonResponse
 # .body_mutation -> BodyMutation.body (BUFFERED) or .streamed_response -> StreamedBodyResponse
-REQUEST_BODY_OUT, RESPONSE_BODY_OUT = 3, 4
-COMMON, BODY_MUTATION, WHOLE_BODY, STREAMED = 1, 3, 1, 3
-CHUNK, CHUNK_END = 1, 2
+REQUEST_BODY_OUT: Final = 3
+RESPONSE_BODY_OUT: Final = 4
+COMMON: Final = 1
+BODY_MUTATION: Final = 3
+WHOLE_BODY: Final = 1
+STREAMED: Final = 3
+CHUNK: Final = 1
+CHUNK_END: Final = 2
 # ProcessingRequest.request_body / .response_body (an HttpBody: body, end_of_stream)
-REQUEST_CHUNK, RESPONSE_CHUNK = 4, 5
-IN_BODY, IN_END = 1, 2
-REQUEST_KINDS = frozenset(range(2, 8))  # ProcessingRequest's ``request`` oneof: 2..7
-HEALTH_SERVICE, HEALTH_STATUS = 1, 1  # HealthCheckRequest.service, HealthCheckResponse.status
+REQUEST_CHUNK: Final = 4
+RESPONSE_CHUNK: Final = 5
+IN_BODY: Final = 1
+IN_END: Final = 2
+REQUEST_KINDS: Final = frozenset(range(2, 8))  # ProcessingRequest's ``request`` oneof: 2..7
+HEALTH_SERVICE: Final = 1  # HealthCheckRequest.service, HealthCheckResponse.status
+HEALTH_STATUS: Final = 1
 
-_TAIL_LIMIT = 64 * 1024  # fields after a body chunk read by hand; more goes to the runtime
+_TAIL_LIMIT: Final = 64 * 1024  # fields after a body chunk read by hand; more goes to the runtime
 
 
 def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], bool] | None:
@@ -142,8 +150,13 @@ def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
     return -1, len(view) + 1  # truncated: no caller's bounds check passes
 
 
+_ONE_BYTE: Final = [bytes((n,)) for n in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
-    out = bytearray()
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out: list[int] = []
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
@@ -163,24 +176,45 @@ def nested(path: Sequence[int], leaf: Sequence[Buffer], before: bytes = b"") -> 
     size = 0
     for piece in leaf:
         size += len(piece)
+    return [before + _heads(path, size), *leaf]
+
+
+def _heads(path: Sequence[int], size: int) -> bytes:
+    """The keys and lengths of the embedded fields ``path`` (outermost first) around ``size``
+    bytes of the innermost message."""
     heads: list[bytes] = []
     for number in reversed(path):
         head = delimited(number, size)
         heads.append(head)
         size += len(head)
-    heads.append(before)
     heads.reverse()
-    return [b"".join(heads), *leaf]
+    return b"".join(heads)
 
 
-_END_TRUE = _varint(CHUNK_END << 3) + b"\x01"
+_END_TRUE: Final = _varint(CHUNK_END << 3) + b"\x01"
+
+
+_HEADS: Final[dict[int, bytes]] = {}  # streamed_body's keys and lengths, by answer, size and end
+_HEADS_KEPT: Final = 4096
 
 
 def streamed_body(answer: int, pieces: Sequence[Buffer], size: int, end: bool) -> Wire:
-    leaf: list[Buffer] = [delimited(CHUNK, size), *pieces] if size else []
+    """A ``StreamedBodyResponse`` of ``size`` bytes (``pieces``) in the ``answer`` field: the
+    bytes in front of the body depend on these three only, so they are built once (a body goes
+    back in equal chunks; responses repeat their sizes)."""
+    key = size << 4 | answer << 1 | end
+    head = _HEADS.get(key)
+    if head is None:
+        chunk = delimited(CHUNK, size) if size else b""
+        tail = _END_TRUE if end else b""
+        head = _heads((answer, COMMON, BODY_MUTATION, STREAMED), len(chunk) + size + len(tail)) + chunk
+        if len(_HEADS) >= _HEADS_KEPT:
+            _HEADS.clear()
+        _HEADS[key] = head
+    out: list[Buffer] = [head, *pieces]
     if end:
-        leaf.append(_END_TRUE)
-    return nested((answer, COMMON, BODY_MUTATION, STREAMED), leaf)
+        out.append(_END_TRUE)
+    return out
 
 
 def _slices(body: Body | Sequence[Buffer], size: int) -> Iterator[tuple[list[Buffer], int]]:
