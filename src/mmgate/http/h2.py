@@ -121,8 +121,11 @@ class _Out:
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection, server side."""
 
-    def __init__(self, open_stream: OpenStream) -> None:
+    def __init__(self, open_stream: OpenStream, on_lost: Callable[[Connection], None] | None = None) -> None:
+        """``on_lost`` is called with this connection once its transport is gone (a server that
+        tracks its open connections forgets it there)."""
         self._open_stream = open_stream
+        self._on_lost = on_lost
         self.transport: asyncio.Transport | None = None
         self._preface_buffer = bytearray()
         self._preface = False
@@ -162,6 +165,8 @@ class Connection(asyncio.Protocol):
         self.transport.write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, update))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._on_lost is not None:
+            self._on_lost(self)
         streams = list(self._streams.values())
         self._streams.clear()
         self._out.clear()

@@ -151,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "warning",
                     "--grpc",
                     args.grpc,
+                    "--drain-seconds",  # the benchmark stops the picker after its proxy: nothing to drain
+                    "0",
                 ]
             )
             children.append(picker)

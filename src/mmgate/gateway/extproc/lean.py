@@ -324,11 +324,14 @@ def _trailers_only(conn: h2.Connection, stream_id: int, code: int, message: str)
 
 
 def services(
-    gateway: Gateway, statuses: dict[str, int], max_endpoints: int | None
+    gateway: Gateway,
+    statuses: dict[str, int],
+    max_endpoints: int | None,
+    on_lost: Callable[[h2.Connection], None] | None = None,
 ) -> Callable[[], h2.Connection]:
     """The protocol factory for ``loop.create_server``: each connection serves ``Process`` and
     ``Health/Check`` (``statuses``: service name -> ``HealthCheckResponse`` status, kept current
-    by the caller)."""
+    by the caller; ``on_lost``: called with a connection once it is gone)."""
 
     def open_stream(conn: h2.Connection, stream_id: int, headers: list[hpack.Header], end: bool) -> h2.Stream:
         path = next((v for k, v in headers if k == b":path"), b"")
@@ -343,4 +346,4 @@ def services(
             stream.on_data(b"", True)
         return stream
 
-    return lambda: h2.Connection(open_stream)
+    return lambda: h2.Connection(open_stream, on_lost)

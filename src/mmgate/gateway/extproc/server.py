@@ -24,7 +24,6 @@ import contextlib
 import logging
 import socket
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -134,8 +133,8 @@ async def _start_lean(
 ) -> tuple[int, Callable[[str, int], None], Callable[[float], Awaitable[None]]]:
     statuses: dict[str, int] = {}
     loop = asyncio.get_running_loop()
-    serve = lean.services(gateway, statuses, max_endpoints)
-    connections: weakref.WeakSet[h2.Connection] = weakref.WeakSet()  # asyncio keeps none for us
+    connections: set[h2.Connection] = set()  # asyncio keeps none for us; gone ones forget themselves
+    serve = lean.services(gateway, statuses, max_endpoints, on_lost=connections.discard)
 
     def accept() -> h2.Connection:
         conn = serve()
