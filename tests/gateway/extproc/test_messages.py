@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2
 
 from mmgate.gateway import extproc
@@ -94,8 +96,7 @@ def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
     assert keys == ["x-gateway-destination-endpoint", "x-a"]
     assert list(common.header_mutation.remove_headers) == ["x-b"]
     assert answer.dynamic_metadata["envoy.lb"]["x-gateway-destination-endpoint"] == "10.0.0.1:8000"
-    unchanged = route_body("10.0.0.1:8000", [], [], None)
-    assert isinstance(unchanged, ep.ProcessingResponse)
+    (unchanged,) = parsed([route_body("10.0.0.1:8000", [], [], None)])
     assert not unchanged.request_body.response.HasField("body_mutation")
 
 
@@ -183,3 +184,54 @@ def test_health_messages_by_hand_are_the_runtime_s(service: str) -> None:
     assert health_service(b"\x0a\x05ab") is None  # truncated
     assert health_service(b"\x0a\x02\xff\xfe") is None  # not UTF-8
     assert health_service(b"\x10\x01\x0a\x01x") == "x"  # an unknown field is skipped
+
+
+def _runtime_mutation(set_headers: list[tuple[str, str]], remove: list[str]) -> ep.HeaderMutation:
+    option = base_pb2.HeaderValueOption
+    return ep.HeaderMutation(
+        set_headers=[
+            option(
+                header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")),
+                append_action=option.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+            for k, v in set_headers
+        ],
+        remove_headers=remove,
+    )
+
+
+ROUTES = [
+    ("10.0.0.1:8000", [], []),
+    (
+        "10.0.0.1:8000,10.0.0.2:8000",
+        [("x-mmgate-tokens", "1234"), ("x-empty", ""), ("x-latin", "café")],
+        ["x-a"],
+    ),
+    ("", [("x-request-id", "r" * 300)], ["x-a", "x-b", ""]),
+]
+
+
+@pytest.mark.parametrize(("destination", "extra", "remove"), ROUTES)
+def test_the_routing_answers_by_hand_are_the_runtime_s_bytes(
+    destination: str, extra: list[tuple[str, str]], remove: list[str]
+) -> None:
+    metadata = struct_pb2.Struct()
+    metadata.update({"envoy.lb": {"x-gateway-destination-endpoint": destination}})
+    common = ep.CommonResponse(
+        header_mutation=_runtime_mutation([("x-gateway-destination-endpoint", destination), *extra], remove),
+        clear_route_cache=True,
+    )
+    headers = ep.ProcessingResponse(
+        request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
+    )
+    body = ep.ProcessingResponse(request_body=ep.BodyResponse(response=common), dynamic_metadata=metadata)
+    assert extproc.wire.routing(extproc.wire.REQUEST_HEADERS_OUT, destination, extra, remove) == (
+        headers.SerializeToString()
+    )
+    assert route_body(destination, extra, remove, None) == body.SerializeToString()
+    response = ep.ProcessingResponse(
+        response_headers=ep.HeadersResponse(
+            response=ep.CommonResponse(header_mutation=_runtime_mutation(extra, []))
+        )
+    )
+    assert extproc.wire.response_headers(extra) == response.SerializeToString()

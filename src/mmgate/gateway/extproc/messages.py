@@ -24,10 +24,10 @@ from mmgate.gateway.extproc.wire import Wire
 from mmgate.http.responses import Response
 from mmgate.request.pieces import Body
 
-DESTINATION = "x-gateway-destination-endpoint"
+DESTINATION = wire.DESTINATION
 SERVED = "x-gateway-destination-endpoint-served"
 SUBSET = "x-gateway-destination-endpoint-subset"
-LB_NAMESPACE = "envoy.lb"
+LB_NAMESPACE = wire.LB_NAMESPACE
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 FILTER_NAME = "envoy.filters.http.ext_proc"
 UPSTREAM_ADDRESS = "upstream.address"
@@ -89,46 +89,20 @@ def _mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str] = ()
     )
 
 
-def _routing(
-    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
-) -> tuple[ep.CommonResponse, struct_pb2.Struct]:
-    metadata = struct_pb2.Struct()
-    metadata.update({LB_NAMESPACE: {DESTINATION: destination}})
-    common = ep.CommonResponse(
-        header_mutation=_mutation([(DESTINATION, destination), *set_headers], remove),
-        clear_route_cache=True,
-    )
-    return common, metadata
-
-
-def route_headers(
-    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
-) -> ep.ProcessingResponse:
-    """The request-headers answer that routes: the destination header (and the same value in
-    dynamic metadata ``envoy.lb``, where GIE's protocol also puts it), the extra routing headers,
-    the client's routing headers removed, and the route cache cleared so Envoy picks the cluster
-    again with the new headers."""
-    common, metadata = _routing(destination, set_headers, remove)
-    return ep.ProcessingResponse(
-        request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
-    )
-
-
 def route_body(
     destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str], body: Body | None
 ) -> Answer:
-    """The same routing as :func:`route_headers`, as the answer to a ``BUFFERED`` request body
-    (Envoy still holds the headers, so their mutations apply): ``body`` replaces the client's
-    when given (one protobuf field: the pieces joined once), else the client's body goes as it
-    came, without crossing the picker again."""
-    common, metadata = _routing(destination, set_headers, remove)
-    routing = ep.ProcessingResponse(request_body=ep.BodyResponse(response=common), dynamic_metadata=metadata)
+    """The routing answer (:func:`.wire.routing`) to a ``BUFFERED`` request body (Envoy still
+    holds the headers, so their mutations apply): ``body`` replaces the client's when given (as
+    views of its pieces), else the client's body goes as it came, without crossing the picker
+    again."""
+    routing = wire.routing(wire.REQUEST_BODY_OUT, destination, set_headers, remove)
     if body is None:
         return routing
     pieces = [body] if isinstance(body, bytes) else list(body)
     leaf = [wire.delimited(wire.WHOLE_BODY, len(body)), *pieces]
     path = (wire.REQUEST_BODY_OUT, wire.COMMON, wire.BODY_MUTATION)
-    return wire.nested(path, leaf, before=routing.SerializeToString())
+    return wire.nested(path, leaf, before=routing)
 
 
 # The answers that never vary, serialized once.
@@ -144,13 +118,6 @@ _RESPONSE_TRAILERS: bytes = ep.ProcessingResponse(response_trailers=ep.TrailersR
 
 def continue_request_headers() -> bytes:
     return _CONTINUE_REQUEST_HEADERS
-
-
-def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingResponse:
-    """The response-headers answer: the upstream's headers plus mmgate's own (which endpoint
-    served, the tokens priced), as the HTTP gateway adds them."""
-    common = ep.CommonResponse(header_mutation=_mutation(set_headers))
-    return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
 
 
 def continue_response_body() -> bytes:

@@ -256,7 +256,7 @@ class RequestStream:
             remove.extend(n for n in TRACE_CONTEXT_HEADERS if n in self.headers and n not in ours)
         if self.request_mode != FULL_DUPLEX:  # one answer; the body only when it changed
             return [messages.route_body(destination, extra, remove, None if body is whole else body)]
-        out = [messages.route_headers(destination, extra, remove)]
+        out: list[messages.Answer] = [wire.routing(wire.REQUEST_HEADERS_OUT, destination, extra, remove)]
         out.extend(wire.request_body(body, end=True))
         return out
 
@@ -280,7 +280,7 @@ class RequestStream:
         if message.response_headers.end_of_stream:
             self._first_byte()
             self._end(ok=True)
-        return [messages.response_headers(mine)]
+        return [wire.response_headers(mine)]
 
     def response_chunk(self, chunk: Sequence[Buffer], end: bool) -> list[messages.Answer]:
         """A response body message (as :meth:`request_chunk`)."""

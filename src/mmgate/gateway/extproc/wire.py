@@ -1,5 +1,5 @@
 """The protobuf messages the picker reads and writes by hand: ext_proc's body-carrying ones
-(both ways) and gRPC health's two.
+(both ways), the routing and response-headers answers, and gRPC health's two.
 
 A body crosses the picker twice in ``FULL_DUPLEX_STREAMED`` (Envoy sends it, the picker sends
 it back for the upstream), as megabytes for a request with inline images. The protobuf runtime
@@ -47,6 +47,27 @@ RESPONSE_CHUNK: Final = 5
 IN_BODY: Final = 1
 IN_END: Final = 2
 REQUEST_KINDS: Final = frozenset(range(2, 8))  # ProcessingRequest's ``request`` oneof: 2..7
+# ProcessingResponse.request_headers / .response_headers / .dynamic_metadata; HeadersResponse and
+# BodyResponse carry a CommonResponse in field 1 (COMMON)
+REQUEST_HEADERS_OUT: Final = 1
+RESPONSE_HEADERS_OUT: Final = 2
+DYNAMIC_METADATA: Final = 8
+HEADER_MUTATION: Final = 2  # CommonResponse.header_mutation
+CLEAR_ROUTE_CACHE: Final = 5  # CommonResponse.clear_route_cache
+SET_HEADERS: Final = 1  # HeaderMutation.set_headers (HeaderValueOption)
+REMOVE_HEADERS: Final = 2  # HeaderMutation.remove_headers
+OPTION_HEADER: Final = 1  # HeaderValueOption.header (HeaderValue)
+OPTION_APPEND_ACTION: Final = 3  # HeaderValueOption.append_action
+OVERWRITE_IF_EXISTS_OR_ADD: Final = 2
+HEADER_KEY: Final = 1  # HeaderValue.key
+HEADER_RAW_VALUE: Final = 3  # HeaderValue.raw_value
+STRUCT_FIELDS: Final = 1  # google.protobuf.Struct.fields: map entries of key (1) and value (2)
+ENTRY_KEY: Final = 1
+ENTRY_VALUE: Final = 2
+VALUE_STRING: Final = 3  # google.protobuf.Value.string_value
+VALUE_STRUCT: Final = 5  # google.protobuf.Value.struct_value
+DESTINATION: Final = "x-gateway-destination-endpoint"  # the endpoint-picker protocol's header
+LB_NAMESPACE: Final = "envoy.lb"  # ... and the dynamic metadata namespace holding it too
 HEALTH_SERVICE: Final = 1  # HealthCheckRequest.service, HealthCheckResponse.status
 HEALTH_STATUS: Final = 1
 
@@ -299,3 +320,49 @@ def health_service(raw: Buffer) -> str | None:
 def health_answer(status: int) -> bytes:
     """A ``grpc.health.v1.HealthCheckResponse`` with ``status`` (proto3 leaves 0 out)."""
     return _varint(HEALTH_STATUS << 3) + _varint(status) if status else b""
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited field: a string, bytes, or an embedded message's serialized form."""
+    return delimited(number, len(data)) + data
+
+
+_OVERWRITE: Final = _varint(OPTION_APPEND_ACTION << 3) + _varint(OVERWRITE_IF_EXISTS_OR_ADD)
+_CLEAR_ROUTE_CACHE: Final = _varint(CLEAR_ROUTE_CACHE << 3) + b"\x01"
+
+
+def header_mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str] = ()) -> bytes:
+    """A ``HeaderMutation``: each header set (``raw_value``, overwriting a header of the same
+    name or adding it), then the names to remove. Values are Latin-1 (header bytes as the HTTP
+    layer keeps them), as Envoy reads ``raw_value`` first."""
+    parts: list[bytes] = []
+    for name, value in set_headers:
+        header = _field(HEADER_KEY, name.encode()) if name else b""
+        if value:
+            header += _field(HEADER_RAW_VALUE, value.encode("latin-1"))
+        parts.append(_field(SET_HEADERS, _field(OPTION_HEADER, header) + _OVERWRITE))
+    for name in remove:
+        parts.append(_field(REMOVE_HEADERS, name.encode()))
+    return b"".join(parts)
+
+
+def routing(
+    answer: int, destination: str, set_headers: Iterable[tuple[str, str]], remove: Iterable[str]
+) -> bytes:
+    """The answer (``REQUEST_HEADERS_OUT``, or ``REQUEST_BODY_OUT`` for a ``BUFFERED`` body) that
+    routes: the destination in the header and in the dynamic metadata ``envoy.lb`` (the
+    endpoint-picker protocol puts it in both), the extra routing headers set, the client's
+    routing headers removed, and the route cache cleared so Envoy picks the cluster again."""
+    mutation = header_mutation([(DESTINATION, destination), *set_headers], remove)
+    common = _field(HEADER_MUTATION, mutation) + _CLEAR_ROUTE_CACHE
+    value = _field(VALUE_STRING, destination.encode())  # a oneof member: written even when empty
+    inner = _field(STRUCT_FIELDS, _field(ENTRY_KEY, DESTINATION.encode()) + _field(ENTRY_VALUE, value))
+    lb = _field(VALUE_STRUCT, inner)
+    metadata = _field(STRUCT_FIELDS, _field(ENTRY_KEY, LB_NAMESPACE.encode()) + _field(ENTRY_VALUE, lb))
+    return _field(answer, _field(COMMON, common)) + _field(DYNAMIC_METADATA, metadata)
+
+
+def response_headers(set_headers: Iterable[tuple[str, str]]) -> bytes:
+    """The response-headers answer that adds ``set_headers`` to the upstream's."""
+    common = _field(HEADER_MUTATION, header_mutation(set_headers))
+    return _field(RESPONSE_HEADERS_OUT, _field(COMMON, common))
