@@ -18,6 +18,7 @@ from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.extproc.envoy_config import LB_POLICIES, REQUEST_BODY_MODES, render
 from mmgate.gateway.extproc.transport import TRANSPORTS
+from mmgate.gateway.malloc_tuning import keep_large_buffers
 from mmgate.logs import configure_logging
 from mmgate.process import listen_failure, run_forever, wait_for_signal
 
@@ -181,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     admin_port = config.mmgate.adminPort if config.mmgate.adminPort is not None else DEFAULT_ADMIN_PORT
     host = config.mmgate.host
+    keep_large_buffers()  # the body crosses the picker as megabytes: reuse heap pages, not fresh mmaps
 
     async def main() -> None:
         running = await server.start(
