@@ -171,3 +171,31 @@ def test_a_graceful_goaway_keeps_answering_what_the_peer_sent_and_close_names_th
     [(kind, _, _, payload)] = transport.frames()
     assert kind == h2.GOAWAY and struct.unpack(">II", payload[:8]) == (3, h2.NO_ERROR)
     assert transport.closed
+
+
+def test_a_frame_larger_than_this_side_allows_is_refused_even_when_its_header_arrives_split() -> None:
+    conn, transport, _ = connect()
+    conn.data_received(h2.PREFACE + settings())
+    transport.frames()
+    header = (h2.OUR_MAX_FRAME + 1).to_bytes(3, "big") + bytes((h2.DATA, 0)) + (1).to_bytes(4, "big")
+    conn.data_received(header[:2])  # the frame's length itself is split over two reads
+    conn.data_received(header[2:])
+    [(kind, _, _, payload)] = transport.frames()
+    assert kind == h2.GOAWAY and int.from_bytes(payload[4:8], "big") == h2.FRAME_SIZE_ERROR
+    assert transport.closed
+
+
+def test_a_lost_connection_tells_its_owner_and_resets_its_streams() -> None:
+    lost: list[h2.Connection] = []
+    opened: list[Recorder] = []
+
+    def open_stream(conn: h2.Connection, stream_id: int, headers: list[Header], end: bool) -> Recorder:
+        opened.append(Recorder())
+        return opened[-1]
+
+    conn = h2.Connection(open_stream, lost.append)
+    conn.connection_made(Transport())  # type: ignore[arg-type]
+    conn.data_received(h2.PREFACE + settings() + h2.frame(h2.HEADERS, h2.END_HEADERS, 1, encode(REQUEST)))
+    conn.connection_lost(None)
+    assert lost == [conn]
+    assert opened[0].events == [("reset", None)]
