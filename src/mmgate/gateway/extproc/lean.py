@@ -47,9 +47,8 @@ RESOURCE_EXHAUSTED: Final = 8
 UNIMPLEMENTED: Final = 12
 INTERNAL: Final = 13
 
-RESPONSE_HEADERS: Final = b"\x88" + hpack.encode(
-    [(b"content-type", b"application/grpc")]
-)  # 0x88: :status 200
+# 0x88: ":status: 200", index 8 of the HPACK static table
+RESPONSE_HEADERS: Final = b"\x88" + hpack.encode([(b"content-type", b"application/grpc")])
 OK_TRAILERS: Final = hpack.encode([(b"grpc-status", b"0")])
 
 
@@ -130,6 +129,7 @@ def _without_prefix(parts: list[memoryview]) -> list[memoryview]:
 
 
 def _joined(parts: list[memoryview]) -> Buffer:
+    """A message's parts as one buffer (none for an empty message whose prefix spanned frames)."""
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
