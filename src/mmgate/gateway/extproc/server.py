@@ -24,7 +24,6 @@ import contextlib
 import logging
 import socket
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -63,7 +62,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 if answers is None:
                     answers = await stream.admitted()
                 for answer in answers:  # serialized ones parsed again: this is the reference path
-                    yield ep.ProcessingResponse.FromString(answer) if isinstance(answer, bytes) else answer
+                    if isinstance(answer, ep.ProcessingResponse):
+                        yield answer
+                    else:
+                        yield ep.ProcessingResponse.FromString(
+                            answer if isinstance(answer, bytes) else b"".join(answer)
+                        )
         finally:
             stream.close()
 
@@ -104,18 +108,20 @@ async def start(
     admin_port: int,
     max_endpoints: int | None = None,
     transport: Transport = "lean",
+    reuse_port: bool = False,
 ) -> Running:
     """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free).
     ``max_endpoints``: the most endpoints a destination header lists (``None``: as many as the
-    picker chose)."""
+    picker chose); ``reuse_port``: share both ports with the other processes of ``--workers``
+    (SO_REUSEPORT: the kernel spreads connections over them)."""
     await gateway.start()
     try:
         if transport == "lean":
-            bound, set_health, stop_grpc = await _start_lean(gateway, host, port, max_endpoints)
+            bound, set_health, stop_grpc = await _start_lean(gateway, host, port, max_endpoints, reuse_port)
         else:
             bound, set_health, stop_grpc = await _start_grpcio(gateway, host, port, max_endpoints)
         admin = HttpServer(gateway.dispatcher(gateway.admin_routes()), gateway.settings.server_limits())
-        admin_bound = await admin.listen(host, admin_port)
+        admin_bound = await admin.listen(host, admin_port, reuse_port=reuse_port)
     except BaseException:
         await gateway.stop()
         raise
@@ -125,19 +131,19 @@ async def start(
 
 
 async def _start_lean(
-    gateway: Gateway, host: str, port: int, max_endpoints: int | None
+    gateway: Gateway, host: str, port: int, max_endpoints: int | None, reuse_port: bool
 ) -> tuple[int, Callable[[str, int], None], Callable[[float], Awaitable[None]]]:
     statuses: dict[str, int] = {}
     loop = asyncio.get_running_loop()
-    serve = lean.services(gateway, statuses, max_endpoints)
-    connections: weakref.WeakSet[h2.Connection] = weakref.WeakSet()  # asyncio keeps none for us
+    connections: set[h2.Connection] = set()  # asyncio keeps none for us; gone ones forget themselves
+    serve = lean.services(gateway, statuses, max_endpoints, on_lost=connections.discard)
 
     def accept() -> h2.Connection:
         conn = serve()
         connections.add(conn)
         return conn
 
-    server = await loop.create_server(accept, host, port, reuse_address=True)
+    server = await loop.create_server(accept, host, port, reuse_address=True, reuse_port=reuse_port or None)
     sock = server.sockets[0]
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
