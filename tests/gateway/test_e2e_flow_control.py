@@ -203,3 +203,33 @@ async def test_an_api_keys_default_objective_or_priority_classifies_requests_tha
         assert [r.status for r in replies] == [200] * 4
         assert dispatcher(s).stats.held_dispatched == {10: 1, 0: 2}
         assert dispatcher(s).stats.rejected == {(-1, "shed"): 1}
+
+
+async def test_serve_charges_the_output_the_answer_reports_instead_of_max_tokens() -> None:
+    async with stack(config()) as s:
+        charged: list[float] = []
+        d = dispatcher(s)
+        d.charge = lambda priority, fairness_id, cost: charged.append(cost)  # type: ignore[method-assign]
+        rate = 2000.0  # media-cost-fairness-policy's outputTokensPerSecond (its default)
+        url = s.url + "/v1/chat/completions"
+
+        async def send(**extra: object) -> bytes:
+            body = chat_body(s.model, "count", max_tokens=300, **extra)
+            async with s.session.post(url, data=body) as resp:
+                assert resp.status == 200
+                return await resp.read()
+
+        # A JSON answer's usage.
+        answer = orjson.loads(await send())
+        observed = answer["usage"]["completion_tokens"]
+        assert charged[-1] == pytest.approx((observed - 300) / rate)
+        # A stream's usage event, asked for with stream_options.include_usage.
+        events = (await send(stream=True, stream_options={"include_usage": True})).split(b"\n\n")
+        usage = [orjson.loads(e[6:]).get("usage") for e in events if e.startswith(b"data: {")]
+        observed = usage[-1]["completion_tokens"]
+        assert charged[-1] == pytest.approx((observed - 300) / rate)
+        # A stream without it: its content events counted.
+        events = (await send(stream=True)).split(b"\n\n")
+        content = [e for e in events if b'"content":"' in e and b'"content":""' not in e]
+        assert charged[-1] == pytest.approx((len(content) - 300) / rate)
+        assert len(charged) == 3 and all(c < 0 for c in charged)  # the pod stops at 256, short of max_tokens

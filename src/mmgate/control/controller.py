@@ -186,6 +186,12 @@ class Flight(msgspec.Struct, eq=False):
             self._errors.append(error)
 
     @property
+    def output_charged(self) -> bool:
+        """Flow control charged the request's output as an estimate: the transport reports the
+        usage it sees in the answer (:meth:`RequestController.usage`) to correct it."""
+        return self._expected_output > 0
+
+    @property
     def tenant(self) -> str | None:
         """The verified key's tenant (``None`` with authentication off)."""
         return self.identity.tenant if self.identity is not None else None
