@@ -19,7 +19,8 @@ from mmgate.config import parse_config
 from mmgate.gateway.app import build_gateway, start
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.spec import PodSpec
-from support.kubeapi import FakeKubeAPI, inference_pool, pod
+from support.flow import flow_config
+from support.kubeapi import FakeKubeAPI, inference_objective, inference_pool, pod
 from support.stack import ROUND_ROBIN
 from support.waiting import until
 
@@ -94,6 +95,51 @@ async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path)
             async with session.get(running.url + "/ready") as resp:
                 ready = await resp.json()
             assert set(ready["endpoints"]) == {f"127.0.0.2:{port}"}
+    finally:
+        await running.stop()
+        await fleet.stop()
+        await api.stop()
+        await asyncio.sleep(0)
+
+
+async def test_flow_control_takes_the_pools_inference_objectives(tmp_path: Path) -> None:
+    hosts = ["127.0.0.2"]
+    port = shared_port(hosts)
+    fleet = SimFleet([PodSpec(name="pod-0", host=hosts[0], port=port, profile="fast")])
+    api = FakeKubeAPI()
+    await api.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(api.kubeconfig())
+    await fleet.start()
+    await api.put("inferencepools", inference_pool("vlm", {"app": "vllm"}, [port]))
+    await api.put("pods", pod("vllm-0", hosts[0], labels={"app": "vllm"}))
+    await api.put("inferenceobjectives", inference_objective("premium", "vlm", 10))
+    await api.put("inferenceobjectives", inference_objective("standard", "vlm", 3))  # over the file's
+
+    doc = yaml.safe_load(flow_config())
+    doc["mmgate"]["port"] = 0
+    doc["mmgate"]["kubernetes"] = {"namespace": "ns", "inferencePool": "vlm", "kubeconfig": str(kubeconfig)}
+    gateway = build_gateway(parse_config(doc, source="<test>"))
+    gateway.settings.access_log = False
+    running = await start(gateway, port=0)
+    flow = running.gateway.controller.flow
+    assert flow is not None
+    try:
+        await until(lambda: "premium" in flow.classifier.objectives, "the objectives listed")
+        assert flow.classifier.objectives["standard"].priority == 3  # the resource wins
+        assert flow.classifier.objectives["critical"].priority == 10  # the file's others stay
+        records = running.gateway.data.registry.records
+        await until(lambda: len(records()) == 1 and all(r.models for r in records()), "the pod scraped")
+        body = orjson.dumps(
+            {"model": fleet.pods[0].model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        )
+        async with aiohttp.ClientSession() as session:
+            for objective in ("premium", "standard"):
+                headers = {"x-gateway-inference-objective": objective}
+                url = running.url + "/v1/chat/completions"
+                async with session.post(url, data=body, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+        assert flow.dispatcher.stats.dispatched == {10: 1, 3: 1}
     finally:
         await running.stop()
         await fleet.stop()
