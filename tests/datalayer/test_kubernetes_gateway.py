@@ -46,8 +46,9 @@ def shared_port(hosts: list[str]) -> int:
     raise RuntimeError("no shared free port")
 
 
-async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path) -> None:
-    hosts = ["127.0.0.2", "127.0.0.3"]
+async def pool_of_pods(hosts: list[str], tmp_path: Path) -> tuple[FakeKubeAPI, SimFleet, int, Path]:
+    """A started simulated pod on each of ``hosts`` (one shared port), and a started API server
+    whose InferencePool ``vlm`` selects them; a kubeconfig file pointing at it."""
     port = shared_port(hosts)
     fleet = SimFleet(
         [PodSpec(name=f"pod-{i}", host=h, port=port, profile="fast") for i, h in enumerate(hosts)]
@@ -60,6 +61,12 @@ async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path)
     await api.put("inferencepools", inference_pool("vlm", {"app": "vllm"}, [port]))
     for i, host in enumerate(hosts):
         await api.put("pods", pod(f"vllm-{i}", host, labels={"app": "vllm"}))
+    return api, fleet, port, kubeconfig
+
+
+async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path) -> None:
+    hosts = ["127.0.0.2", "127.0.0.3"]
+    api, fleet, port, kubeconfig = await pool_of_pods(hosts, tmp_path)
 
     doc = yaml.safe_load(ROUND_ROBIN)
     doc["mmgate"] = {
@@ -103,16 +110,7 @@ async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path)
 
 
 async def test_flow_control_takes_the_pools_inference_objectives(tmp_path: Path) -> None:
-    hosts = ["127.0.0.2"]
-    port = shared_port(hosts)
-    fleet = SimFleet([PodSpec(name="pod-0", host=hosts[0], port=port, profile="fast")])
-    api = FakeKubeAPI()
-    await api.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(api.kubeconfig())
-    await fleet.start()
-    await api.put("inferencepools", inference_pool("vlm", {"app": "vllm"}, [port]))
-    await api.put("pods", pod("vllm-0", hosts[0], labels={"app": "vllm"}))
+    api, fleet, _, kubeconfig = await pool_of_pods(["127.0.0.2"], tmp_path)
     await api.put("inferenceobjectives", inference_objective("premium", "vlm", 10))
     await api.put("inferenceobjectives", inference_objective("standard", "vlm", 3))  # over the file's
 

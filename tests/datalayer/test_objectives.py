@@ -1,11 +1,12 @@
 """InferenceObjectives from the Kubernetes API: those of the pool, read through the real client
-from a loopback server that speaks the list/watch protocol; every object untrusted."""
+from a loopback server that speaks the list/watch protocol (the ``api`` fixture, conftest.py);
+every object untrusted."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,6 @@ from mmgate.datalayer.kubernetes import KubernetesDiscovery, KubernetesSettings
 from mmgate.datalayer.objectives import ObjectiveSet, objective_of
 from support.kubeapi import FakeKubeAPI, inference_objective, inference_pool, pod
 from support.waiting import until
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeKubeAPI]:
-    server = FakeKubeAPI()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def follow(api: FakeKubeAPI, tmp_path: Path) -> tuple[KubernetesDiscovery, list[dict[str, int]]]:
