@@ -147,3 +147,24 @@ def test_a_header_block_interrupted_by_another_frame_is_a_protocol_error() -> No
     conn.data_received(h2.frame(h2.HEADERS, 0, 1, encode(REQUEST)) + h2.frame(h2.DATA, 0, 1, b"x"))
     [(kind, _, _, payload)] = transport.frames()
     assert kind == h2.GOAWAY and int.from_bytes(payload[4:8], "big") == h2.PROTOCOL_ERROR
+
+
+def test_a_graceful_goaway_keeps_answering_what_the_peer_sent_and_close_names_the_last_stream() -> None:
+    conn, transport, opened = connect()
+    conn.data_received(h2.PREFACE + settings() + h2.frame(h2.HEADERS, h2.END_HEADERS, 1, encode(REQUEST)))
+    transport.frames()
+    conn.goaway()
+    [(kind, _, stream_id, payload)] = transport.frames()
+    assert (kind, stream_id) == (h2.GOAWAY, 0)
+    assert struct.unpack(">II", payload) == (0x7FFF_FFFF, h2.NO_ERROR)  # RFC 9113 §6.8's first GOAWAY
+    assert not transport.closed and not conn.idle
+    conn.data_received(h2.frame(h2.HEADERS, h2.END_HEADERS, 3, encode(REQUEST)))  # crossed the GOAWAY
+    assert set(opened) == {1, 3}
+    for stream_id in (1, 3):
+        conn.send_headers(stream_id, encode([(b"grpc-status", b"0")]), end=True)
+    assert conn.idle
+    transport.frames()
+    conn.close()
+    [(kind, _, _, payload)] = transport.frames()
+    assert kind == h2.GOAWAY and struct.unpack(">II", payload[:8]) == (3, h2.NO_ERROR)
+    assert transport.closed

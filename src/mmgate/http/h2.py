@@ -454,6 +454,19 @@ class Connection(asyncio.Protocol):
         if reset and stream is not None:
             stream.on_reset()
 
+    @property
+    def idle(self) -> bool:
+        """No stream open (none the peer opened is still being answered)."""
+        return not self._streams and not self._out
+
+    def goaway(self) -> None:
+        """The first GOAWAY of a graceful shutdown (RFC 9113 §6.8): NO_ERROR with the last stream
+        identifier 2^31-1, so the peer opens no new stream here while every stream it has already
+        sent, even one crossing this frame, is still answered; :meth:`close` ends the connection
+        later with the real last identifier."""
+        if not self._closing:
+            self._write(frame(GOAWAY, 0, 0, struct.pack(">II", 0x7FFF_FFFF, NO_ERROR)))
+
     def close(self, code: int = NO_ERROR, message: str = "") -> None:
         """GOAWAY with ``code``, then close the connection (open streams see a reset)."""
         if self._closing:

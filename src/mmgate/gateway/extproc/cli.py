@@ -12,6 +12,7 @@ import logging
 import sys
 
 from mmgate.arguments import port as port_number
+from mmgate.arguments import seconds
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
@@ -24,6 +25,8 @@ log = logging.getLogger("mmgate.extproc")
 
 DEFAULT_PORT = 9002  # GIE's endpoint-picker port
 DEFAULT_ADMIN_PORT = 9090
+DEFAULT_DRAIN_S = 2.0  # twice the picker health-check interval of --print-envoy-config
+DEFAULT_GRACE_S = 15.0  # with Kubernetes' 10 s preStop and the drain, inside its default 30 s
 
 EPILOG = """\
 examples:
@@ -74,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--envoy-pickers",
         metavar="HOST:PORT,...",
         help="with --print-envoy-config: several picker replicas (active-active, health-checked) "
-        "instead of the one at --host/--port",
+        "instead of the one at --host/--port; a name (a headless Service) stands for every address "
+        "it resolves to",
     )
     parser.add_argument(
         "--envoy-lb",
@@ -105,6 +109,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="lean",
         help="the gRPC server: lean (mmgate's own HTTP/2 layer, the default) or grpcio (grpc.aio, "
         "several times the CPU per request; for comparison)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=seconds,
+        default=DEFAULT_DRAIN_S,
+        metavar="S",
+        help="on SIGTERM, answer NOT_SERVING on every health service and keep serving for S seconds "
+        f"before closing (default {DEFAULT_DRAIN_S:g}: an Envoy health-checking its picker cluster, "
+        "1 s apart in --print-envoy-config, moves its new streams to another replica first)",
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help="after the drain, refuse new streams (HTTP/2 GOAWAY) and give the open ones (a streamed "
+        "generation holds its stream) up to S seconds to finish before cutting them "
+        f"(default {DEFAULT_GRACE_S:g})",
     )
 
 
@@ -174,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             await wait_for_signal()
         finally:
-            await running.stop()
+            await running.stop(drain_s=args.drain_seconds, grace_s=args.grace_seconds)
 
     try:
         run_forever(main)
