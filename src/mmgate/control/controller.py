@@ -166,7 +166,9 @@ class Flight(msgspec.Struct, eq=False):
     _admitted: bool = False
     held_s: float = 0.0  # time flow control held the request before it was released
     flow: FlowKey | None = None  # flow control on: the request's flow
-    _expected_output: int = 0  # output tokens its flow was charged for before they were seen
+    # Output tokens flow control charged its flow before they were seen (0: none). A transport
+    # that sees the answer reports its usage (RequestController.usage) when this is not 0.
+    output_estimate: int = 0
     _prompt_tokens: int = 0  # priced by flow control (when its band or detector needs them; -1: not yet)
     _media_tokens: int = 0  # of them, media (when flow control priced them on the fast path)
     # (candidates, the unsaturated ones among them) as admit_now found them, for decide
@@ -184,12 +186,6 @@ class Flight(msgspec.Struct, eq=False):
             self._errors = [error]
         else:
             self._errors.append(error)
-
-    @property
-    def output_charged(self) -> bool:
-        """Flow control charged the request's output as an estimate: the transport reports the
-        usage it sees in the answer (:meth:`RequestController.usage`) to correct it."""
-        return self._expected_output > 0
 
     @property
     def tenant(self) -> str | None:
@@ -547,11 +543,11 @@ class RequestController:
         charges the flow the output actually generated instead of the estimate."""
         flight = attempt.flight
         key = flight.flow
-        if self.flow is not None and key is not None and flight._expected_output:
+        if self.flow is not None and key is not None and flight.output_estimate:
             delta = self.flow.output_correction(
-                key.priority, flight._expected_output, usage.completion_tokens
+                key.priority, flight.output_estimate, usage.completion_tokens
             )
-            flight._expected_output = 0
+            flight.output_estimate = 0
             self.flow.dispatcher.charge(key.priority, key.fairness_id, delta)
 
     def broke(self, attempt: Attempt, detail: str) -> None:
@@ -669,14 +665,14 @@ class RequestController:
             cost = 0.0
             if flow.prices(key.priority):
                 tokens, media = self._tokens(flight, ready)
-                cost, flight._expected_output = flow.cost(key.priority, flight.view, tokens, media)
+                cost, flight.output_estimate = flow.cost(key.priority, flight.view, tokens, media)
             flow.dispatcher.passed(key, cost)
             flight._early = True
             released()
             return None
         ticket = flow.ticket(flight.view, flight.headers, flight.identity)
         flight.flow = ticket.key
-        flight._expected_output = ticket.expected_output
+        flight.output_estimate = ticket.expected_output
         flight._prompt_tokens = ticket.prompt_tokens
 
         def release() -> None:

@@ -256,7 +256,7 @@ class Proxy:
         deadline = flight.received + self.settings.request_timeout_s
         held = first  # read from the upstream, not yet written to the client
         # Flow control charged an estimate of the output: the answer says what it was.
-        meter = UsageMeter.of(flight.view) if flight.output_charged else None
+        meter = UsageMeter.of(flight.view) if flight.output_estimate else None
         if meter is not None:
             meter.feed(first)
         try:

@@ -32,9 +32,11 @@ from mmgate.request.view import Api, RequestView
 TAIL = 64 * 1024
 """The end of an answer kept to read its ``usage`` from."""
 _KEY = b'"usage":'
+_MAX_OBJECT = 4096  # a usage object is a few hundred bytes; a longer "object" is not one
+_MAX_COUNT = 1 << 40  # a count beyond this is not one
 
 
-def usage_of(tail: bytes) -> Usage | None:
+def usage_of(tail: bytes | bytearray) -> Usage | None:
     """The last ``usage`` object in ``tail`` (a JSON answer's end, or a stream's last events);
     ``None`` when it holds none that reports output tokens."""
     end = len(tail)
@@ -50,50 +52,57 @@ def usage_of(tail: bytes) -> Usage | None:
             return found
 
 
-def _object_at(data: bytes, start: int) -> Usage | None:
-    """The usage object starting (after whitespace) at ``start``: its braces matched (its values
-    are numbers and one nested object, no strings with braces in them), then parsed."""
+def _object_at(data: bytes | bytearray, start: int) -> Usage | None:
+    """The usage object starting (after whitespace) at ``start``: its braces matched by
+    searching for the next brace (its values are numbers and small objects, no strings with
+    braces in them), then parsed. At most :data:`_MAX_OBJECT` bytes are looked at."""
     i = start
-    while i < len(data) and data[i] in b" \t\r\n":
+    size = len(data)
+    while i < size and data[i] in b" \t\r\n":
         i += 1
-    if i >= len(data) or data[i] != 0x7B:  # "usage": null, or cut off
+    if i >= size or data[i] != 0x7B:  # "usage": null, or cut off
         return None
-    depth = 0
-    for j in range(i, min(len(data), i + 4096)):
-        c = data[j]
-        if c == 0x7B:
+    limit = min(size, i + _MAX_OBJECT)
+    depth = 1
+    j = i + 1
+    while True:
+        close = data.find(b"}", j, limit)
+        if close < 0:
+            return None
+        opened = data.find(b"{", j, close)
+        if opened >= 0:
             depth += 1
-        elif c == 0x7D:
-            depth -= 1
-            if not depth:
-                return _usage(data[i : j + 1])
-    return None
+            j = opened + 1
+            continue
+        depth -= 1
+        j = close + 1
+        if not depth:
+            return _usage(data[i:j])
 
 
-def _usage(text: bytes) -> Usage | None:
+def _usage(text: bytes | bytearray) -> Usage | None:
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(doc, dict):
+    if type(doc) is not dict:
         return None
-    output = _count(doc.get("completion_tokens", doc.get("output_tokens")))
+    output = doc.get("completion_tokens")
     if output is None:
+        output = doc.get("output_tokens")
+    if type(output) is not int or not 0 <= output < _MAX_COUNT:  # also refuses a bool
         return None
+    prompt = doc.get("prompt_tokens")
+    if prompt is None:
+        prompt = doc.get("input_tokens")
     details = doc.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    return Usage(
-        prompt_tokens=_count(doc.get("prompt_tokens", doc.get("input_tokens"))) or 0,
-        completion_tokens=output,
-        cached_tokens=cached or 0,
-    )
+    cached = details.get("cached_tokens") if type(details) is dict else None
+    return Usage(_count(prompt), output, _count(cached))
 
 
-def _count(value: object) -> int | None:
-    """``value`` when it is a token count (a non-negative integer, not absurdly large)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40:
-        return value
-    return None
+def _count(value: object) -> int:
+    """``value`` when it is a token count (a non-negative integer, not absurdly large), else 0."""
+    return value if type(value) is int and 0 <= value < _MAX_COUNT else 0
 
 
 class UsageMeter:
@@ -106,7 +115,7 @@ class UsageMeter:
     def __init__(self, stream: bool, overhead: int = 2) -> None:
         self._stream = stream
         self._overhead = overhead
-        self._tail = bytearray()
+        self._tail: bytes | bytearray = b""  # the first chunk as it came; a buffer from the second
         self._events = 0
         self._newline = False  # the previous chunk ended with a newline (an event may end across)
 
@@ -122,14 +131,19 @@ class UsageMeter:
             self._events += chunk.count(b"\n\n") + (self._newline and chunk[0] == 0x0A)
             self._newline = chunk[-1] == 0x0A
         tail = self._tail
-        tail += chunk
-        if len(tail) > TAIL:
-            del tail[: len(tail) - TAIL]
+        if not tail:  # most JSON answers come in one chunk: kept without a copy
+            self._tail = chunk
+            return
+        buffer = tail if isinstance(tail, bytearray) else bytearray(tail)
+        buffer += chunk
+        if len(buffer) > TAIL:
+            del buffer[: len(buffer) - TAIL]
+        self._tail = buffer
 
     def usage(self) -> Usage | None:
         """What the answer reported; for a stream that reported none, its content events
         counted; ``None`` for a JSON answer without usage."""
-        found = usage_of(bytes(self._tail))
+        found = usage_of(self._tail)
         if found is None and self._stream and self._events:
             found = Usage(completion_tokens=max(0, self._events - self._overhead))
         return found

@@ -130,7 +130,7 @@ def _round(controller: RequestController, view: RequestView, headers: dict[str, 
         assert attempt is not None
         controller.started(attempt)
         controller.first_byte(attempt, 200)
-        meter = UsageMeter.of(view) if flight.output_charged else None  # as the relay does
+        meter = UsageMeter.of(view) if flight.output_estimate else None  # as the relay does
         if meter is not None:
             meter.feed(ANSWER)
             if (usage := meter.usage()) is not None:

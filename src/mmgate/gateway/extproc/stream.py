@@ -285,7 +285,7 @@ class RequestStream:
             self.first_byte = True
             self.controller.first_byte(self.attempt, self.upstream_status)
             flight = self.attempt.flight
-            if flight.output_charged:
+            if flight.output_estimate:
                 self.meter = UsageMeter.of(flight.view)
 
     # -- the end --------------------------------------------------------------------------------
