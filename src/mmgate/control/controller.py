@@ -544,9 +544,7 @@ class RequestController:
         flight = attempt.flight
         key = flight.flow
         if self.flow is not None and key is not None and flight.output_estimate:
-            delta = self.flow.output_correction(
-                key.priority, flight.output_estimate, usage.completion_tokens
-            )
+            delta = self.flow.output_correction(key.priority, flight.output_estimate, usage.completion_tokens)
             flight.output_estimate = 0
             self.flow.dispatcher.charge(key.priority, key.fairness_id, delta)
 
@@ -663,7 +661,7 @@ class RequestController:
             flight._prompt_tokens = -1  # not priced yet: _place takes the decision's
             ready = flight._ready = self._decide(flight)
             cost = 0.0
-            if flow.prices(key.priority):
+            if ready is not None and flow.prices(key.priority):  # None: it goes nowhere, costs nothing
                 tokens, media = self._tokens(flight, ready)
                 cost, flight.output_estimate = flow.cost(key.priority, flight.view, tokens, media)
             flow.dispatcher.passed(key, cost)
