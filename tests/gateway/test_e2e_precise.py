@@ -272,10 +272,12 @@ async def test_an_adapters_blocks_are_keyed_apart_from_the_base_models() -> None
                     name = pod.url.removeprefix("http://")
                     await until(lambda name=name, key=key: sub.index.holds(name, key), f"{name} reported")
                 # The adapters reach the scheduler with the first metrics scrape after /v1/models
-                # listed them (they ride on the metrics snapshot): wait for that, not the listing.
+                # listed them (they ride on the metrics snapshot; one scraped before the listing has
+                # none): wait for a snapshot that names the adapter, not for the listing.
                 await until(
                     lambda: all(
-                        r.adapters and r.metrics is not None and r.metrics.lora is not None
+                        (lora := None if r.metrics is None else r.metrics.lora) is not None
+                        and "sql" in lora.adapters
                         for r in up.gateway.data.registry.records()
                     ),
                     "adapters known to the scheduler",

@@ -71,6 +71,10 @@ from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.control")
 
+# Why a held request is turned away: flow control's 429/503, or the client's own mistake found
+# when the request was decided on its release.
+Refusal = Overloaded | RequestError
+
 Deferral = Callable[[Callable[[], None]], None]
 
 
@@ -640,11 +644,13 @@ class RequestController:
     # -- flow control -----------------------------------------------------------------------------
 
     def hold(
-        self, flight: Flight, released: Callable[[], None], refused: Callable[[Overloaded], None]
+        self, flight: Flight, released: Callable[[], None], refused: Callable[[Refusal], None]
     ) -> HeldRequest | None:
         """Put ``flight`` under flow control (on only): ``released()`` is called once it may go
         (its first attempt already decided: :meth:`decide` returns it), possibly before this
-        returns; ``refused(error)`` when it is turned away (429/503). Returns its held form while
+        returns; ``refused(error)`` when it is turned away (429/503), or when deciding it on its
+        release found the client's own mistake (a :class:`RequestError`, e.g. a modality the
+        model does not take, priced only then). Returns its held form while
         it may still be held (``None`` when it went at once). The transport of a coroutine uses
         :meth:`admit`; one driven by callbacks (the discrete-event benchmark) calls this after
         :meth:`admit_now` said it could not be admitted at once, and :meth:`expire_held` at
@@ -674,8 +680,14 @@ class RequestController:
         flight._prompt_tokens = ticket.prompt_tokens
 
         def release() -> None:
+            # Called from whatever freed the room (another request's end, a scrape): the
+            # request's own error is its answer, never an exception in that caller's path.
             flight.held_s = self.clock() - now
-            flight._ready = self._decide(flight)
+            try:
+                flight._ready = self._decide(flight)
+            except RequestError as exc:
+                refused(exc)
+                return
             flight._early = True
             released()
 
@@ -711,7 +723,7 @@ class RequestController:
         loop = self._loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
 
-        def refused(error: Overloaded) -> None:
+        def refused(error: Refusal) -> None:
             if not waiter.done():
                 waiter.set_exception(error)
 
@@ -846,7 +858,7 @@ def _nothing() -> None:
     pass
 
 
-def _raise(error: Overloaded) -> None:
+def _raise(error: Refusal) -> None:
     raise error
 
 

@@ -44,8 +44,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from mmgate.config import load_config
-from mmgate.control import Attempt, NoCandidates, Overloaded, RequestController, SchedulerPicker, Usage
+from mmgate.control import Attempt, NoCandidates, RequestController, SchedulerPicker, Usage
 from mmgate.control.controller import Flight as ControlFlight
+from mmgate.control.controller import Refusal
 from mmgate.control.flow import FlowGate, flow_settings_of
 from mmgate.control.flow.classify import FAIRNESS_ID_HEADER, OBJECTIVE_HEADER
 from mmgate.control.flow.queues import HeldRequest
@@ -455,7 +456,7 @@ class Simulation:
             self._held.pop(rid, None)
             self._send(controller.decide(flight), item, record, rung, arrival)
 
-        def refused(error: Overloaded) -> None:
+        def refused(error: Refusal) -> None:
             self._held.pop(rid, None)
             record.error = f"http_{error.status}"
             self._done(rung, record)

@@ -212,18 +212,22 @@ class RequestStream:
         try:
             if not controller.admit_now(self.flight):
                 return None  # the caller awaits admitted()
+            return self._decided()
         except Overloaded as exc:
             return [self._shed(exc)]
-        return self._decided()
+        except RequestError as exc:  # found when deciding (a modality the model does not take)
+            return [self._refuse(exc)]
 
     async def admitted(self) -> list[messages.Answer]:
         """The routing answer of a request that had to wait for an admission slot."""
         assert self.flight is not None
         try:
             await self.controller.admit(self.flight)
+            return self._decided()
         except Overloaded as exc:
             return [self._shed(exc)]
-        return self._decided()
+        except RequestError as exc:
+            return [self._refuse(exc)]
 
     def _shed(self, exc: Overloaded) -> ep.ProcessingResponse:
         headers = {"Retry-After": str(exc.retry_after_s)}
