@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,32 +107,33 @@ def _direct_config(port: int, admin_port: int, workers: Sequence[str]) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-def _wait_tcp(port: int, child: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:
+def _wait(
+    ready: Callable[[], bool], child: subprocess.Popen[bytes], what: str, timeout: float = 30.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
             raise SystemExit(f"{what} exited with {child.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        if ready():
             return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{what} did not start in {timeout:g} s")
-
-
-def _wait_http(url: str, child: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise SystemExit(f"{what} exited with {child.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
         time.sleep(0.05)
     raise SystemExit(f"{what} did not start in {timeout:g} s")
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def command(
@@ -178,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ]
             )
             children.append(picker)
-            _wait_tcp(grpc_port, picker, "the null picker")
+            _wait(lambda: _accepts(grpc_port), picker, "the null picker")
         elif args.extproc_config:
             grpc_port, picker_admin = free_port(), free_port()
             picker = subprocess.Popen(
@@ -207,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ]
             )
             children.append(picker)
-            _wait_http(f"http://127.0.0.1:{picker_admin}/ready", picker, "mmgate extproc")
+            _wait(lambda: _answers_200(f"http://127.0.0.1:{picker_admin}/ready"), picker, "mmgate extproc")
         if args.grpc == Picker.NULL or args.extproc_config:
             text = render(
                 listen_port=args.port,
@@ -237,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
         )
         children.append(envoy)
-        _wait_http(f"http://127.0.0.1:{admin_port}/ready", envoy, "envoy")
+        _wait(lambda: _answers_200(f"http://127.0.0.1:{admin_port}/ready"), envoy, "envoy")
         stop = {"now": False}
 
         def on_signal(_sig: int, _frame: object) -> None:
