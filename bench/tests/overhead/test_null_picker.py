@@ -41,12 +41,15 @@ async def _serving(session: aiohttp.ClientSession, url: str, child: subprocess.P
     raise AssertionError("Envoy with the null picker did not serve in 60 s")
 
 
-async def test_envoy_with_the_null_picker_passes_every_byte_both_ways(upstream: NullServer) -> None:
+@pytest.mark.parametrize("grpc", ["null", "null-whole"])
+async def test_envoy_with_the_null_picker_passes_every_byte_both_ways(
+    upstream: NullServer, grpc: str
+) -> None:
     ports = list(upstream.stats)
     port = free_port()
     command = [sys.executable, "-m", "mmgate_bench.overhead.envoy_system", "--port", str(port)]
     command += ["--workers", ",".join(f"127.0.0.1:{p}" for p in ports)]
-    command += ["--lb", "original-dst", "--request-body", "streamed", "--grpc", "null"]
+    command += ["--lb", "original-dst", "--request-body", "streamed", "--grpc", grpc]
     child = subprocess.Popen(command, env=subprocess_env())
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:

@@ -48,6 +48,7 @@ class Picker:
     processes: int = 1  # ``mmgate extproc --workers``
 
     NULL = "null"  # ``grpc`` naming :mod:`.null_picker` instead of ``mmgate extproc``
+    NULL_WHOLE = "null-whole"  # ... with ``--whole-chunks``
 
     @classmethod
     def parse(cls, text: str) -> Picker:
@@ -59,7 +60,7 @@ class Picker:
 
     @property
     def null(self) -> bool:
-        return self.grpc == self.NULL
+        return self.grpc in NULL_FLAGS
 
     def argv(self) -> list[str]:
         return [
@@ -69,6 +70,7 @@ class Picker:
 
 
 NULL_PICKER = "mmgate_bench.overhead.null_picker"
+NULL_FLAGS = {Picker.NULL: [], Picker.NULL_WHOLE: ["--whole-chunks"]}  # the null picker's flags
 
 
 def picker_pids(pids: Sequence[int]) -> list[int]:
@@ -157,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--extproc-config", help="run mmgate extproc with this config as Envoy's picker")
     parser.add_argument("--lb", default="override-host", help="--envoy-lb of the Envoy configuration")
     parser.add_argument("--request-body", default="streamed", help="--envoy-request-body of it")
-    parser.add_argument("--grpc", default="lean", help="the picker's --grpc transport; null: the null picker")
+    parser.add_argument(
+        "--grpc",
+        default="lean",
+        choices=["lean", "grpcio", *NULL_FLAGS],
+        help="the picker's --grpc transport; null, null-whole: the null picker instead",
+    )
     parser.add_argument("--picker-workers", type=int, default=1, help="the picker's --workers")
     args = parser.parse_args(argv)
     workers = [w for w in args.workers.split(",") if w]
@@ -165,19 +172,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     admin_port = free_port()
     children: list[subprocess.Popen[bytes]] = []
     try:
-        if args.grpc == Picker.NULL:
+        if args.grpc in NULL_FLAGS:
             grpc_port = free_port()
-            picker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    NULL_PICKER,
-                    "--port",
-                    str(grpc_port),
-                    "--endpoints",
-                    ",".join(workers),
-                ]
-            )
+            null = [
+                sys.executable,
+                "-m",
+                NULL_PICKER,
+                "--port",
+                str(grpc_port),
+                "--endpoints",
+                ",".join(workers),
+            ]
+            picker = subprocess.Popen(null + NULL_FLAGS[args.grpc])
             children.append(picker)
             _wait(lambda: _accepts(grpc_port), picker, "the null picker")
         elif args.extproc_config:
@@ -209,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             children.append(picker)
             _wait(lambda: _answers_200(f"http://127.0.0.1:{picker_admin}/ready"), picker, "mmgate extproc")
-        if args.grpc == Picker.NULL or args.extproc_config:
+        if args.grpc in NULL_FLAGS or args.extproc_config:
             text = render(
                 listen_port=args.port,
                 listen_host="127.0.0.1",

@@ -109,7 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --envoy: one picker configuration to measure, e.g. original-dst/streamed/lean "
         "(LB: override-host or original-dst; BODY: the request body streamed or buffered; GRPC: "
         "lean or grpcio, or null for the null picker instead of mmgate: no parsing, no scheduling, "
-        "every body chunk echoed, the bound for any picker; N: picker processes, `mmgate extproc "
+        "every body chunk echoed, the bound for any picker; null-whole: the same, each chunk "
+        "echoed in one answer, not in 62,000-byte ones; N: picker processes, `mmgate extproc "
         "--workers N`, default 1); repeatable "
         "(default: override-host/streamed/lean)",
     )
@@ -318,7 +319,8 @@ class Bench:
             picker = envoy_system.Picker.parse(variant)
             name = f"envoy + mmgate extproc ({label}, {variant})"
             if picker.null:
-                name = f"envoy + null picker ({picker.lb}/{picker.request_body})"
+                whole = ", whole chunks" if picker.grpc == picker.NULL_WHOLE else ""
+                name = f"envoy + null picker ({picker.lb}/{picker.request_body}{whole})"
             port = free_port()
             if config is None and not picker.null:
                 reason = f"no mmgate config {label}"

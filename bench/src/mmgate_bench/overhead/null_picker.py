@@ -11,6 +11,10 @@ else: no parsing of the request, no scheduling, no bookkeeping.
   most 62,000 bytes as ``mmgate extproc`` and llm-d's picker send them;
 - response headers and trailers: empty answers; ``Health/Check``: SERVING.
 
+``--whole-chunks`` (``GRPC`` given as ``null-whole``) sends each chunk back in one answer as it
+came (Envoy sends a request body in messages of up to a megabyte): fewer messages for Envoy to
+parse, the cheapest answer the protocol allows.
+
 It runs on mmgate's own HTTP/2 layer and hand-written messages (:mod:`mmgate.http.h2`,
 :mod:`mmgate.gateway.extproc.wire`, the framing of :mod:`mmgate.gateway.extproc.lean`: compiled
 in the mypyc build), so Envoy plus this process is what the ext_proc path costs when the picker's
@@ -48,13 +52,14 @@ INVALID_ARGUMENT: Final = hpack.encode([(b"grpc-status", b"3"), (b"grpc-message"
 class _Echo:
     """One ``Process`` stream: routed at its headers, every body chunk sent back as it came."""
 
-    __slots__ = ("_conn", "_id", "_messages", "_route")
+    __slots__ = ("_conn", "_id", "_messages", "_route", "_whole")
 
-    def __init__(self, conn: h2.Connection, stream_id: int, route: bytes) -> None:
+    def __init__(self, conn: h2.Connection, stream_id: int, route: bytes, whole: bool) -> None:
         self._conn = conn
         self._id = stream_id
         self._messages = lean.MessageReader()
         self._route = route
+        self._whole = whole  # each chunk back in one answer, however large
         conn.send_headers(stream_id, lean.RESPONSE_HEADERS)
 
     def on_data(self, data: Buffer, end: bool) -> None:
@@ -85,6 +90,11 @@ class _Echo:
             return None
         kind, body, end = chunk
         out = wire.REQUEST_BODY_OUT if kind == wire.REQUEST_CHUNK else wire.RESPONSE_BODY_OUT
+        if self._whole:
+            size = 0
+            for piece in body:
+                size += len(piece)
+            return [wire.streamed_body(out, body, size, end)]
         return wire.echoed(out, body, end=end)
 
     def on_reset(self) -> None:
@@ -112,8 +122,9 @@ def routes(endpoints: Sequence[str]) -> list[bytes]:
     return [wire.routing(wire.REQUEST_HEADERS_OUT, endpoint, [], []) for endpoint in endpoints]
 
 
-def protocol(endpoints: Sequence[str]) -> h2.Connection:
-    """A connection serving ``Process`` (streams alternate over ``endpoints``) and ``Health``."""
+def protocol(endpoints: Sequence[str], whole: bool = False) -> h2.Connection:
+    """A connection serving ``Process`` (streams alternate over ``endpoints``; ``whole``: each
+    body chunk echoed in one answer as it came, not split at 62,000 bytes) and ``Health``."""
     answers = routes(endpoints)
     turn = [0]
 
@@ -122,7 +133,7 @@ def protocol(endpoints: Sequence[str]) -> h2.Connection:
         stream: h2.Stream
         if path == lean.PROCESS:
             turn[0] = (turn[0] + 1) % len(answers)
-            stream = _Echo(conn, stream_id, answers[turn[0]])
+            stream = _Echo(conn, stream_id, answers[turn[0]], whole)
         else:
             stream = _Serving(conn, stream_id)
         if end:
@@ -132,10 +143,10 @@ def protocol(endpoints: Sequence[str]) -> h2.Connection:
     return h2.Connection(open_stream)
 
 
-async def serve(host: str, port: int, endpoints: Sequence[str]) -> None:
+async def serve(host: str, port: int, endpoints: Sequence[str], whole: bool) -> None:
     """Serve until SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: protocol(endpoints), host, port)
+    server = await loop.create_server(lambda: protocol(endpoints, whole), host, port)
     try:
         await wait_for_signal()
     finally:
@@ -151,12 +162,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--endpoints", required=True, help="comma-separated upstream host:port to alternate over"
     )
+    parser.add_argument(
+        "--whole-chunks",
+        action="store_true",
+        help="echo each body chunk in one answer as it came (Envoy sends up to a megabyte), "
+        "not in answers of at most 62,000 bytes",
+    )
     args = parser.parse_args(argv)
     endpoints = [e.strip().removeprefix("http://") for e in args.endpoints.split(",") if e.strip()]
     if not endpoints:
         parser.error("--endpoints: at least one host:port")
     keep_large_buffers()  # as mmgate extproc: the body crosses as megabytes
-    run_forever(lambda: serve(args.host, args.port, endpoints))
+    run_forever(lambda: serve(args.host, args.port, endpoints, args.whole_chunks))
     return 0
 
 
