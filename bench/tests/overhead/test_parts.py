@@ -144,6 +144,7 @@ def test_a_picker_variant_names_its_proxy_configuration_transport_and_processes(
     two = Picker.parse("original-dst/streamed/lean/2")
     assert (one.lb, one.request_body, one.grpc, one.processes) == ("original-dst", "streamed", "lean", 1)
     assert two.processes == 2 and two.argv()[-2:] == ["--picker-workers", "2"]
+    assert Picker.parse("original-dst/streamed/null").null and not one.null
     for bad in ("original-dst/streamed", "original-dst/streamed/lean/two", "a/b/c/1/2"):
         with pytest.raises(ValueError):
             Picker.parse(bad)

@@ -7,7 +7,10 @@ Two systems answer what the ext_proc path costs:
 - ``envoy + mmgate extproc (LABEL, LB/BODY/GRPC)``: the same Envoy asking ``mmgate extproc``
   (the config LABEL) where every request goes, with the configuration ``mmgate extproc
   --print-envoy-config --envoy-lb LB --envoy-request-body BODY`` writes, the picker on its
-  ``--grpc GRPC`` transport (:class:`Picker`).
+  ``--grpc GRPC`` transport (:class:`Picker`);
+- ``envoy + null picker (LB/BODY)``: the same Envoy configuration in front of the cheapest
+  conforming picker (:mod:`.null_picker`, ``GRPC`` given as ``null``): what the ext_proc path
+  costs when the picker's own work is nothing, the bound for any picker.
 
 Each runs as one process tree (this module is its parent, Envoy and mmgate its children), so the
 harness's CPU and memory accounting covers the picker and the proxy together.
@@ -18,12 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +47,9 @@ class Picker:
     grpc: str = "lean"
     processes: int = 1  # ``mmgate extproc --workers``
 
+    NULL = "null"  # ``grpc`` naming :mod:`.null_picker` instead of ``mmgate extproc``
+    NULL_WHOLE = "null-whole"  # ... with ``--whole-chunks``
+
     @classmethod
     def parse(cls, text: str) -> Picker:
         """``LB/BODY/GRPC[/N]``, e.g. ``original-dst/streamed/lean`` (N: picker processes)."""
@@ -51,11 +58,19 @@ class Picker:
             raise ValueError(f"expected LB/BODY/GRPC or LB/BODY/GRPC/N, got {text!r}")
         return cls(parts[0], parts[1], parts[2], int(parts[3]) if len(parts) == 4 else 1)
 
+    @property
+    def null(self) -> bool:
+        return self.grpc in NULL_FLAGS
+
     def argv(self) -> list[str]:
         return [
             "--lb", self.lb, "--request-body", self.request_body, "--grpc", self.grpc,
             "--picker-workers", str(self.processes),
         ]  # fmt: skip
+
+
+NULL_PICKER = "mmgate_bench.overhead.null_picker"
+NULL_FLAGS = {Picker.NULL: [], Picker.NULL_WHOLE: ["--whole-chunks"]}  # the null picker's flags
 
 
 def picker_pids(pids: Sequence[int]) -> list[int]:
@@ -67,7 +82,7 @@ def picker_pids(pids: Sequence[int]) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"extproc" in argv and b"mmgate" in argv:
+        if (b"extproc" in argv and b"mmgate" in argv) or NULL_PICKER.encode() in argv:
             out.append(pid)
     return out
 
@@ -94,28 +109,45 @@ def _direct_config(port: int, admin_port: int, workers: Sequence[str]) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-def _wait_http(url: str, child: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:
+def _wait(
+    ready: Callable[[], bool], child: subprocess.Popen[bytes], what: str, timeout: float = 30.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
             raise SystemExit(f"{what} exited with {child.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
+        if ready():
+            return
         time.sleep(0.05)
     raise SystemExit(f"{what} did not start in {timeout:g} s")
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def command(
     port: int, workers: Sequence[str], config: Path | None, picker: Picker | None = None
 ) -> list[str]:
-    """How the harness starts one of the systems (``config`` None: Envoy alone)."""
+    """How the harness starts one of the systems (``config`` None: Envoy alone, unless
+    ``picker`` is the null picker, which needs none)."""
     out = [sys.executable, "-m", "mmgate_bench.overhead.envoy_system", "--port", str(port)]
     out += ["--workers", ",".join(w.removeprefix("http://") for w in workers)]
-    if config is not None:
+    if picker is not None and picker.null:
+        out += picker.argv()
+    elif config is not None:
         out += ["--extproc-config", str(config), *(picker or Picker()).argv()]
     return out
 
@@ -127,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--extproc-config", help="run mmgate extproc with this config as Envoy's picker")
     parser.add_argument("--lb", default="override-host", help="--envoy-lb of the Envoy configuration")
     parser.add_argument("--request-body", default="streamed", help="--envoy-request-body of it")
-    parser.add_argument("--grpc", default="lean", help="the picker's --grpc transport")
+    parser.add_argument(
+        "--grpc",
+        default="lean",
+        choices=["lean", "grpcio", *NULL_FLAGS],
+        help="the picker's --grpc transport; null, null-whole: the null picker instead",
+    )
     parser.add_argument("--picker-workers", type=int, default=1, help="the picker's --workers")
     args = parser.parse_args(argv)
     workers = [w for w in args.workers.split(",") if w]
@@ -135,7 +172,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     admin_port = free_port()
     children: list[subprocess.Popen[bytes]] = []
     try:
-        if args.extproc_config:
+        if args.grpc in NULL_FLAGS:
+            grpc_port = free_port()
+            null = [
+                sys.executable,
+                "-m",
+                NULL_PICKER,
+                "--port",
+                str(grpc_port),
+                "--endpoints",
+                ",".join(workers),
+            ]
+            picker = subprocess.Popen(null + NULL_FLAGS[args.grpc])
+            children.append(picker)
+            _wait(lambda: _accepts(grpc_port), picker, "the null picker")
+        elif args.extproc_config:
             grpc_port, picker_admin = free_port(), free_port()
             picker = subprocess.Popen(
                 [
@@ -163,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ]
             )
             children.append(picker)
-            _wait_http(f"http://127.0.0.1:{picker_admin}/ready", picker, "mmgate extproc")
+            _wait(lambda: _answers_200(f"http://127.0.0.1:{picker_admin}/ready"), picker, "mmgate extproc")
+        if args.grpc in NULL_FLAGS or args.extproc_config:
             text = render(
                 listen_port=args.port,
                 listen_host="127.0.0.1",
@@ -192,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
         )
         children.append(envoy)
-        _wait_http(f"http://127.0.0.1:{admin_port}/ready", envoy, "envoy")
+        _wait(lambda: _answers_200(f"http://127.0.0.1:{admin_port}/ready"), envoy, "envoy")
         stop = {"now": False}
 
         def on_signal(_sig: int, _frame: object) -> None:

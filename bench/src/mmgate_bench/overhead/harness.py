@@ -108,7 +108,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LB/BODY/GRPC[/N]",
         help="with --envoy: one picker configuration to measure, e.g. original-dst/streamed/lean "
         "(LB: override-host or original-dst; BODY: the request body streamed or buffered; GRPC: "
-        "lean or grpcio; N: picker processes, `mmgate extproc --workers N`, default 1); repeatable "
+        "lean or grpcio, or null for the null picker instead of mmgate: no parsing, no scheduling, "
+        "every body chunk echoed, the bound for any picker; null-whole: the same, each chunk "
+        "echoed in one answer, not in 62,000-byte ones; N: picker processes, `mmgate extproc "
+        "--workers N`, default 1); repeatable "
         "(default: override-host/streamed/lean)",
     )
     parser.add_argument(
@@ -315,12 +318,15 @@ class Bench:
         for variant in self.args.envoy_picker or ["override-host/streamed/lean"]:
             picker = envoy_system.Picker.parse(variant)
             name = f"envoy + mmgate extproc ({label}, {variant})"
+            if picker.null:
+                whole = ", whole chunks" if picker.grpc == picker.NULL_WHOLE else ""
+                name = f"envoy + null picker ({picker.lb}/{picker.request_body}{whole})"
             port = free_port()
-            if config is None:
+            if config is None and not picker.null:
                 reason = f"no mmgate config {label}"
                 out.append(System(name, "envoy", port, status="skipped", reason=reason))
                 continue
-            command = envoy_system.command(port, workers, Path(config), picker)
+            command = envoy_system.command(port, workers, Path(config) if config else None, picker)
             out.append(System(name, "envoy", port, command=command))
         return out
 

@@ -149,6 +149,43 @@ class _Refused(Exception):
         self.code = code
 
 
+def framed(answers: list[Answer]) -> list[Buffer]:
+    """The answers framed as gRPC messages, for one write: the small ones and the keys of a
+    body-carrying one joined, the body's own bytes handed to the socket as they are."""
+    parts: list[Buffer] = []
+    small: list[Buffer] = []
+    for answer in answers:
+        if isinstance(answer, list):  # serialized as parts: keys and lengths, then body views
+            size = 0
+            for piece in answer:
+                size += len(piece)
+            small.append(b"\x00" + size.to_bytes(4, "big"))
+            small.append(answer[0])
+            if len(answer) > 1:
+                parts.append(b"".join(small))
+                small = []
+                for piece in answer[1:]:
+                    if len(piece) < 4096:
+                        small.append(piece)
+                    else:
+                        if small:
+                            parts.append(b"".join(small))
+                            small = []
+                        parts.append(piece)
+            continue
+        payload = answer if isinstance(answer, bytes) else answer.SerializeToString()
+        small.append(b"\x00" + len(payload).to_bytes(4, "big"))
+        if len(payload) < 4096:
+            small.append(payload)
+        else:
+            parts.append(b"".join(small))
+            parts.append(payload)
+            small = []
+    if small:
+        parts.append(b"".join(small))
+    return parts
+
+
 class _ProcessStream:
     """One ``Process`` call: Envoy's messages for one HTTP request, answered in order."""
 
@@ -218,40 +255,7 @@ class _ProcessStream:
         self._handle(queued)
 
     def _send(self, answers: list[Answer]) -> None:
-        """The answers framed as gRPC messages, in one write: the small ones and the keys of a
-        body-carrying one joined, the body's own bytes handed to the socket as they are."""
-        parts: list[Buffer] = []
-        small: list[Buffer] = []
-        for answer in answers:
-            if isinstance(answer, list):  # serialized as parts: keys and lengths, then body views
-                size = 0
-                for piece in answer:
-                    size += len(piece)
-                small.append(b"\x00" + size.to_bytes(4, "big"))
-                small.append(answer[0])
-                if len(answer) > 1:
-                    parts.append(b"".join(small))
-                    small = []
-                    for piece in answer[1:]:
-                        if len(piece) < 4096:
-                            small.append(piece)
-                        else:
-                            if small:
-                                parts.append(b"".join(small))
-                                small = []
-                            parts.append(piece)
-                continue
-            payload = answer if isinstance(answer, bytes) else answer.SerializeToString()
-            small.append(b"\x00" + len(payload).to_bytes(4, "big"))
-            if len(payload) < 4096:
-                small.append(payload)
-            else:
-                parts.append(b"".join(small))
-                parts.append(payload)
-                small = []
-        if small:
-            parts.append(b"".join(small))
-        self._conn.send_data(self._id, parts)
+        self._conn.send_data(self._id, framed(answers))
 
     def _finish(self) -> None:
         """Envoy ended the stream (the HTTP request is over): close the bookkeeping, answer OK."""

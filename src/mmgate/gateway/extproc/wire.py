@@ -269,12 +269,19 @@ def request_body(body: Body, *, end: bool) -> list[Wire]:
 
 def response_body(body: Sequence[Buffer], *, end: bool) -> list[Wire]:
     """An upstream body chunk (its parts) passed through to the client unchanged."""
+    return echoed(RESPONSE_BODY_OUT, body, end=end)
+
+
+def echoed(answer: int, chunk: Sequence[Buffer], *, end: bool) -> list[Wire]:
+    """A body chunk as received (its parts) sent back unchanged in the ``answer`` field
+    (:data:`REQUEST_BODY_OUT` or :data:`RESPONSE_BODY_OUT`), in answers of at most
+    :data:`MAX_CHUNK` bytes."""
     size = 0
-    for piece in body:
+    for piece in chunk:
         size += len(piece)
     if size <= MAX_CHUNK:  # the usual case: one answer around the chunk as it came
-        return [streamed_body(RESPONSE_BODY_OUT, body, size, end)]
-    return _streamed(RESPONSE_BODY_OUT, body, size, end)
+        return [streamed_body(answer, chunk, size, end)]
+    return _streamed(answer, chunk, size, end)
 
 
 def _streamed(answer: int, body: Body | Sequence[Buffer], size: int, end: bool) -> list[Wire]:
