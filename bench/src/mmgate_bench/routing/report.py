@@ -73,7 +73,9 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "requests": len(rung.records),
         "completed": len(ok),
         "failures_by_type": dict(sorted(kinds.items())),
-        "encode_outcomes": dict(sorted(Counter(r.encode for r in rung.records if r.encode).items())),
+        "encode_outcomes": dict(
+            sorted((rung.encode_outcomes or Counter(r.encode for r in rung.records if r.encode)).items())
+        ),
         "duration_s": rung.duration_s,
         "span_s": span,
         "mode": rung.mode,
