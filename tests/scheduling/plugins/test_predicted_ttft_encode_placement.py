@@ -24,12 +24,12 @@ EXAMPLE = REPO / "examples" / "e-pd-adaptive.yaml"
 TRANSFER_S_PER_TOKEN = 5.0e-7  # the example's predicted-ttft-producer encoderSecondsPerToken
 
 
-def build(**producer: Any) -> Scheduler:
-    """examples/e-pd-adaptive.yaml with the producer's parameters overridden."""
+def build(plugin_type: str = "predicted-ttft-producer", **params: Any) -> Scheduler:
+    """examples/e-pd-adaptive.yaml with one plugin's parameters overridden."""
     cfg = load_config(EXAMPLE)
     for plugin in cfg.picker.plugins:
-        if plugin.type == "predicted-ttft-producer":
-            plugin.parameters = {**(plugin.parameters or {}), **producer}
+        if plugin.type == plugin_type:
+            plugin.parameters = {**(plugin.parameters or {}), **params}
     return build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
 
 
@@ -99,11 +99,7 @@ def test_media_sent_to_the_tier_keep_the_prediction_they_were_chosen_on() -> Non
 def test_the_static_local_policy_is_predicted_with_its_encoding_too() -> None:
     """``policy: local`` (nothing offloaded) on the same config: every request with media is
     encoded where it is served, so every prediction carries its encoding."""
-    cfg = load_config(EXAMPLE)
-    for plugin in cfg.picker.plugins:
-        if plugin.type == "adaptive-encode-decider":
-            plugin.parameters = {**(plugin.parameters or {}), "policy": "local"}
-    s = build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
+    s = build("adaptive-encode-decider", policy="local")
     eps = fleet()
     v = view("compare these", *photos("q", 2))
     before, tokens = priced_alone(s, v, eps)
@@ -127,7 +123,7 @@ def test_the_fit_learns_from_a_local_request_without_its_local_encoding() -> Non
         seen.append((terms, ttft))
         observe(endpoint, terms, ttft)
 
-    producer.learner.observe = spy  # type: ignore[method-assign]
+    producer.learner.observe = spy  # type: ignore[method-assign,assignment]
     v = msgspec.structs.replace(
         view("what is in this picture?", image("t".ljust(32, "y"), 448, 448)), stream=True
     )
