@@ -13,6 +13,7 @@ import pytest
 from mmgate.config import load_config
 from mmgate.request.view import MediaAsset, RequestView
 from mmgate.scheduling import EndpointState, Metrics, Scheduler, SchedulingRequest, build_scheduler
+from mmgate.scheduling.encoder_assignment import LOCAL
 from mmgate.scheduling.keys import ENCODE_CHOICE, PREDICTED_TTFT, TOKENIZED_PROMPT, EncodeChoice
 from mmgate.scheduling.plugins.predicted_ttft_producer import PredictedTTFTProducer
 from mmgate.scheduling.ttft import Vector
@@ -138,3 +139,26 @@ def test_the_fit_learns_from_a_local_request_without_its_local_encoding() -> Non
     ((terms, ttft),) = seen
     assert terms[2] == 0  # no encoder output received, none in flight ahead of it
     assert ttft == pytest.approx(0.5 - load - processing - choice.seconds[eps[1].name])
+
+
+def test_a_split_corrects_only_the_items_left_on_the_serving_pod() -> None:
+    """Of two photos, the decider keeps the first on the PD pod and sends the second to the
+    encode pod: only the first is priced as encoded there; the second stays a transfer."""
+    s = build()
+    eps = fleet()
+    pd = eps[1]
+    r = SchedulingRequest(view("compare these", *photos("s", 2)), "split")
+    r.now, r.staleness_s = 0.0, s.metrics_staleness_s
+    for p in s.producers:
+        p.produce(r, eps)
+    info, tp = r.get(PREDICTED_TTFT), r.get(TOKENIZED_PROMPT)
+    assert info is not None and tp is not None
+    first, second = tp.media
+    before = info.seconds[pd.name]
+    plan = {first.identity: LOCAL, second.identity: eps[0].name}
+    r.put(
+        ENCODE_CHOICE,
+        EncodeChoice("split", "cheaper-split", plan, 1.0, 0.5, {pd.name: 0.08, eps[0].name: 0.09}),
+    )
+    producer_of(s).stages_planned(r, pd)
+    assert info.seconds[pd.name] == pytest.approx(before + 0.08 - TRANSFER_S_PER_TOKEN * first.length)
