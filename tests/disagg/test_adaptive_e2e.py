@@ -1,7 +1,8 @@
 """``adaptive-encode-decider`` over HTTP, in both ways of running the legs: one workload's requests
-encoded both where they are served and on the encode pods, each as its priced costs say, and the
-tier signals following the encoder work the gateway placed (examples/e-pd-adaptive.yaml in front
-of simulated pods; the helpers are tests/disagg/test_e2e.py's)."""
+encoded both where they are served and on the encode pods, each as its predicted costs say (the
+priced costs without a TTFT SLO; with one, the tier while the request's predicted TTFT through it
+meets the SLO), and the tier signals following the encoder work the gateway placed
+(examples/e-pd-adaptive.yaml in front of simulated pods; the helpers are tests/disagg/test_e2e.py's)."""
 
 from __future__ import annotations
 
@@ -37,30 +38,50 @@ def costs(header: str) -> tuple[float, float]:
     return float(fields["local"]), float(fields["tier"])
 
 
+def example(folder: Path, **decider: object) -> str:
+    """examples/e-pd-adaptive.yaml with the decider's parameters overridden, written to ``folder``."""
+    doc = yaml.safe_load((EXAMPLES / "e-pd-adaptive.yaml").read_text())
+    for plugin in doc["plugins"]:
+        if plugin["type"] == "adaptive-encode-decider":
+            plugin["parameters"].update(decider)
+    path = folder / "e-pd-adaptive.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+async def ask(
+    session: aiohttp.ClientSession, url: str, body: bytes, slo_ms: int | None = None
+) -> tuple[str, str, float, float]:
+    """Send one request in debug mode: where its media were encoded, why, and the costs compared."""
+    headers = {"x-mmgate-debug": "1"} | ({"x-slo-ttft-ms": str(slo_ms)} if slo_ms else {})
+    async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+        assert r.status == 200
+        await r.read()
+        outcome, _, reason = r.headers["x-mmgate-encode"].partition("; reason=")
+        local, tier = costs(r.headers["x-mmgate-encode-cost"])
+    return outcome, reason, local, tier
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_one_workloads_requests_go_both_ways_as_their_priced_costs_say(
-    mode: str, caplog: pytest.LogCaptureFixture
+    mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Image-light and image-heavy requests interleaved, one at a time: a thumbnail costs an idle
-    PD pod less to encode than the hop to an encode pod, four photos spread over two encoders
-    cost less than one after another on the PD pod. Every answer says where its media were
-    encoded and the two costs compared; each choice is the cheaper one, both choices occur, and
-    the pods show both (legs on the encoders, encoder seconds on the PD pod)."""
+    """Without a TTFT SLO, image-light and image-heavy requests interleaved, one at a time: a
+    thumbnail costs an idle PD pod less to encode than the hop to an encode pod, four photos
+    spread over two encoders cost less than one after another on the PD pod. Every answer says
+    where its media were encoded and the two costs compared; each choice is the cheaper one, both
+    choices occur, and the pods show both (legs on the encoders, encoder seconds on the PD pod)."""
     caplog.set_level(logging.INFO, logger="mmgate.access")
     seen: list[tuple[str, float, float]] = []
-    async with SimFleet(specs(*E_PD)) as fleet, stack(fleet, mode, "e-pd-adaptive.yaml", debug=True) as s:
+    config = example(tmp_path, ttftSLOSeconds=0)
+    async with SimFleet(specs(*E_PD)) as fleet, stack(fleet, mode, config, debug=True) as s:
         model = fleet["pd-0"].model
         async with aiohttp.ClientSession() as session:
             for i in range(6):
                 images = heavy(i) if i % 2 else light(i)
                 body = chat_body(model, f"request {i}: what is shown?", images, max_tokens=2)
-                async with session.post(
-                    s.url + "/v1/chat/completions", data=body, headers={"x-mmgate-debug": "1"}
-                ) as r:
-                    assert r.status == 200
-                    await r.read()
-                    outcome = r.headers["x-mmgate-encode"].partition(";")[0]
-                    local, tier = costs(r.headers["x-mmgate-encode-cost"])
+                outcome, reason, local, tier = await ask(session, s.url, body)
+                assert reason.startswith("cheaper-")
                 seen.append((outcome, local, tier))
                 # a few scrapes (every 50 ms), so no pod's scraped queue still shows this request
                 # when the next is priced: each is decided on an idle fleet
@@ -82,6 +103,36 @@ async def test_one_workloads_requests_go_both_ways_as_their_priced_costs_say(
             assert f["predicted_ttft_ms"] > f["encode_local_ms"]
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_with_a_ttft_slo_the_tier_takes_media_while_its_predicted_ttft_meets_it(mode: str) -> None:
+    """The example's decider with the request's own SLO (``x-slo-ttft-ms``: 1 s), four four-photo
+    requests at once on two slow encoders: the first goes to the tier, whose predicted TTFT (its
+    prefill on the PD pod, the encoders' queue and its photos, the hop) is within the SLO; the
+    tier's queue grows with each, and once its predicted TTFT is past the SLO the next request's
+    photos are encoded (some or all) on the PD pod. Each answer's reason and predicted TTFTs
+    agree: ``slo-tier`` only with the tier's within the SLO, ``slo-split`` / ``slo-local`` only
+    with it past."""
+    slo = 1.0
+    async with (
+        SimFleet(specs(*E_PD, encoder_faults=SLOW_ENCODER)) as fleet,
+        stack(fleet, mode, "e-pd-adaptive.yaml", debug=True) as s,
+        aiohttp.ClientSession() as session,
+    ):
+        model = fleet["pd-0"].model
+        bodies = [chat_body(model, f"photos {i}", heavy(200 + i), max_tokens=2) for i in range(4)]
+        seen = await asyncio.gather(*(ask(session, s.url, b, slo_ms=int(slo * 1000)) for b in bodies))
+    outcomes = {outcome for outcome, _, _, _ in seen}
+    assert "tier" in outcomes and outcomes & {"local", "split"}, seen
+    for outcome, reason, via_pd, via_tier in seen:
+        assert reason.startswith("slo-"), seen  # some plan met the SLO every time
+        if outcome == "tier":
+            assert via_tier <= slo, seen
+        else:  # the tier alone would have missed it; what was chosen instead meets it
+            assert via_tier > slo, seen
+        if outcome == "local":
+            assert via_pd <= slo, seen
+
+
 def tier_signals(text: str) -> dict[str, float]:
     """The encode role's sizing signals from the gateway's /metrics."""
     out: dict[str, float] = {}
@@ -100,15 +151,10 @@ async def test_the_tier_signals_rise_while_encoder_work_queues_and_fall_when_it_
     legs run, the gateway's /metrics shows the encoder seconds it placed on the encode role and
     asks for more encode pods than the one second of work a pod may hold; once the answers are
     in, both fall back (no work, one pod)."""
-    doc = yaml.safe_load((EXAMPLES / "e-pd-adaptive.yaml").read_text())
-    for plugin in doc["plugins"]:
-        if plugin["type"] == "adaptive-encode-decider":
-            plugin["parameters"]["sizing"] = {"targetSeconds": 0.25}
-    config = tmp_path / "e-pd-adaptive-sized.yaml"
-    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    config = example(tmp_path, sizing={"targetSeconds": 0.25})
     async with (
         SimFleet(specs(*E_PD, encoder_faults=SLOW_ENCODER)) as fleet,
-        stack(fleet, mode, str(config)) as s,
+        stack(fleet, mode, config) as s,
         aiohttp.ClientSession() as session,
     ):
 

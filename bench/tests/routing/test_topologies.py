@@ -13,7 +13,7 @@ from mmgate.sim.server import SimPod
 from mmgate_bench.cli import main
 from mmgate_bench.routing.fleet_proc import fleet_of
 from mmgate_bench.routing.records import RequestRecord, RungResult
-from mmgate_bench.routing.stage_counters import FALLBACKS, parse_stage_counters
+from mmgate_bench.routing.stage_counters import FALLBACKS, OUTCOME, REASON, by_prefix, parse_stage_counters
 from mmgate_bench.routing.topologies import (
     ENCODER_DP,
     Topology,
@@ -192,7 +192,10 @@ mmgate_encode_decisions_total{outcome="local",reason="cheaper-local"} 2.0
 # TYPE mmgate_disagg_fallbacks_total counter
 mmgate_disagg_fallbacks_total{stage="encode",action="local"} 1.0
 """
-    assert parse_stage_counters(text) == {"tier": 4, "local": 2, FALLBACKS: 1}
+    counts = parse_stage_counters(text)
+    assert by_prefix(counts, OUTCOME) == {"local": 2, "tier": 4}
+    assert by_prefix(counts, REASON) == {"cached-split": 1, "cheaper-local": 2, "cheaper-tier": 3}
+    assert counts[FALLBACKS] == 1
     assert parse_stage_counters("# TYPE other_total counter\nother_total 5.0\n") == {}
 
 
@@ -226,6 +229,7 @@ def test_quick_http_run_in_sidecar_mode_puts_a_sidecar_before_each_pd_pod(tmp_pa
     }
     assert all(r["failures"] == 0 and r["completed"] == r["requests"] > 0 for r in records)
     assert all(sum(r["encode_outcomes"].values()) == r["requests"] for r in records)  # every one had media
+    assert all(sum(r["encode_reasons"].values()) == r["requests"] for r in records)
     assert all(r["stage_fallbacks"] == 0 for r in records)
     assert doc["meta"]["orchestrators"] == ["gateway", "sidecar"]
 

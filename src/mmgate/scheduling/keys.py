@@ -172,7 +172,9 @@ class EncodeChoice(msgspec.Struct):
     """Where a request's media are encoded (``adaptive-encode-decider``): ``outcome`` ``tier``,
     ``local`` (the serving pod) or ``split``, why (``reason``), the encode pod of each item sent to
     the tier (``plan``, by identity; ``local`` for an item the serving pod encodes), the costs
-    compared (seconds, ``tier_cost`` ``inf`` when there was no tier to ask) and the encoder
+    compared (seconds, ``tier_cost`` ``inf`` when there was no tier to ask; a decision by the
+    TTFT SLO, reason ``slo-*``: the predicted TTFTs with every item encoded locally and with
+    every cold item on the tier) and the encoder
     seconds the choice puts on each pod (``seconds``, by endpoint)."""
 
     outcome: str

@@ -1,4 +1,5 @@
-"""``adaptive-encode-decider``: each request with media encoded where its predicted cost is lowest."""
+"""``adaptive-encode-decider``: each request with media encoded on the tier while its TTFT SLO
+allows, else where its predicted cost is lowest."""
 
 from __future__ import annotations
 
@@ -39,10 +40,15 @@ def decider(s: Scheduler) -> AdaptiveEncodeDecider:
 
 
 def send(
-    s: Scheduler, eps: list[EndpointState], rid: str, *parts: str | MediaAsset, finish: bool = True
+    s: Scheduler,
+    eps: list[EndpointState],
+    rid: str,
+    *parts: str | MediaAsset,
+    finish: bool = True,
+    headers: dict[str, str] | None = None,
 ) -> tuple[EncodeChoice | None, list[str]]:
     """Schedule and start one request (its index updates run); finished at once unless told not."""
-    req = SchedulingRequest(view(*parts), rid)
+    req = SchedulingRequest(view(*parts), rid, headers)
     result = s.schedule(req, eps, 0.0)
     s.pre_request_before_send(req, result, 0.0)
     s.start(req, result, 0.0)
@@ -57,8 +63,60 @@ def photos(tag: str, n: int) -> list[MediaAsset]:
     return [image(f"{tag}{i}".ljust(32, "x"), 1536, 1536) for i in range(n)]
 
 
+L4 = {"encode": {"encoderSecondsPerToken": 2.8e-4, "itemSeconds": 0.02}}
+"""An encode tier of a card eight times slower than the PD pods' (examples' L4 estimate)."""
+
+
+def test_a_tier_within_the_slo_takes_the_media_though_the_pd_pod_would_encode_faster() -> None:
+    """The tier's encoders serve nobody else; the PD pod's GPU stalls its decodes for a local
+    encode. With a TTFT SLO the tier takes every request it keeps within it; priced on time
+    alone (no SLO) an idle PD pod's faster encoder wins, and its decodes pay."""
+    eps = fleet("encode", "prefill-decode")
+    choice, header = send(build(byRole=L4), eps, "r", "describe", *photos("l", 2))
+    assert choice is not None and (choice.outcome, choice.reason) == ("tier", "slo-tier")
+    assert choice.local_cost < choice.tier_cost and header == [eps[0].name, eps[0].name]
+    choice, header = send(build(byRole=L4, ttftSLOSeconds=0), eps, "r", "describe", *photos("l", 2))
+    assert choice is not None and (choice.outcome, choice.reason) == ("local", "cheaper-local")
+    assert header == []
+
+
+def test_the_request_header_sets_its_own_slo() -> None:
+    """``x-slo-ttft-ms`` (llm-d's predicted-latency header) overrides ``ttftSLOSeconds``: a photo
+    takes about 0.65 s on the slow tier, so a 300 ms SLO keeps it on the PD pod."""
+    s = build(byRole=L4)
+    eps = fleet("encode", "prefill-decode")
+    choice, header = send(s, eps, "r", "describe", *photos("m", 1), headers={"x-slo-ttft-ms": "300"})
+    assert choice is not None and (choice.outcome, choice.reason) == ("local", "slo-local")
+    assert header == []
+    for bad in ("abc", "-5", "inf"):  # not a usable SLO: the configured one
+        choice, _ = send(s, eps, f"b{bad}", "describe", *photos(bad, 1), headers={"x-slo-ttft-ms": bad})
+        assert choice is not None and choice.outcome == "tier"
+
+
+def test_past_the_slo_the_tier_overflows_to_the_pd_pod() -> None:
+    """Heavy requests queue on the one encoder while each still meets its TTFT; the first that
+    would not is encoded where it is served; once the legs end, media go to the tier again."""
+    s = build(split=False)
+    eps = fleet("encode", "prefill-decode")
+    outcomes = []
+    for i in range(20):
+        choice, header = send(s, eps, f"o{i}", "describe", *photos(f"o{i}", 4), finish=False)
+        assert choice is not None
+        outcomes.append((choice.outcome, choice.reason))
+        if choice.outcome == "local":
+            assert header == []
+            break
+    assert outcomes[0] == ("tier", "slo-tier") and outcomes[-1] == ("local", "slo-local")
+    assert len(outcomes) > 3  # the tier took several before its queue reached the SLO
+    assert 1.0 < decider(s).backlog(eps[0].name) < 2.0
+    for i in range(len(outcomes)):
+        s.on_stage_done(f"o{i}", eps[0].name, 1.0)
+    again, _ = send(s, eps, "after", "describe", *photos("p", 4))
+    assert again is not None and (again.outcome, again.reason) == ("tier", "slo-tier")
+
+
 def test_a_busy_pd_pod_sends_the_media_to_an_idle_tier() -> None:
-    s = build()
+    s = build(ttftSLOSeconds=0)
     eps = fleet("encode", "prefill-decode")
     eps[1].metrics = Metrics(waiting=3, running=20)  # its encoder would stall 23 requests
     choice, header = send(s, eps, "r", "describe", *photos("a", 2))
@@ -69,7 +127,10 @@ def test_a_busy_pd_pod_sends_the_media_to_an_idle_tier() -> None:
 
 def test_a_fast_tier_wins_over_an_idle_pd_pod() -> None:
     """Nothing shares the PD pod's GPU, but its encoder is ten times slower than the tier's."""
-    s = build(byRole={"prefill-decode": {"encoderSecondsPerToken": 3.0e-4}, "encode": {"itemSeconds": 0.0}})
+    s = build(
+        byRole={"prefill-decode": {"encoderSecondsPerToken": 3.0e-4}, "encode": {"itemSeconds": 0.0}},
+        ttftSLOSeconds=0,
+    )
     eps = fleet("encode", "prefill-decode")
     choice, header = send(s, eps, "r", "describe", *photos("b", 1))
     assert choice is not None and choice.outcome == "tier"
@@ -77,9 +138,9 @@ def test_a_fast_tier_wins_over_an_idle_pd_pod() -> None:
 
 
 def test_a_queued_tier_leaves_the_media_on_the_pd_pod() -> None:
-    """Heavy requests queue on the one encoder until the next one is cheaper encoded where it is
-    served; once the tier's legs end, media go to the tier again."""
-    s = build()
+    """Without an SLO: heavy requests queue on the one encoder until the next one is cheaper
+    encoded where it is served; once the tier's legs end, media go to the tier again."""
+    s = build(ttftSLOSeconds=0)
     eps = fleet("encode", "prefill-decode")
     eps[1].metrics = Metrics(waiting=0, running=10)
     outcomes = []
@@ -100,12 +161,13 @@ def test_a_queued_tier_leaves_the_media_on_the_pd_pod() -> None:
     assert again is not None and again.outcome == "tier"
 
 
-def test_items_the_pd_pod_holds_stay_local() -> None:
-    s = build()
+@pytest.mark.parametrize("slo", [2.0, 0.0])
+def test_items_the_pd_pod_holds_stay_local(slo: float) -> None:
+    s = build(ttftSLOSeconds=slo)
     eps = fleet("encode", "prefill-decode")
     eps[1].metrics = Metrics(waiting=0, running=0)
     held = photos("f", 1)
-    eps[0].metrics = Metrics(waiting=50)  # the tier looks hopeless: the first request stays local
+    eps[0].metrics = Metrics(waiting=50)  # a scraped queue: the first request stays local
     choice, _ = send(s, eps, "seed", "describe", *held)
     assert choice is not None and choice.outcome == "local"
     eps[0].metrics = Metrics(waiting=0)
@@ -165,6 +227,8 @@ def test_each_pod_is_priced_at_its_own_rate() -> None:
 def test_bad_parameters_are_refused() -> None:
     with pytest.raises(ValueError, match="sharedWeight"):
         build(sharedWeight=-1)
+    with pytest.raises(ValueError, match="ttftSLOSeconds"):
+        build(ttftSLOSeconds=-1)
     with pytest.raises(ValueError, match="label=value"):
         build(byLabel={"l4": {"itemSeconds": 0.1}})
 

@@ -25,12 +25,18 @@ EXAMPLE = REPO / "examples" / "e-pd-adaptive.yaml"
 TRANSFER_S_PER_TOKEN = 5.0e-7  # the example's predicted-ttft-producer encoderSecondsPerToken
 
 
-def build(plugin_type: str = "predicted-ttft-producer", **params: Any) -> Scheduler:
-    """examples/e-pd-adaptive.yaml with one plugin's parameters overridden."""
+def build(producer: dict[str, Any] | None = None, **decider: Any) -> Scheduler:
+    """examples/e-pd-adaptive.yaml with the producer's and the decider's parameters overridden;
+    the decider without its TTFT SLO unless told (its priced costs decide: an idle PD pod keeps
+    a thumbnail, where the SLO would send it to the tier it meets the SLO through)."""
     cfg = load_config(EXAMPLE)
+    overrides = {
+        "predicted-ttft-producer": producer or {},
+        "adaptive-encode-decider": {"ttftSLOSeconds": 0, **decider},
+    }
     for plugin in cfg.picker.plugins:
-        if plugin.type == plugin_type:
-            plugin.parameters = {**(plugin.parameters or {}), **params}
+        if plugin.type in overrides:
+            plugin.parameters = {**(plugin.parameters or {}), **overrides[plugin.type]}
     return build_scheduler(cfg.picker, mmgate=cfg.mmgate, seed=1)
 
 
@@ -100,7 +106,7 @@ def test_media_sent_to_the_tier_keep_the_prediction_they_were_chosen_on() -> Non
 def test_the_static_local_policy_is_predicted_with_its_encoding_too() -> None:
     """``policy: local`` (nothing offloaded) on the same config: every request with media is
     encoded where it is served, so every prediction carries its encoding."""
-    s = build("adaptive-encode-decider", policy="local")
+    s = build(policy="local")
     eps = fleet()
     v = view("compare these", *photos("q", 2))
     before, tokens = priced_alone(s, v, eps)
@@ -114,7 +120,7 @@ def test_the_fit_learns_from_a_local_request_without_its_local_encoding() -> Non
     """The decider priced the local encoding at its own rates: the fit is given the observed
     TTFT less those seconds, and the encoder term without those tokens, so what it learns of the
     pod's rates (prefill, received encoder outputs) is not inflated by encoding it did not price."""
-    s = build(learn=True, minSamples=1)
+    s = build({"learn": True, "minSamples": 1})
     eps = fleet()
     producer = producer_of(s)
     seen: list[tuple[Vector, float]] = []

@@ -485,7 +485,7 @@ class Simulation:
         record.endpoint = attempt.endpoint
         record.predicted_ttft_s = attempt.decision.predicted_ttft_s
         if attempt.decision.encode is not None:
-            record.encode = attempt.decision.encode[0]
+            record.encode, record.encode_reason = attempt.decision.encode
         flight = self._flights[rid] = _Flight(record, attempt, arrival, pod, rung)
         routing = attempt.headers
         if routing and view.api is Api.CHAT:

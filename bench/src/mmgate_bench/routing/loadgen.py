@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from mmgate_bench.routing.prediction_metrics import difference, scrape_error_buckets
 from mmgate_bench.routing.records import CacheCounters, Ladder, RequestRecord, RungResult, arrival_times
-from mmgate_bench.routing.stage_counters import FALLBACKS, scrape_stage_counters
+from mmgate_bench.routing.stage_counters import FALLBACKS, OUTCOME, REASON, by_prefix, scrape_stage_counters
 from mmgate_bench.workloads.media import MediaCache
 from mmgate_bench.workloads.synthetic import DEFAULT_MODEL, RawItem, Workload
 
@@ -265,7 +265,7 @@ async def run_rung(
     span = max(last_done - t0, duration_s / speedup)
     stages = await scrape_stage_counters(session, target.stage_metrics)
     stages.subtract(stages_before)
-    fallbacks = stages.pop(FALLBACKS, 0)
+    counted = bool(target.stage_metrics)
     return RungResult(
         system=system,
         rate=rate,
@@ -275,8 +275,9 @@ async def run_rung(
         cache=after - before,
         mode="http",
         prediction_errors=errors or None,
-        fallbacks=fallbacks if target.stage_metrics else None,
-        encode_outcomes={k: v for k, v in stages.items() if v > 0} if target.stage_metrics else None,
+        fallbacks=stages[FALLBACKS] if counted else None,
+        encode_outcomes=by_prefix(stages, OUTCOME) if counted else None,
+        encode_reasons=by_prefix(stages, REASON) if counted else None,
     )
 
 

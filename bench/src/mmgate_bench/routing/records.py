@@ -19,7 +19,7 @@ class RequestRecord:
     ``connect``, ``disconnect``, ``stream_error``, ``empty``). ``predicted_ttft_s`` is what the
     scheduler predicted for it (configs with ``predicted-ttft-producer``; DES mode); ``encode``
     where its media were encoded (``tier``, ``local``, ``split``: configs with
-    ``adaptive-encode-decider``; DES mode).
+    ``adaptive-encode-decider``; DES mode) and ``encode_reason`` why.
     """
 
     item_id: str
@@ -33,7 +33,8 @@ class RequestRecord:
     error: str | None = None
     endpoint: str | None = None
     predicted_ttft_s: float | None = None
-    encode: str | None = None
+    encode: str | None = None  # where its media were encoded (adaptive-encode-decider: tier, local, split)
+    encode_reason: str | None = None  # and why
 
     @property
     def ok(self) -> bool:
@@ -105,6 +106,7 @@ class RungResult:
     # HTTP: per outcome, the encode decisions the gateway counted during the rung (adaptive-encode-
     # decider; the records carry no outcome over HTTP); None: not counted
     encode_outcomes: dict[str, int] | None = None
+    encode_reasons: dict[str, int] | None = None  # the same, per reason
 
 
 @dataclass(frozen=True, slots=True)

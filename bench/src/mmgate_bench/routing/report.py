@@ -73,15 +73,19 @@ def summarize(rung: RungResult, workload: str = "") -> dict[str, Any]:
         "requests": len(rung.records),
         "completed": len(ok),
         "failures_by_type": dict(sorted(kinds.items())),
-        "encode_outcomes": dict(
-            sorted((rung.encode_outcomes or Counter(r.encode for r in rung.records if r.encode)).items())
-        ),
+        "encode_outcomes": rung.encode_outcomes or _counts(r.encode for r in rung.records),
+        "encode_reasons": rung.encode_reasons or _counts(r.encode_reason for r in rung.records),
         "duration_s": rung.duration_s,
         "span_s": span,
         "mode": rung.mode,
         "workload": workload,
         **_prediction_errors(ok, rung.prediction_errors),
     }
+
+
+def _counts(values: Iterable[str | None]) -> dict[str, int]:
+    """How many times each value occurs (``None`` not counted), by value."""
+    return dict(sorted(Counter(v for v in values if v).items()))
 
 
 def _prediction_errors(

@@ -15,19 +15,29 @@ from prometheus_client.parser import text_string_to_metric_families
 
 FALLBACKS = "fallbacks"
 """The key of :func:`parse_stage_counters`'s count of stages that fell back."""
+OUTCOME = "outcome:"
+REASON = "reason:"
+"""Prefixes of :func:`parse_stage_counters`'s keys of encode decisions, by outcome and by reason."""
 
 
 def parse_stage_counters(text: str) -> Counter[str]:
-    """Per encode outcome (``tier``, ``local``, ``split``) the decisions counted, and under
-    :data:`FALLBACKS` the stages that fell back, from one process's Prometheus text."""
+    """From one process's Prometheus text: the encode decisions counted per outcome (``tier``,
+    ``local``, ``split``; keys :data:`OUTCOME` + outcome) and per reason (:data:`REASON` +
+    reason), and under :data:`FALLBACKS` the stages that fell back."""
     out: Counter[str] = Counter()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "mmgate_encode_decisions_total":
-                out[sample.labels.get("outcome", "")] += int(sample.value)
+                out[OUTCOME + sample.labels.get("outcome", "")] += int(sample.value)
+                out[REASON + sample.labels.get("reason", "")] += int(sample.value)
             elif sample.name == "mmgate_disagg_fallbacks_total":
                 out[FALLBACKS] += int(sample.value)
     return out
+
+
+def by_prefix(counts: Counter[str], prefix: str) -> dict[str, int]:
+    """The positive counts whose key starts with ``prefix``, keyed by the rest, sorted."""
+    return {k[len(prefix) :]: v for k, v in sorted(counts.items()) if k.startswith(prefix) and v > 0}
 
 
 async def scrape_stage_counters(session: aiohttp.ClientSession, urls: Sequence[str]) -> Counter[str]:

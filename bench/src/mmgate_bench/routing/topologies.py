@@ -506,6 +506,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--duration", type=float, default=60.0, help="simulated seconds per DES rung (60)")
     parser.add_argument(
+        "--seed", type=int, default=0,
+        help="the workload generator's seed (0): another draw of the same traffic, to see how far a "
+        "comparison moves with the requests drawn",
+    )  # fmt: skip
+    parser.add_argument(
         "--ttft-slo", type=float, default=TTFT_SLO_S, help=f"seconds (default {TTFT_SLO_S:g})"
     )
     parser.add_argument(
@@ -600,7 +605,7 @@ def run(args: argparse.Namespace) -> int:
                 workload = Workload(shape.name, [], "cycle", params=dict(shape.params))
             else:
                 # As many requests as the ladder sends: none repeats, so a cold workload stays cold.
-                built = build(shape.workload, **{**shape.params, "requests": sent_by(ladder)})
+                built = build(shape.workload, args.seed, **{**shape.params, "requests": sent_by(ladder)})
                 workload = replace(built, name=shape.name)  # the records name the comparison's workload
             layouts = ", ".join(f"{t.name} ({t.layout})" for t in plan.shapes)
             console.print(
@@ -626,6 +631,7 @@ def run(args: argparse.Namespace) -> int:
                 "topologies": {t.name: {"layout": t.layout, "config": t.system, "engine": t.engine}
                                for t in plan.shapes},
                 "encoder_profile": args.encoder_profile,
+                "seed": args.seed,
                 "ladder": {"rates": list(rates), "duration_s": duration, "arrival": ladder.arrival},
                 "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "attainment": ATTAINMENT,
                 "speedup": args.speedup if mode == "http" else None,

@@ -1,5 +1,6 @@
 """``adaptive-encode-decider``: per request with media, encode on the serving pod, on the encode
-tier, or split the items between them, whichever the predicted cost says is cheaper.
+tier, or split the items between them: on the tier while the request's TTFT SLO allows, else
+whichever the predicted cost says is cheaper.
 
 A drop-in for ``always-disagg-multimodal-decider`` in the ``disagg-profile-handler``'s
 ``deciders.encode`` (llm-d's decider interface: asked after the decode profile chose the PD pod).
@@ -13,13 +14,30 @@ For the chosen PD pod ``d`` and the encode pods ``E`` (role ``encode``), every d
 seconds on pod ``x`` (each pod's own rate: ``byEndpoint``, ``byLabel``, ``byRole``, else the
 default, so a tier of a cheaper card is priced as it is). An item ``d``'s encoder cache or cached
 prefix holds costs nothing locally; an item an encode pod holds costs nothing there but the
-transfer. Then::
+transfer.
+
+With a TTFT SLO (``ttftSLOSeconds``, or the request's ``x-slo-ttft-ms``: llm-d's
+predicted-latency header) the tier is used while the request still meets it. The tier's
+encoders serve nobody else; ``d``'s GPU runs its encoder inside the engine step, so a local
+encode stalls every decode running there, and TPOT is the SLO a PD pod breaks first in every
+fleet measured (docs/benchmarks/disaggregation.md). The plans are tried in order of the encoder
+seconds they put on ``d`` (every cold item on the tier, cold items moved to ``d`` one at a time,
+every item on ``d``) and the first with::
+
+    P_d + max_e (B_e + sum_{i on e} c_e(i)) + legSeconds
+        + transferSecondsPerToken * sum_{i on tier} T_i + sum_{i on d} c_d(i)  <=  SLO
+
+is taken (``slo-tier``, ``slo-split``, ``slo-local``); ``P_d`` is the request's own prefill on
+``d`` (``predicted-ttft-producer``'s work term, media at their transfer; else the prompt at
+``prefillTokensPerSecond``). ``d``'s queue before prefill is left out: every plan pays it, and
+the gateway's count of it includes requests still in their encode legs. When no plan meets the
+SLO, or with none, the priced costs decide::
 
     local  = sum_i c_d(i) * (1 + w * N_d)
     tier   = max_e (B_e + sum_{i on e} c_e(i)) + legSeconds + transferSecondsPerToken * sum_i T_i
              + sum_e sum_{i on e} c_e(i) * w * N_e
 
-The first factor of each is this request's own time to first token (the PD pod's queue before
+The first term of each is this request's own time to first token (the PD pod's queue before
 prefill is paid either way, so it cancels); the second is the delay its encoder work adds to the
 requests sharing that GPU (``N``: the requests on the pod, the gateway's in-flight count or the
 scraped waiting + running when larger; a vLLM pod runs its encoder inside the engine step, so a
@@ -28,7 +46,8 @@ this decider placed on ``e`` and not yet seen end (or the scraped queue times th
 larger). Per item the tier placement stays cache-affine: an item an encode pod holds goes there,
 a cold one to the encoder where it would finish first (ties by rendezvous hash, as
 :func:`mmgate.disagg.plan.assign_encoders`). With ``split`` (default) items ``d`` holds stay local,
-and cold items move to local one by one while that lowers the cost.
+and cold items move to local one by one, the costliest there first, while that lowers the cost.
+A decision tries at most items + 2 plans, each O(items x encode pods).
 
 The choice (``tier``, ``local``, ``split``) and its reason are left in the request
 (``ENCODE_CHOICE``): ``encoder-header-handler`` follows its plan (an item encoded locally is named
@@ -52,6 +71,7 @@ from mmgate.scheduling.keys import (
     ENCODE_CHOICE,
     ENCODE_TIER,
     ENCODER_CACHE_MATCH,
+    PREDICTED_TTFT,
     PREFIX_MATCH,
     TOKENIZED_PROMPT,
     EncodeChoice,
@@ -59,6 +79,7 @@ from mmgate.scheduling.keys import (
 from mmgate.scheduling.lifecycle import RequestLifecycle
 from mmgate.scheduling.plugins._deciding import Decider
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
+from mmgate.scheduling.plugins.predicted_ttft_slo_filter import SLO_HEADER, request_slo_seconds
 from mmgate.scheduling.tiers import PodLoad, TierDemand, TierSizer, tier_demand
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
@@ -93,10 +114,13 @@ class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
     legSeconds: float = 0.005
     sharedWeight: float = 1.0
     split: bool = True
+    ttftSLOSeconds: float = 0.0
+    sloHeader: str = SLO_HEADER
     prefillTokensPerSecond: float = 10_000.0
     sizing: TierSizingParams = msgspec.field(default_factory=TierSizingParams)
     encoderCacheProducerName: str = ""
     prefixMatchInfoProducerName: str = ""
+    predictedTTFTProducerName: str = ""
 
 
 class _Item(msgspec.Struct):
@@ -128,6 +152,7 @@ class AdaptiveEncodeDecider(
             "transferSecondsPerToken",
             "legSeconds",
             "sharedWeight",
+            "ttftSLOSeconds",
         ):
             if not getattr(params, field_name) >= 0:
                 raise ValueError(f"{field_name} must be >= 0, got {getattr(params, field_name)}")
@@ -154,6 +179,8 @@ class AdaptiveEncodeDecider(
         self._fleet: Sequence[EndpointState] = ()  # the candidates of the last decision
         self._encoder_key = ENCODER_CACHE_MATCH.scoped(params.encoderCacheProducerName or None)
         self._prefix_key = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName or None)
+        self._ttft_key = PREDICTED_TTFT.scoped(params.predictedTTFTProducerName or None)
+        self._slo_header = params.sloHeader.lower()
         self._placed: dict[str, list[_Placed]] = {}  # per request id
         self._backlog: dict[str, float] = {}  # per endpoint: placed encoder seconds not yet ended
         self._queued: dict[str, int] = {}  # per endpoint: placed items not yet ended
@@ -169,7 +196,7 @@ class AdaptiveEncodeDecider(
         return (TOKENIZED_PROMPT, self._encoder_key)
 
     def consumes_optional(self) -> tuple[DataKey[Any], ...]:
-        return (self._prefix_key,)
+        return (self._prefix_key, self._ttft_key)
 
     def produce(self, request: SchedulingRequest, endpoints: Sequence[EndpointState]) -> None:
         roles = EncodeFilter.roles
@@ -298,43 +325,103 @@ class AdaptiveEncodeDecider(
             per_token, each = self.rate(ep)
             secs[ep.name] = [each + it.tokens * per_token for it in items]
         sharing = {ep.name: self._sharing(request, ep, self._queued.get(ep.name, 0)) for ep in tier}
-        backlog = {ep.name: self._tier_backlog(request, ep) for ep in tier}
+        backlog = {ep.name: self._tier_backlog(request, ep, secs[ep.name]) for ep in tier}
         keep_local = [
             p.split and p.policy == "adaptive" and s == 0.0 for s in local_s
         ]  # held by the PD pod: free there
         plan = _replan(items, [LOCAL if k else "" for k in keep_local], secs, backlog)
         cost = self._cost(items, plan, local_s, secs, backlog, sharing, n_pd)
-        if p.split and p.policy == "adaptive" and len(items) > 1:
-            # move cold items to the PD pod, the costliest first, while it helps (one item moved
-            # is all of them: the local price above)
-            order = sorted(range(len(items)), key=lambda i: -local_s[i])
-            for i in order:
-                if plan[i] == LOCAL or not items[i].holders.isdisjoint(secs):
-                    continue
-                trial = list(plan)
-                trial[i] = LOCAL
-                trial = _replan(items, trial, secs, backlog)
+        adaptive = p.policy == "adaptive"
+        slo = request_slo_seconds(request, self._slo_header, p.ttftSLOSeconds) if adaptive else 0.0
+        if slo > 0:
+            # The tier's encoders serve nobody else; the PD pod's GPU serves every request on it
+            # (its decodes stall for a local encode). Use the tier while the request still meets
+            # its TTFT, then as few PD seconds as meet it.
+            base = self._pd_seconds(request, pd)
+            via_tier = base + _ttft(items, plan, local_s, secs, backlog, p)
+            via_pd = base + sum(local_s)
+            for trial in self._plans(items, plan, local_s, secs, backlog):
+                if base + _ttft(items, trial, local_s, secs, backlog, p) <= slo:
+                    return self._result(items, trial, local_s, secs, pd, via_pd, via_tier, "slo-")
+        if p.split and adaptive and len(items) > 1:
+            # move cold items to the PD pod while it lowers the priced cost
+            for trial in self._plans(items, plan, local_s, secs, backlog)[1:-1]:
                 c = self._cost(items, trial, local_s, secs, backlog, sharing, n_pd)
                 if c < cost:
                     plan, cost = trial, c
-        if p.policy == "local" or (p.policy == "adaptive" and local_cost <= cost):
-            reason = "cheaper-local" if p.policy == "adaptive" else "policy"
+        if p.policy == "local" or (adaptive and local_cost <= cost):
+            reason = "cheaper-local" if adaptive else "policy"
             return EncodeChoice("local", reason, {}, local_cost, cost, {pd.name: sum(local_s)})
+        return self._result(items, plan, local_s, secs, pd, local_cost, cost, "cheaper-" if adaptive else "")
+
+    def _plans(
+        self,
+        items: Sequence[_Item],
+        plan: list[str],
+        local_s: Sequence[float],
+        secs: Mapping[str, list[float]],
+        backlog: Mapping[str, float],
+    ) -> list[list[str]]:
+        """From ``plan`` (every cold item to the tier) to every item local, one cold item moved to
+        the PD pod at a time, the costliest there first (only with ``split``; a tier pod that
+        holds an item keeps it)."""
+        out = [plan]
+        if self.params.split and len(items) > 1:
+            for i in sorted(range(len(items)), key=lambda i: -local_s[i]):
+                if out[-1][i] == LOCAL or not items[i].holders.isdisjoint(secs):
+                    continue
+                trial = list(out[-1])
+                trial[i] = LOCAL
+                if all(e == LOCAL for e in trial):
+                    break
+                out.append(_replan(items, trial, secs, backlog))
+        out.append([LOCAL] * len(items))
+        return out
+
+    def _pd_seconds(self, request: SchedulingRequest, pd: EndpointState) -> float:
+        """The PD pod's predicted TTFT for the request with its media arriving encoded
+        (``predicted-ttft-producer``, which prices media at their transfer), else its prompt's
+        prefill at the pod's rate."""
+        predicted = request.get(self._ttft_key)
+        if predicted is not None:
+            row = predicted.candidate(pd.name)
+            if row is not None:
+                return row[4]
+        tp = request.get(TOKENIZED_PROMPT)
+        return 0.0 if tp is None else tp.total_tokens * self.prefill_s_per_token(pd)
+
+    def _result(
+        self,
+        items: Sequence[_Item],
+        plan: Sequence[str],
+        local_s: Sequence[float],
+        secs: Mapping[str, list[float]],
+        pd: EndpointState,
+        local_cost: float,
+        cost: float,
+        why: str,
+    ) -> EncodeChoice:
+        """The choice a plan makes; ``why`` prefixes its reason (empty: a static policy)."""
+        if all(e == LOCAL for e in plan):
+            return EncodeChoice("local", why + "local", {}, local_cost, cost, {pd.name: sum(local_s)})
         by_id = {it.identity: e for it, e in zip(items, plan, strict=True)}
-        remote = [e for e in plan if e != LOCAL]
-        outcome = "tier" if len(remote) == len(plan) else "split"
-        reason = "cheaper-" + outcome if p.policy == "adaptive" else "policy"
+        outcome = "tier" if LOCAL not in plan else "split"
+        reason = why + outcome if why else "policy"
         if outcome == "split" and all(plan[i] != LOCAL or local_s[i] == 0.0 for i in range(len(plan))):
             reason = "cached-split"
         return EncodeChoice(
             outcome, reason, by_id, local_cost, cost, _seconds_on(items, plan, secs, local_s, pd.name)
         )
 
-    def _tier_backlog(self, request: SchedulingRequest, ep: EndpointState) -> float:
+    def _tier_backlog(self, request: SchedulingRequest, ep: EndpointState, item_s: Sequence[float]) -> float:
+        """The encoder seconds queued on a tier pod: what this decider placed there and has not
+        seen end, or its scraped queue times the mean item placed so far (this request's mean
+        item there before any was placed: another gateway's legs count too), when larger."""
         own = self._backlog.get(ep.name, 0.0)
         m = request.fresh_metrics(ep)
-        if m is not None and m.waiting and self._mean_weight:
-            scraped = m.waiting * self._mean_item_s / self._mean_weight
+        if m is not None and m.waiting:
+            mean = self._mean_item_s / self._mean_weight if self._mean_weight else sum(item_s) / len(item_s)
+            scraped = m.waiting * mean
             if scraped > own:
                 return scraped
         return own
@@ -349,23 +436,10 @@ class AdaptiveEncodeDecider(
         sharing: Mapping[str, int],
         n_pd: int,
     ) -> float:
-        p = self.params
-        w = p.sharedWeight
-        work: dict[str, float] = {}
-        local = 0.0
-        moved = 0
-        for i, (it, e) in enumerate(zip(items, plan, strict=True)):
-            if e == LOCAL:
-                local += local_s[i]
-                continue
-            moved += it.tokens
-            if e not in it.holders:
-                work[e] = work.get(e, 0.0) + secs[e][i]
-        if not moved:
-            return local * (1.0 + w * n_pd)
-        done = max((backlog[e] + s for e, s in work.items()), default=0.0)
+        w = self.params.sharedWeight
+        work, _, local = _legs(items, plan, local_s, secs)
         shared = sum(s * w * sharing[e] for e, s in work.items())
-        return done + p.legSeconds + p.transferSecondsPerToken * moved + shared + local * (1.0 + w * n_pd)
+        return _ttft(items, plan, local_s, secs, backlog, self.params) + shared + local * w * n_pd
 
     # -- what the decisions placed, until it ends -------------------------------------------------
 
@@ -410,6 +484,42 @@ class AdaptiveEncodeDecider(
         self._backlog.pop(name, None)
         self._queued.pop(name, None)
         self._fleet = [ep for ep in self._fleet if ep.name != name]
+
+
+def _ttft(
+    items: Sequence[_Item],
+    plan: Sequence[str],
+    local_s: Sequence[float],
+    secs: Mapping[str, list[float]],
+    backlog: Mapping[str, float],
+    p: AdaptiveEncodeParams,
+) -> float:
+    """The time the plan adds before the PD pod's prefill can end: the tier legs run first (the
+    last item sent to the tier ends after its pod's backlog and this request's items there),
+    then the PD pod encodes its own items as its prefill reaches them."""
+    work, moved, local = _legs(items, plan, local_s, secs)
+    if not moved:
+        return local
+    done = max((backlog[e] + s for e, s in work.items()), default=0.0)
+    return done + p.legSeconds + p.transferSecondsPerToken * moved + local
+
+
+def _legs(
+    items: Sequence[_Item], plan: Sequence[str], local_s: Sequence[float], secs: Mapping[str, list[float]]
+) -> tuple[dict[str, float], int, float]:
+    """What a plan puts where: the encoder seconds on each tier pod (an item the pod holds costs
+    none), the tokens sent to the tier, and the PD pod's own encoder seconds."""
+    work: dict[str, float] = {}
+    moved = 0
+    local = 0.0
+    for i, (it, e) in enumerate(zip(items, plan, strict=True)):
+        if e == LOCAL:
+            local += local_s[i]
+            continue
+        moved += it.tokens
+        if e not in it.holders:
+            work[e] = work.get(e, 0.0) + secs[e][i]
+    return work, moved, local
 
 
 def _replan(

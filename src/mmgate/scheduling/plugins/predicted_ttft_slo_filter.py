@@ -41,15 +41,7 @@ class PredictedTTFTSLOFilter(Filter[PredictedTTFTSLOParams]):
 
     def slo_seconds(self, request: SchedulingRequest) -> float:
         """The request's SLO: the header's milliseconds when valid, else ``sloSeconds`` (0: none)."""
-        raw = request.headers.get(self._header)
-        if raw:
-            try:
-                ms = float(raw)
-            except ValueError:
-                ms = 0.0
-            if ms > 0 and math.isfinite(ms):
-                return ms / 1000.0
-        return self.params.sloSeconds
+        return request_slo_seconds(request, self._header, self.params.sloSeconds)
 
     def filter(self, request: SchedulingRequest, endpoints: list[EndpointState]) -> list[EndpointState]:
         slo = self.slo_seconds(request)
@@ -59,3 +51,17 @@ class PredictedTTFTSLOFilter(Filter[PredictedTTFTSLOParams]):
         seconds = info.seconds
         kept = [ep for ep in endpoints if seconds.get(ep.name, math.inf) <= slo]
         return kept or endpoints
+
+
+def request_slo_seconds(request: SchedulingRequest, header: str, default: float) -> float:
+    """A request's TTFT SLO in seconds: its ``header`` (lower case; milliseconds, llm-d's
+    predicted-latency convention) when a positive finite number, else ``default``."""
+    raw = request.headers.get(header)
+    if raw:
+        try:
+            ms = float(raw)
+        except ValueError:
+            ms = 0.0
+        if ms > 0 and math.isfinite(ms):
+            return ms / 1000.0
+    return default
