@@ -85,15 +85,18 @@ def test_encoders_of_another_profile_come_on_top_of_the_accelerators() -> None:
 
 def test_the_mixed_workload_runs_adaptive_and_reports_where_media_were_encoded(tmp_path: Path) -> None:
     argv = ["topologies", "--quick", "--quiet", "--workloads", "mixed", "--accelerators", "6",
-            "--encoder-profile", "qwen3-vl-32b-encoder-l4",
+            "--encoder-profile", "qwen3-vl-32b-encoder-l4", "--seed", "3",
             "--topologies", "aggregated,e-pd:2+3@e-pd-adaptive", "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
     doc = json.loads((tmp_path / "mixed-des" / "report.json").read_text())
     assert doc["meta"]["encoder_profile"] == "qwen3-vl-32b-encoder-l4"
+    assert doc["meta"]["seed"] == doc["meta"]["workload_params"]["seed"] == 3  # another draw of the traffic
     by = {r["system"]: r for r in doc["records"] if r["rate"] == 2.0}
-    assert by["aggregated"]["encode_outcomes"] == {}
-    outcomes = by["e-pd:2+3@e-pd-adaptive"]["encode_outcomes"]
-    assert sum(outcomes.values()) == by["e-pd:2+3@e-pd-adaptive"]["requests"]  # every request has media
+    assert by["aggregated"]["encode_outcomes"] == by["aggregated"]["encode_reasons"] == {}
+    adaptive = by["e-pd:2+3@e-pd-adaptive"]
+    assert sum(adaptive["encode_outcomes"].values()) == adaptive["requests"]  # every request has media
+    assert sum(adaptive["encode_reasons"].values()) == adaptive["requests"]
+    assert all(reason.startswith(("slo-", "cached-")) for reason in adaptive["encode_reasons"])
 
 
 def test_accelerators_per_pod_reads_the_tensor_parallel_degree() -> None:
