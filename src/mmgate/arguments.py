@@ -27,3 +27,15 @@ def positive(text: str) -> float:
     if not value > 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type`` for a duration that may be zero (a drain, a grace period): a finite
+    number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value

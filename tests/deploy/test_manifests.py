@@ -36,6 +36,7 @@ K8S_VERSION = kubernetes_validate.latest_version()
 
 ENVOY_KEY = "envoy.yaml"  # a ConfigMap key holding an Envoy configuration, not an mmgate one
 POOL = DEPLOY / "kubernetes" / "inferencepool"
+PARTS = ["gateway", "envoy", "envoy-front"]  # the ways to apply the pool: base/ + one of them
 CUSTOM_REQUIRED: dict[str, tuple[str, ...]] = {
     "InferencePool": ("spec.selector.matchLabels", "spec.targetPorts", "spec.endpointPickerRef.name"),
     "Gateway": ("spec.gatewayClassName", "spec.listeners"),
@@ -200,7 +201,7 @@ def _picker_container(deployment: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-@pytest.mark.parametrize("part", ["gateway", "envoy"])
+@pytest.mark.parametrize("part", PARTS)
 def test_pool_pickers_are_replicated_probed_and_budgeted(part: str) -> None:
     docs = _pool_docs(part)
     (picker,) = _pickers(docs)
@@ -224,7 +225,7 @@ def test_pool_pickers_are_replicated_probed_and_budgeted(part: str) -> None:
     )
 
 
-@pytest.mark.parametrize("part", ["gateway", "envoy"])
+@pytest.mark.parametrize("part", PARTS)
 def test_pool_pickers_share_the_redis_the_manifests_run(part: str) -> None:
     docs = _pool_docs(part)
     (picker,) = _pickers(docs)
@@ -250,7 +251,7 @@ def test_pool_pickers_share_the_redis_the_manifests_run(part: str) -> None:
     assert port["targetPort"] in {p["name"] for p in container["ports"]}
 
 
-@pytest.mark.parametrize("part", ["gateway", "envoy"])
+@pytest.mark.parametrize("part", PARTS)
 def test_the_pool_names_the_picker_service(part: str) -> None:
     docs = _pool_docs(part)
     (picker,) = _pickers(docs)
@@ -279,36 +280,81 @@ def test_the_gateway_routes_to_the_pool() -> None:
     ]
 
 
-def test_the_standalone_envoy_is_llm_d_original_dst_config_beside_each_picker() -> None:
-    docs = _pool_docs("envoy")
-    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
-    (picker,) = _pickers(docs)
-    pod = picker["spec"]["template"]["spec"]
-    (envoy,) = [c for c in pod["containers"] if c["name"] == "envoy"]
-    (mount,) = envoy["volumeMounts"]
+def _envoy_run_by(docs: list[dict[str, Any]], pod: dict[str, Any], container: dict[str, Any]) -> str:
+    """The Envoy configuration ``container`` runs: its ConfigMap's text, the file ``-c`` names."""
+    (mount,) = container["volumeMounts"]
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    shipped = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
-    assert envoy["args"][envoy["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
-    assert shipped == (DEPLOY / "envoy" / "envoy-original-dst.yaml").read_text()
-    # The Envoy reaches its picker on the pod's loopback, at the port the picker serves.
-    envoy_config = yaml.safe_load(shipped)
+    assert container["args"][container["args"].index("-c") + 1] == f"{mount['mountPath']}/{ENVOY_KEY}"
+    text: str = _named(docs, "ConfigMap", volume["configMap"]["name"])["data"][ENVOY_KEY]
+    return text
+
+
+def _picker_cluster(envoy_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The picker cluster of an Envoy configuration and the one address it lists."""
     (cluster,) = [c for c in envoy_config["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
     (address,) = [
         e["endpoint"]["address"]["socket_address"]
         for group in cluster["load_assignment"]["endpoints"]
         for e in group["lb_endpoints"]
     ]
-    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
-    assert (address["address"], address["port_value"]) == ("127.0.0.1", picker_ports["grpc"])
+    return cluster, address
+
+
+def _serves_clients(docs: list[dict[str, Any]], envoy_config: dict[str, Any], pods: dict[str, Any]) -> None:
+    """The Service mmgate-envoy reaches the Envoy container of ``pods`` (a Deployment) on its
+    listener's port."""
     listener = envoy_config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"]
+    (envoy,) = [c for c in pods["spec"]["template"]["spec"]["containers"] if c["name"] == "envoy"]
     assert {p["name"]: p["containerPort"] for p in envoy["ports"]}["http"] == listener
     service = _named(docs, "Service", "mmgate-envoy")
-    assert _selects(service["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
+    assert _selects(service["spec"]["selector"], pods["spec"]["template"]["metadata"]["labels"])
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
 
 
-def test_both_ways_run_the_same_picker_container() -> None:
+def test_the_standalone_envoy_is_llm_d_original_dst_config_beside_each_picker() -> None:
+    docs = _pool_docs("envoy")
+    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
+    (picker,) = _pickers(docs)
+    pod = picker["spec"]["template"]["spec"]
+    (envoy,) = [c for c in pod["containers"] if c["name"] == "envoy"]
+    shipped = _envoy_run_by(docs, pod, envoy)
+    assert shipped == (DEPLOY / "envoy" / "envoy-original-dst.yaml").read_text()
+    # The Envoy reaches its picker on the pod's loopback, at the port the picker serves.
+    envoy_config = yaml.safe_load(shipped)
+    _, address = _picker_cluster(envoy_config)
+    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
+    assert (address["address"], address["port_value"]) == ("127.0.0.1", picker_ports["grpc"])
+    _serves_clients(docs, envoy_config, picker)
+
+
+def test_one_envoy_in_front_finds_every_picker_replica_through_a_headless_service() -> None:
+    docs = _pool_docs("envoy-front")
+    assert not [d for d in docs if d["kind"] in ("Gateway", "HTTPRoute")]
+    (picker,) = _pickers(docs)
+    envoy = _named(docs, "Deployment", "mmgate-envoy")
+    assert envoy["spec"]["replicas"] >= 2
+    pod = envoy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    shipped = _envoy_run_by(docs, pod, container)
+    assert shipped == (DEPLOY / "envoy" / "envoy-pickers.yaml").read_text()
+    # The picker cluster resolves the headless Service (one host per ready replica), health-checked.
+    envoy_config = yaml.safe_load(shipped)
+    cluster, address = _picker_cluster(envoy_config)
+    assert cluster["type"] == "STRICT_DNS" and cluster["health_checks"]
+    headless = _named(docs, "Service", "mmgate-epp-pods")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert _selects(headless["spec"]["selector"], picker["spec"]["template"]["metadata"]["labels"])
+    namespace = headless["metadata"]["namespace"]
+    assert address["address"] == f"mmgate-epp-pods.{namespace}.svc.cluster.local"
+    picker_ports = {p["name"]: p["containerPort"] for p in _picker_container(picker)["ports"]}
+    (port,) = headless["spec"]["ports"]
+    assert port["targetPort"] == "grpc" and address["port_value"] == port["port"] == picker_ports["grpc"]
+    _serves_clients(docs, envoy_config, envoy)
+
+
+def test_every_way_runs_the_same_picker_container() -> None:
     (gateway,) = _pickers(_pool_docs("gateway"))
-    (envoy,) = _pickers(_pool_docs("envoy"))
-    assert _picker_container(gateway) == _picker_container(envoy)
-    assert gateway["spec"]["replicas"] == envoy["spec"]["replicas"]
+    for part in PARTS[1:]:
+        (other,) = _pickers(_pool_docs(part))
+        assert _picker_container(gateway) == _picker_container(other), part
+        assert gateway["spec"]["replicas"] == other["spec"]["replicas"], part

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from mmgate.http import h2
 from mmgate.http.hpack import Header, encode
 
@@ -75,7 +77,8 @@ def settings(*pairs: tuple[int, int]) -> bytes:
 REQUEST = [(b":method", b"POST"), (b":path", b"/svc/Method"), (b"content-type", b"application/grpc")]
 
 
-def test_a_stream_opens_with_its_headers_and_its_data_arrives_across_reads() -> None:
+@pytest.mark.parametrize("read", [1, 7, 9, 10, 40, 1000])
+def test_a_stream_opens_with_its_headers_and_its_data_arrives_across_reads(read: int) -> None:
     conn, transport, opened = connect()
     kinds = [f[0] for f in transport.frames()]
     assert kinds == [h2.SETTINGS, h2.WINDOW_UPDATE]  # this side's settings, a wide connection window
@@ -86,8 +89,8 @@ def test_a_stream_opens_with_its_headers_and_its_data_arrives_across_reads() -> 
         + h2.frame(h2.DATA, 0, 1, b"hello ")
         + h2.frame(h2.DATA, h2.END_STREAM, 1, b"world")
     )
-    for i in range(0, len(wire), 7):  # arbitrary read boundaries
-        conn.data_received(wire[i : i + 7])
+    for i in range(0, len(wire), read):  # arbitrary read boundaries
+        conn.data_received(wire[i : i + read])
     headers, recorder = opened[1]
     assert headers == REQUEST
     assert recorder.events == [("data", (b"hello ", False)), ("data", (b"world", True))]
@@ -147,3 +150,52 @@ def test_a_header_block_interrupted_by_another_frame_is_a_protocol_error() -> No
     conn.data_received(h2.frame(h2.HEADERS, 0, 1, encode(REQUEST)) + h2.frame(h2.DATA, 0, 1, b"x"))
     [(kind, _, _, payload)] = transport.frames()
     assert kind == h2.GOAWAY and int.from_bytes(payload[4:8], "big") == h2.PROTOCOL_ERROR
+
+
+def test_a_graceful_goaway_keeps_answering_what_the_peer_sent_and_close_names_the_last_stream() -> None:
+    conn, transport, opened = connect()
+    conn.data_received(h2.PREFACE + settings() + h2.frame(h2.HEADERS, h2.END_HEADERS, 1, encode(REQUEST)))
+    transport.frames()
+    conn.goaway()
+    [(kind, _, stream_id, payload)] = transport.frames()
+    assert (kind, stream_id) == (h2.GOAWAY, 0)
+    assert struct.unpack(">II", payload) == (0x7FFF_FFFF, h2.NO_ERROR)  # RFC 9113 §6.8's first GOAWAY
+    assert not transport.closed and not conn.idle
+    conn.data_received(h2.frame(h2.HEADERS, h2.END_HEADERS, 3, encode(REQUEST)))  # crossed the GOAWAY
+    assert set(opened) == {1, 3}
+    for stream_id in (1, 3):
+        conn.send_headers(stream_id, encode([(b"grpc-status", b"0")]), end=True)
+    assert conn.idle
+    transport.frames()
+    conn.close()
+    [(kind, _, _, payload)] = transport.frames()
+    assert kind == h2.GOAWAY and struct.unpack(">II", payload[:8]) == (3, h2.NO_ERROR)
+    assert transport.closed
+
+
+def test_a_frame_larger_than_this_side_allows_is_refused_even_when_its_header_arrives_split() -> None:
+    conn, transport, _ = connect()
+    conn.data_received(h2.PREFACE + settings())
+    transport.frames()
+    header = (h2.OUR_MAX_FRAME + 1).to_bytes(3, "big") + bytes((h2.DATA, 0)) + (1).to_bytes(4, "big")
+    conn.data_received(header[:2])  # the frame's length itself is split over two reads
+    conn.data_received(header[2:])
+    [(kind, _, _, payload)] = transport.frames()
+    assert kind == h2.GOAWAY and int.from_bytes(payload[4:8], "big") == h2.FRAME_SIZE_ERROR
+    assert transport.closed
+
+
+def test_a_lost_connection_tells_its_owner_and_resets_its_streams() -> None:
+    lost: list[h2.Connection] = []
+    opened: list[Recorder] = []
+
+    def open_stream(conn: h2.Connection, stream_id: int, headers: list[Header], end: bool) -> Recorder:
+        opened.append(Recorder())
+        return opened[-1]
+
+    conn = h2.Connection(open_stream, lost.append)
+    conn.connection_made(Transport())  # type: ignore[arg-type]
+    conn.data_received(h2.PREFACE + settings() + h2.frame(h2.HEADERS, h2.END_HEADERS, 1, encode(REQUEST)))
+    conn.connection_lost(None)
+    assert lost == [conn]
+    assert opened[0].events == [("reset", None)]

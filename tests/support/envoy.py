@@ -57,11 +57,13 @@ class EnvoyStack:
     stopped: list[extproc_server.Running]
     urls: list[str]
 
-    async def stop_picker(self, n: int) -> None:
-        """Picker replica ``n`` goes away (its port closes; its open streams end)."""
+    async def stop_picker(self, n: int, *, drain_s: float = 0.0, grace_s: float = 0.0) -> None:
+        """Picker replica ``n`` goes away: by default as a process that dies (its port and its
+        connections close at once, under their open streams); with ``drain_s``/``grace_s`` as
+        ``mmgate extproc`` stops on SIGTERM."""
         replica = self.replicas[n]
         self.stopped.append(replica)
-        await replica.stop()
+        await replica.stop(drain_s=drain_s, grace_s=grace_s)
 
     async def picker_marked_down(self, n: int) -> None:
         """Wait until Envoy's health checks have marked picker replica ``n`` unhealthy."""
@@ -73,15 +75,7 @@ class EnvoyStack:
             await self._picker_health(n, down=False)
 
     async def _picker_health(self, n: int, *, down: bool) -> None:
-        address = f"mmgate_extproc::127.0.0.1:{self.replicas[n].port}::health_flags::"
-        for _ in range(200):
-            async with self.session.get(f"http://127.0.0.1:{self.envoy_admin}/clusters") as resp:
-                text = await resp.text()
-            flags = next((line for line in text.splitlines() if line.startswith(address)), None)
-            if flags is not None and ("failed_active_hc" in flags) == down:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"Envoy never marked picker {n} {'down' if down else 'up'}")
+        await picker_health(self.session, self.envoy_admin, self.replicas[n].port, down=down)
 
     @property
     def url(self) -> str:
@@ -94,6 +88,60 @@ class EnvoyStack:
     @property
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.running.admin_port}"
+
+
+async def picker_health(
+    session: aiohttp.ClientSession, envoy_admin: int, picker_port: int, *, down: bool
+) -> None:
+    """Wait until Envoy's admin ``/clusters`` shows the picker on ``picker_port`` marked down by
+    its health checks (``down``), or healthy."""
+    address = f"mmgate_extproc::127.0.0.1:{picker_port}::health_flags::"
+    for _ in range(200):
+        async with session.get(f"http://127.0.0.1:{envoy_admin}/clusters") as resp:
+            text = await resp.text()
+        flags = next((line for line in text.splitlines() if line.startswith(address)), None)
+        if flags is not None and ("failed_active_hc" in flags) == down:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"Envoy never marked the picker on {picker_port} {'down' if down else 'up'}")
+
+
+def spawn_envoy(config_path: Path, log_path: Path, listen_port: int) -> subprocess.Popen[bytes]:
+    """The real Envoy on ``config_path``, one worker, logging to ``log_path``."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [
+                envoy_binary(),
+                "-c",
+                str(config_path),
+                "--base-id",
+                str(os.getpid() % 10_000 + listen_port),
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warning",
+                "--disable-hot-restart",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def stop_envoy(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def wait_envoy_ready(
+    session: aiohttp.ClientSession, admin_port: int, proc: subprocess.Popen[bytes], log: Path
+) -> None:
+    await _wait_ready(session, f"http://127.0.0.1:{admin_port}/ready", proc, log)
 
 
 async def _wait_ready(
@@ -169,31 +217,13 @@ async def envoy_stack(
             **PROXIES[proxy],
         )
         (workdir / f"envoy{n}.yaml").write_text(text)
-        with (workdir / f"envoy{n}.log").open("wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        envoy_binary(),
-                        "-c",
-                        str(workdir / f"envoy{n}.yaml"),
-                        "--base-id",
-                        str(os.getpid() % 10_000 + envoy_port),
-                        "--concurrency",
-                        "1",
-                        "--log-level",
-                        "warning",
-                        "--disable-hot-restart",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+        procs.append(spawn_envoy(workdir / f"envoy{n}.yaml", workdir / f"envoy{n}.log", envoy_port))
         ports.append((envoy_port, envoy_admin))
     log_path = workdir / "envoy0.log"
     session = aiohttp.ClientSession()
     try:
         for n, (proc, (_, admin)) in enumerate(zip(procs, ports, strict=True)):
-            await _wait_ready(session, f"http://127.0.0.1:{admin}/ready", proc, workdir / f"envoy{n}.log")
+            await wait_envoy_ready(session, admin, proc, workdir / f"envoy{n}.log")
         for replica in replicas:
             await wait_until_registry_scraped(replica.gateway.data.registry)
         stack = EnvoyStack(
@@ -205,14 +235,7 @@ async def envoy_stack(
         yield stack
     finally:
         await session.close()
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_envoy(procs)
         for replica in replicas:
             if replica not in stopped:
                 await replica.stop()

@@ -79,7 +79,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "flow-control": Benchmark(
         "routing",
         "mmgate_bench.routing.flow_control",
-        "noisy neighbours in the DES: no flow control vs global FCFS, round-robin, media-aware fairness",
+        "noisy neighbours (DES or --http): no flow control vs global FCFS, round-robin, media-aware fairness",
     ),
     "shared-index": Benchmark(
         "routing", "mmgate_bench.routing.shared_index", "prefix hit ratio: one gateway vs two sharing Redis"

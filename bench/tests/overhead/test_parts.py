@@ -12,6 +12,7 @@ import pytest
 
 from mmgate_bench.overhead.bodies import BODIES, body
 from mmgate_bench.overhead.client import Client, Job
+from mmgate_bench.overhead.envoy_system import Picker
 from mmgate_bench.overhead.nullserver import NullConfig, NullServer
 from mmgate_bench.overhead.report import markdown, summarize
 
@@ -136,3 +137,13 @@ def test_summary_subtracts_direct_and_compares_with_the_best_peer() -> None:
     assert goals["text"]["rps_met"] and goals["text"]["added_met"]  # 0.625x >= 0.6x, +0.5 ms <= 1 ms
     assert goals["image-3"]["rps_met"] and goals["image-3"]["added_met"]  # 1.3x, +2 ms
     assert "| mm | 1.50 | 2.97 | +0.50 | +0.99 | 500 |" in markdown(summary)
+
+
+def test_a_picker_variant_names_its_proxy_configuration_transport_and_processes() -> None:
+    one = Picker.parse("original-dst/streamed/lean")
+    two = Picker.parse("original-dst/streamed/lean/2")
+    assert (one.lb, one.request_body, one.grpc, one.processes) == ("original-dst", "streamed", "lean", 1)
+    assert two.processes == 2 and two.argv()[-2:] == ["--picker-workers", "2"]
+    for bad in ("original-dst/streamed", "original-dst/streamed/lean/two", "a/b/c/1/2"):
+        with pytest.raises(ValueError):
+            Picker.parse(bad)

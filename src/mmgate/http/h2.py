@@ -27,32 +27,51 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
 from mmgate.http.hpack import Decoder, Header, HpackError
 
 log = logging.getLogger("mmgate.h2")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types (RFC 9113 §6)
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0, 1, 2, 3, 4
-PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 5, 6, 7, 8, 9
-END_STREAM = 0x1
-ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
+DATA: Final = 0
+HEADERS: Final = 1
+PRIORITY: Final = 2
+RST_STREAM: Final = 3
+SETTINGS: Final = 4
+PUSH_PROMISE: Final = 5
+PING: Final = 6
+GOAWAY: Final = 7
+WINDOW_UPDATE: Final = 8
+CONTINUATION: Final = 9
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
 # error codes (RFC 9113 §7)
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
+NO_ERROR: Final = 0
+PROTOCOL_ERROR: Final = 1
+INTERNAL_ERROR: Final = 2
+FLOW_CONTROL_ERROR: Final = 3
+STREAM_CLOSED: Final = 5
+FRAME_SIZE_ERROR: Final = 6
+REFUSED_STREAM: Final = 7
+CANCEL: Final = 8
+COMPRESSION_ERROR: Final = 9
 # settings
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE = 1, 2, 3, 4
-MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 5, 6
+HEADER_TABLE_SIZE: Final = 1
+ENABLE_PUSH: Final = 2
+MAX_CONCURRENT_STREAMS: Final = 3
+INITIAL_WINDOW_SIZE: Final = 4
+MAX_FRAME_SIZE: Final = 5
+MAX_HEADER_LIST_SIZE: Final = 6
 
-MAX_WINDOW = 2**31 - 1
-OUR_MAX_FRAME = 1 << 20  # DATA frames up to 1 MiB from the peer: fewer frames per body
-OUR_MAX_STREAMS = 10_000
-MAX_HEADER_BLOCK = 256 * 1024
+MAX_WINDOW: Final = 2**31 - 1
+OUR_MAX_FRAME: Final = 1 << 20  # DATA frames up to 1 MiB from the peer: fewer frames per body
+OUR_MAX_STREAMS: Final = 10_000
+MAX_HEADER_BLOCK: Final = 256 * 1024
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
@@ -102,11 +121,16 @@ class _Out:
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection, server side."""
 
-    def __init__(self, open_stream: OpenStream) -> None:
+    def __init__(self, open_stream: OpenStream, on_lost: Callable[[Connection], None] | None = None) -> None:
+        """``on_lost`` is called with this connection once its transport is gone (a server that
+        tracks its open connections forgets it there)."""
         self._open_stream = open_stream
+        self._on_lost = on_lost
         self.transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._preface_buffer = bytearray()
         self._preface = False
+        self._pending: list[memoryview] = []  # a frame's first bytes, read but not yet complete
+        self._pending_size = 0
         self._decoder = Decoder()
         self._streams: dict[int, Stream] = {}
         self._out: dict[int, _Out] = {}
@@ -141,6 +165,8 @@ class Connection(asyncio.Protocol):
         self.transport.write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, update))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._on_lost is not None:
+            self._on_lost(self)
         streams = list(self._streams.values())
         self._streams.clear()
         self._out.clear()
@@ -158,34 +184,69 @@ class Connection(asyncio.Protocol):
                 self.transport.writelines(held)
 
     def _receive(self, data: bytes) -> None:
-        buffer = self._buffer
-        if not buffer and self._preface:  # the common case: parse the bytes as they came
-            pos = self._frames(data)
-            if pos < len(data) and not self._closing:
-                buffer += data[pos:] if pos else data
-            return
-        buffer += data
         if not self._preface:
-            if len(buffer) < len(PREFACE):
+            data = self._read_preface(data)
+            if not data:
                 return
-            if buffer[: len(PREFACE)] != PREFACE:
-                self.close(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+        start = 0
+        if self._pending:  # a frame begun in an earlier read
+            start = self._complete(data)
+            if start < 0 or self._closing:
                 return
-            del buffer[: len(PREFACE)]
-            self._preface = True
-        # A frame larger than one read arrives over several: copy the bytes out only once the
-        # first frame is complete (never the growing buffer on every read).
-        if len(buffer) < 9 or len(buffer) < 9 + (buffer[0] << 16 | buffer[1] << 8 | buffer[2]):
-            return
-        data = bytes(buffer)
-        buffer.clear()
-        pos = self._frames(data)
+        pos = self._frames(data, start)
         if pos < len(data) and not self._closing:
-            buffer += data[pos:]
+            # The start of the next frame: kept as a view (no copy) until the read that ends it.
+            self._pending.append(memoryview(data)[pos:])
+            self._pending_size = len(data) - pos
 
-    def _frames(self, data: bytes) -> int:
-        """Handle every complete frame in ``data``; the offset of the first incomplete one."""
-        pos = 0
+    def _read_preface(self, data: bytes) -> bytes:
+        """The client's connection preface (RFC 9113 §3.4) out of the first reads; what follows it."""
+        buffer = self._preface_buffer
+        buffer += data
+        if len(buffer) < len(PREFACE):
+            return b""
+        if buffer[: len(PREFACE)] != PREFACE:
+            self.close(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            return b""
+        self._preface = True
+        rest = bytes(buffer[len(PREFACE) :])
+        buffer.clear()
+        return rest
+
+    def _complete(self, data: bytes) -> int:
+        """Add ``data`` to a frame begun in earlier reads: where the frames after it start in
+        ``data`` once it is complete (and handled), -1 while it is not. Only that one frame is
+        copied out of the reads, never the bytes after it."""
+        pending = self._pending
+        have = self._pending_size
+        if have < 9:  # even the frame header is split
+            head = b"".join(pending) + data[: 9 - have]
+            if len(head) < 9:
+                pending.append(memoryview(data))
+                self._pending_size += len(data)
+                return -1
+        else:
+            head = bytes(pending[0][:9]) if len(pending[0]) >= 9 else b"".join(pending)[:9]
+        need = 9 + (head[0] << 16 | head[1] << 8 | head[2])
+        if need > 9 + OUR_MAX_FRAME:
+            self.close(FRAME_SIZE_ERROR, f"frame of {need - 9} bytes")
+            return -1
+        if have + len(data) < need:
+            pending.append(memoryview(data))
+            self._pending_size += len(data)
+            return -1
+        take = need - have
+        pending.append(memoryview(data)[:take])
+        whole = b"".join(pending)
+        pending.clear()
+        self._pending_size = 0
+        if self._frames(whole, 0) != len(whole):  # checks the length (and handles the frame)
+            return len(data)
+        return take
+
+    def _frames(self, data: bytes, pos: int) -> int:
+        """Handle every complete frame in ``data`` from ``pos``; the offset of the first
+        incomplete one (``len(data)`` once the connection is closing)."""
         size = len(data)
         view = memoryview(data)  # frame payloads are views of the bytes read: no copy per frame
         try:
@@ -405,31 +466,39 @@ class Connection(asyncio.Protocol):
                 queue.popleft()
                 continue
             # One DATA frame: as many queued bytes as the windows and the frame size allow.
-            room = min(out.window, self._peer_window, self._peer_max_frame)
+            room = out.window
+            if self._peer_window < room:
+                room = self._peer_window
+            if self._peer_max_frame < room:
+                room = self._peer_max_frame
             body: list[bytes | memoryview] = []
             taken = 0
             end = 0
-            while queue and queue[0][0] == DATA:
-                _, payload, flags = queue[0]
+            while queue:
+                item = queue[0]
+                if item[0] != DATA:
+                    break
+                payload = item[1]
                 size = len(payload)
                 if not size:  # the end marker
-                    end = flags
+                    end = item[2]
                     queue.popleft()
                     break
-                if taken == room:
+                take = room - taken
+                if not take:
                     break
-                take = min(size, room - taken)
-                if take == size:
+                if take >= size:
                     body.append(payload)
                     queue.popleft()
+                    taken += size
                 else:
                     view = memoryview(payload)
                     body.append(view[:take])
                     queue[0] = (DATA, view[take:], 0)
-                taken += take
+                    taken += take
             if not taken and not end:
                 break  # the windows are shut: the peer's WINDOW_UPDATE resumes
-            frames.append(taken.to_bytes(3, "big") + bytes((DATA, end)) + sid)
+            frames.append(bytes((taken >> 16, taken >> 8 & 0xFF, taken & 0xFF, DATA, end)) + sid)
             frames.extend(body)
             out.window -= taken
             self._peer_window -= taken
@@ -453,6 +522,19 @@ class Connection(asyncio.Protocol):
         stream = self._streams.pop(stream_id, None)
         if reset and stream is not None:
             stream.on_reset()
+
+    @property
+    def idle(self) -> bool:
+        """No stream open (none the peer opened is still being answered)."""
+        return not self._streams and not self._out
+
+    def goaway(self) -> None:
+        """The first GOAWAY of a graceful shutdown (RFC 9113 §6.8): NO_ERROR with the last stream
+        identifier 2^31-1, so the peer opens no new stream here while every stream it has already
+        sent, even one crossing this frame, is still answered; :meth:`close` ends the connection
+        later with the real last identifier."""
+        if not self._closing:
+            self._write(frame(GOAWAY, 0, 0, struct.pack(">II", 0x7FFF_FFFF, NO_ERROR)))
 
     def close(self, code: int = NO_ERROR, message: str = "") -> None:
         """GOAWAY with ``code``, then close the connection (open streams see a reset)."""

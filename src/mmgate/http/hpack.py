@@ -15,6 +15,7 @@ fields it builds once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 Header = tuple[bytes, bytes]
 
@@ -93,7 +94,7 @@ STATIC_TABLE: tuple[Header, ...] = tuple(
 # Appendix B's code lengths, symbol 0..255 then EOS (256). The code is canonical: within a length
 # the codes follow symbol order, and each length's first code follows the previous length's last,
 # so the lengths alone define it (the RFC's hex column is what _canonical() computes).
-CODE_LENGTHS = bytes(
+CODE_LENGTHS: Final = bytes(
     [
         13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 30, 28,
         28, 28, 28, 28, 28, 28, 28, 28, 6, 10, 10, 12, 13, 6, 8, 11, 10, 10, 8, 11, 8, 6, 6, 6,
@@ -108,7 +109,7 @@ CODE_LENGTHS = bytes(
         26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27, 27, 27, 26, 30,
     ]
 )  # fmt: skip
-EOS = 256
+EOS: Final = 256
 
 
 def _canonical() -> tuple[list[tuple[int, int, int]], list[int]]:
@@ -129,7 +130,7 @@ def _canonical() -> tuple[list[tuple[int, int, int]], list[int]]:
 
 
 _BANDS, _SYMBOLS = _canonical()
-_BAND_ENDS = [
+_BAND_ENDS: Final = [
     (length, first, offset, first + (_BANDS[n + 1][2] if n + 1 < len(_BANDS) else 257) - offset)
     for n, (length, first, offset) in enumerate(_BANDS)
 ]

@@ -17,6 +17,11 @@ SHIPPED_FILES = {
     "envoy.yaml": {},
     "envoy-original-dst.yaml": {"lb": "original-dst"},
     "envoy-buffered.yaml": {"request_body": "buffered"},
+    # one Envoy in front of every picker replica, found through a headless Service
+    "envoy-pickers.yaml": {
+        "lb": "original-dst",
+        "extproc": ["mmgate-epp-pods.mmgate-pool.svc.cluster.local:9002"],
+    },
 }
 
 
@@ -63,7 +68,13 @@ def test_print_envoy_config_writes_the_template_for_the_given_ports() -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"fail_open": True}, {"endpoints": ["127.0.0.1:8000"]}, *list(SHIPPED_FILES.values())[1:]],
+    [
+        {},
+        {"fail_open": True},
+        {"endpoints": ["127.0.0.1:8000"]},
+        {"extproc": ["127.0.0.1:9002", "127.0.0.1:9003"]},
+        *list(SHIPPED_FILES.values())[1:],
+    ],
 )
 def test_envoy_validates_the_configuration(options: dict[str, object], tmp_path: Path) -> None:
     path = tmp_path / "envoy.yaml"
@@ -90,12 +101,43 @@ def test_the_filter_streams_bodies_both_ways_and_fails_closed_by_default() -> No
         envoy_config(lb="maglev")  # type: ignore[arg-type]
 
 
+def test_several_pickers_are_health_checked_and_a_change_reaches_every_worker_at_once() -> None:
+    (one,) = [c for c in envoy_config()["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    assert "health_checks" not in one  # one picker: nothing to choose between
+    doc = envoy_config(extproc=["10.0.0.1:9002", "10.0.0.2:9002"], picker_health_interval_s=0.2)
+    (cluster,) = [c for c in doc["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    assert len(cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]) == 2
+    # Envoy's default 1 s merge window hands health changes to the workers late: streams would
+    # keep going to a replica already marked down
+    assert cluster["common_lb_config"] == {
+        "healthy_panic_threshold": {"value": 0},
+        "update_merge_window": "0s",
+    }
+    assert cluster["outlier_detection"] == {  # a replica dead between two checks: out at once
+        "split_external_local_origin_errors": True,
+        "consecutive_local_origin_failure": 1,
+        "max_ejection_percent": 50,
+    }
+    (check,) = cluster["health_checks"]
+    assert check["grpc_health_check"] == {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"}
+    assert check["interval"] == check["no_traffic_interval"] == "0.2s" and check["timeout"] == "1s"
+    assert check["unhealthy_threshold"] == check["healthy_threshold"] == 1
+    # a name stands for every replica it resolves to (a headless Service): health-checked too
+    doc = envoy_config(extproc="mmgate-epp-pods.llm.svc.cluster.local:9002")
+    (by_name,) = [c for c in doc["static_resources"]["clusters"] if c["name"] == "mmgate_extproc"]
+    assert by_name["type"] == "STRICT_DNS"
+    assert by_name["common_lb_config"]["update_merge_window"] == "0s"
+    assert by_name["health_checks"][0]["grpc_health_check"] == check["grpc_health_check"]
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
         (["--print-envoy-config", "--endpoints", "no-port-here"], "HOST:PORT"),
         (["--print-envoy-config", "--envoy-lb", "maglev"], "--envoy-lb"),
         (["--max-endpoints", "0"], "--max-endpoints"),
+        (["--drain-seconds", "-1"], "--drain-seconds"),
+        (["--grace-seconds", "nan"], "--grace-seconds"),
     ],
 )
 def test_extproc_cli_mistakes_exit_2_without_a_traceback(argv: list[str], said: str) -> None:

@@ -4,18 +4,26 @@ for."""
 
 from __future__ import annotations
 
-import pytest
-from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+import itertools
 
-from mmgate.gateway.extproc.messages import (
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from google.protobuf import struct_pb2
+from grpc_health.v1 import health_pb2
+
+from mmgate.gateway import extproc
+from mmgate.gateway.extproc.lean import MessageReader
+from mmgate.gateway.extproc.messages import Answer, route_body
+from mmgate.gateway.extproc.wire import (
     MAX_CHUNK,
     REQUEST_CHUNK,
     RESPONSE_CHUNK,
-    Answer,
     body_chunk,
+    health_answer,
+    health_service,
     request_body,
     response_body,
-    route_body,
 )
 from mmgate.request import parse_request
 from mmgate.request.limits import Limits
@@ -26,7 +34,16 @@ from support.bodies import photo_chat
 
 
 def parsed(answers: list[Answer]) -> list[ep.ProcessingResponse]:
-    return [ep.ProcessingResponse.FromString(a) if isinstance(a, bytes) else a for a in answers]
+    out = []
+    for answer in answers:
+        if isinstance(answer, list):
+            answer = b"".join(answer)
+        out.append(ep.ProcessingResponse.FromString(answer) if isinstance(answer, bytes) else answer)
+    return out
+
+
+def wire(answers: list[Answer]) -> list[bytes]:
+    return [b"".join(a) if isinstance(a, list) else bytes(a) for a in answers]  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("images", [0, 1, 3])
@@ -40,7 +57,7 @@ def test_a_spliced_body_streams_to_envoy_in_the_chunks_of_its_joined_bytes(image
     cuts = range(0, len(whole), MAX_CHUNK)
     assert [s.body for s in streamed] == [whole[i : i + MAX_CHUNK] for i in cuts]
     assert [s.end_of_stream for s in streamed] == [i + MAX_CHUNK >= len(whole) for i in cuts]
-    assert list(request_body(body, end=True)) == list(request_body(whole, end=True))
+    assert wire(request_body(body, end=True)) == wire(request_body(whole, end=True))
 
 
 def test_an_empty_body_is_one_empty_chunk_and_a_middle_one_never_ends_the_stream() -> None:
@@ -57,7 +74,17 @@ def test_an_echoed_response_chunk_is_the_message_the_runtime_would_build() -> No
     streamed = ep.StreamedBodyResponse(body=b"data: {}\n\n", end_of_stream=True)
     common = ep.CommonResponse(body_mutation=ep.BodyMutation(streamed_response=streamed))
     built = ep.ProcessingResponse(response_body=ep.BodyResponse(response=common))
-    assert parsed(response_body(b"data: {}\n\n", end=True)) == [built]
+    assert parsed(response_body([b"data: {}\n\n"], end=True)) == [built]
+    assert parsed(response_body([b"data: ", b"{}\n\n"], end=True)) == [built]
+
+
+def test_a_long_response_chunk_goes_back_in_chunks_of_at_most_max_chunk() -> None:
+    data = bytes(range(256)) * 1000
+    answers = parsed(response_body([data[:1000], data[1000:]], end=True))
+    streamed = [m.response_body.response.body_mutation.streamed_response for m in answers]
+    assert b"".join(s.body for s in streamed) == data
+    assert max(len(s.body) for s in streamed) == MAX_CHUNK
+    assert [s.end_of_stream for s in streamed] == [False] * (len(streamed) - 1) + [True]
 
 
 def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
@@ -69,23 +96,142 @@ def test_a_changed_buffered_body_rides_on_the_routing_answer() -> None:
     assert keys == ["x-gateway-destination-endpoint", "x-a"]
     assert list(common.header_mutation.remove_headers) == ["x-b"]
     assert answer.dynamic_metadata["envoy.lb"]["x-gateway-destination-endpoint"] == "10.0.0.1:8000"
-    unchanged = route_body("10.0.0.1:8000", [], [], None)
-    assert isinstance(unchanged, ep.ProcessingResponse)
+    (unchanged,) = parsed([route_body("10.0.0.1:8000", [], [], None)])
     assert not unchanged.request_body.response.HasField("body_mutation")
+
+
+def _read(raw: bytes | list[bytes]) -> tuple[int, bytes, bool] | None:
+    got = body_chunk(raw)
+    return None if got is None else (got[0], b"".join(got[1]), got[2])
 
 
 @pytest.mark.parametrize("end", [True, False])
 @pytest.mark.parametrize("data", [b"", b"x", bytes(range(256)) * 700])
 def test_a_body_chunk_is_read_without_the_runtime_as_the_runtime_reads_it(data: bytes, end: bool) -> None:
     for kind, field in ((REQUEST_CHUNK, "request_body"), (RESPONSE_CHUNK, "response_body")):
-        raw = ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)}).SerializeToString()
-        assert body_chunk(raw) == (kind, memoryview(data), end)
+        message = ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)})
+        message.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})  # Envoy sends it
+        for raw in (ep.ProcessingRequest(**{field: ep.HttpBody(body=data, end_of_stream=end)}), message):
+            serialized = raw.SerializeToString()
+            assert _read(serialized) == (kind, data, end)
+            # the same message received over several frames, cut anywhere (within its keys too)
+            for cuts in ((1,), (3, 7), (len(serialized) // 2,), (5, len(serialized) - 3)):
+                edges = sorted({0, *(c for c in cuts if 0 < c < len(serialized)), len(serialized)})
+                parts = [serialized[a:b] for a, b in itertools.pairwise(edges)]
+                assert _read(parts) == (kind, data, end), cuts
 
 
-def test_a_message_with_anything_beside_the_body_is_left_to_the_runtime() -> None:
-    with_metadata = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x"))
-    with_metadata.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})
+def test_a_message_that_is_not_only_a_body_chunk_is_left_to_the_runtime() -> None:
     headers = ep.ProcessingRequest(request_headers=ep.HttpHeaders(end_of_stream=True))
-    assert body_chunk(with_metadata.SerializeToString()) is None
+    trailers = ep.HttpBody(body=b"x").SerializeToString() + b"\x18\x01"  # HttpBody field 3
     assert body_chunk(headers.SerializeToString()) is None
+    assert body_chunk(b"\x22" + bytes([len(trailers)]) + trailers) is None
     assert body_chunk(b"\x22\x05\x0a\x09abc") is None  # a body longer than the message
+    twice = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x")).SerializeToString()
+    assert body_chunk(twice + twice) is None  # a repeated oneof field: merged by the runtime
+    assert body_chunk(twice[:-1]) is None  # truncated
+
+
+@pytest.mark.parametrize("read", [1, 4, 5, 6, 16_384, 1 << 20])
+def test_grpc_messages_come_out_whole_and_in_order_however_the_frames_cut_them(read: int) -> None:
+    sent = [b"", b"a", bytes(range(256)) * 300, b"xyz" * 7]
+    wire = b"".join(b"\x00" + len(m).to_bytes(4, "big") + m for m in sent)
+    reader = MessageReader()
+    got = []
+    for i in range(0, len(wire), read):
+        got.extend(b"".join(parts) for parts in reader.feed(wire[i : i + read]))
+    assert got == sent
+
+
+def test_the_field_numbers_written_by_hand_are_the_generated_descriptors_ones() -> None:
+    wire = extproc.wire
+
+    def number(message: type, field: str) -> int:
+        return int(message.DESCRIPTOR.fields_by_name[field].number)  # type: ignore[attr-defined]
+
+    assert (
+        number(ep.ProcessingResponse, "request_body"),
+        number(ep.ProcessingResponse, "response_body"),
+    ) == (wire.REQUEST_BODY_OUT, wire.RESPONSE_BODY_OUT)
+    assert number(ep.BodyResponse, "response") == wire.COMMON
+    assert number(ep.CommonResponse, "body_mutation") == wire.BODY_MUTATION
+    assert (
+        number(ep.BodyMutation, "body"),
+        number(ep.BodyMutation, "streamed_response"),
+    ) == (wire.WHOLE_BODY, wire.STREAMED)
+    assert (
+        number(ep.StreamedBodyResponse, "body"),
+        number(ep.StreamedBodyResponse, "end_of_stream"),
+    ) == (wire.CHUNK, wire.CHUNK_END)
+    assert (
+        number(ep.ProcessingRequest, "request_body"),
+        number(ep.ProcessingRequest, "response_body"),
+    ) == (REQUEST_CHUNK, RESPONSE_CHUNK)
+    assert (number(ep.HttpBody, "body"), number(ep.HttpBody, "end_of_stream")) == (wire.IN_BODY, wire.IN_END)
+    oneof = ep.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"]
+    assert {f.number for f in oneof.fields} == wire.REQUEST_KINDS
+    assert number(health_pb2.HealthCheckRequest, "service") == wire.HEALTH_SERVICE
+    assert number(health_pb2.HealthCheckResponse, "status") == wire.HEALTH_STATUS
+
+
+@pytest.mark.parametrize(
+    "service", ["", "liveness", "envoy.service.ext_proc.v3.ExternalProcessor", "é" * 200]
+)
+def test_health_messages_by_hand_are_the_runtime_s(service: str) -> None:
+    assert health_service(health_pb2.HealthCheckRequest(service=service).SerializeToString()) == service
+    for status in (0, 1, 2, 3):
+        assert health_answer(status) == health_pb2.HealthCheckResponse(status=status).SerializeToString()
+    assert health_service(b"\x0a\x05ab") is None  # truncated
+    assert health_service(b"\x0a\x02\xff\xfe") is None  # not UTF-8
+    assert health_service(b"\x10\x01\x0a\x01x") == "x"  # an unknown field is skipped
+
+
+def _runtime_mutation(set_headers: list[tuple[str, str]], remove: list[str]) -> ep.HeaderMutation:
+    option = base_pb2.HeaderValueOption
+    return ep.HeaderMutation(
+        set_headers=[
+            option(
+                header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")),
+                append_action=option.OVERWRITE_IF_EXISTS_OR_ADD,
+            )
+            for k, v in set_headers
+        ],
+        remove_headers=remove,
+    )
+
+
+ROUTES = [
+    ("10.0.0.1:8000", [], []),
+    (
+        "10.0.0.1:8000,10.0.0.2:8000",
+        [("x-mmgate-tokens", "1234"), ("x-empty", ""), ("x-latin", "café")],
+        ["x-a"],
+    ),
+    ("", [("x-request-id", "r" * 300)], ["x-a", "x-b", ""]),
+]
+
+
+@pytest.mark.parametrize(("destination", "extra", "remove"), ROUTES)
+def test_the_routing_answers_by_hand_are_the_runtime_s_bytes(
+    destination: str, extra: list[tuple[str, str]], remove: list[str]
+) -> None:
+    metadata = struct_pb2.Struct()
+    metadata.update({"envoy.lb": {"x-gateway-destination-endpoint": destination}})
+    common = ep.CommonResponse(
+        header_mutation=_runtime_mutation([("x-gateway-destination-endpoint", destination), *extra], remove),
+        clear_route_cache=True,
+    )
+    headers = ep.ProcessingResponse(
+        request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
+    )
+    body = ep.ProcessingResponse(request_body=ep.BodyResponse(response=common), dynamic_metadata=metadata)
+    assert extproc.wire.routing(extproc.wire.REQUEST_HEADERS_OUT, destination, extra, remove) == (
+        headers.SerializeToString()
+    )
+    assert route_body(destination, extra, remove, None) == body.SerializeToString()
+    response = ep.ProcessingResponse(
+        response_headers=ep.HeadersResponse(
+            response=ep.CommonResponse(header_mutation=_runtime_mutation(extra, []))
+        )
+    )
+    assert extproc.wire.response_headers(extra) == response.SerializeToString()

@@ -41,17 +41,21 @@ class Picker:
     lb: str = "override-host"
     request_body: str = "streamed"
     grpc: str = "lean"
+    processes: int = 1  # ``mmgate extproc --workers``
 
     @classmethod
     def parse(cls, text: str) -> Picker:
-        """``LB/BODY/GRPC``, e.g. ``original-dst/streamed/lean``."""
+        """``LB/BODY/GRPC[/N]``, e.g. ``original-dst/streamed/lean`` (N: picker processes)."""
         parts = text.split("/")
-        if len(parts) != 3:
-            raise ValueError(f"expected LB/BODY/GRPC, got {text!r}")
-        return cls(*parts)
+        if len(parts) not in (3, 4) or (len(parts) == 4 and not parts[3].isdigit()):
+            raise ValueError(f"expected LB/BODY/GRPC or LB/BODY/GRPC/N, got {text!r}")
+        return cls(parts[0], parts[1], parts[2], int(parts[3]) if len(parts) == 4 else 1)
 
     def argv(self) -> list[str]:
-        return ["--lb", self.lb, "--request-body", self.request_body, "--grpc", self.grpc]
+        return [
+            "--lb", self.lb, "--request-body", self.request_body, "--grpc", self.grpc,
+            "--picker-workers", str(self.processes),
+        ]  # fmt: skip
 
 
 def picker_pids(pids: Sequence[int]) -> list[int]:
@@ -124,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lb", default="override-host", help="--envoy-lb of the Envoy configuration")
     parser.add_argument("--request-body", default="streamed", help="--envoy-request-body of it")
     parser.add_argument("--grpc", default="lean", help="the picker's --grpc transport")
+    parser.add_argument("--picker-workers", type=int, default=1, help="the picker's --workers")
     args = parser.parse_args(argv)
     workers = [w for w in args.workers.split(",") if w]
     workdir = Path(tempfile.mkdtemp(prefix="mmgate-bench-envoy-"))
@@ -151,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "warning",
                     "--grpc",
                     args.grpc,
+                    "--drain-seconds",  # the benchmark stops the picker after its proxy: nothing to drain
+                    "0",
+                    "--workers",
+                    str(args.picker_workers),
                 ]
             )
             children.append(picker)

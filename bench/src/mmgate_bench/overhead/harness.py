@@ -105,10 +105,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--envoy-picker",
         action="append",
-        metavar="LB/BODY/GRPC",
+        metavar="LB/BODY/GRPC[/N]",
         help="with --envoy: one picker configuration to measure, e.g. original-dst/streamed/lean "
         "(LB: override-host or original-dst; BODY: the request body streamed or buffered; GRPC: "
-        "lean or grpcio); repeatable (default: override-host/streamed/lean)",
+        "lean or grpcio; N: picker processes, `mmgate extproc --workers N`, default 1); repeatable "
+        "(default: override-host/streamed/lean)",
     )
     parser.add_argument(
         "--sidecar",

@@ -433,7 +433,7 @@ class Simulation:
         self.requests += 1
         controller = self.controller
         try:
-            flight = controller.open(view, rid, _headers_of(item), received=now)
+            flight = controller.open(view, rid, tenant_headers(item), received=now)
         except NoCandidates:
             record.error = "http_503"
             self._done(rung, record)
@@ -864,7 +864,7 @@ _NO_HEADERS: dict[str, str] = {}
 TENANT = "tenant:"
 
 
-def _headers_of(item: WorkItem | RawItem) -> dict[str, str]:
+def tenant_headers(item: WorkItem | RawItem) -> dict[str, str]:
     """A workload item's flow-control headers: a ``group`` of ``tenant:NAME`` or
     ``tenant:NAME@OBJECTIVE`` (multi-tenant workloads) names its fairness id and objective."""
     group = getattr(item, "group", "")

@@ -1,181 +1,168 @@
-"""``mmgate bench flow-control --http``: the light-victim scenario over real HTTP, reduced.
+"""``mmgate bench flow-control --http``: a scenario over real HTTP, in real time.
 
-``mmgate serve`` (each system's config, as :mod:`~mmgate_bench.routing.flow_control` writes it)
-in front of ``mmgate sim`` pods, both in their own processes; this process is the clients: tenant
-A open-loop (one 448x336 image, streamed, at ``--a-rate``), tenant B ``--b-clients`` closed-loop
-clients of eight 1280x720 photos each, for ``--duration`` seconds. Every image is new. TTFT is
-the time to the first streamed byte. The machine's load falls on every system alike only roughly
-(they run one after the other): read the ratios, not the absolute times.
+For each system a fresh simulated fleet (``mmgate_bench.routing.fleet_proc``: the simulated
+engines the DES runs, serving HTTP) and ``mmgate serve`` with the system's config before it, each
+in its own process; this process is the clients. The arrivals are the DES's
+(:func:`~mmgate_bench.routing.flow_scenarios.plan`): both tenants open-loop, each request sent at
+its time whatever is still in flight, so B's flood is a fixed rate (``--overload`` x what the
+fleet serves of B), not a number of clients that slows down with the fleet. Requests stream; TTFT
+is the time from sending to the first content token. The pods run in real time: the simulator can
+scale time, but the gateway's scrape interval and staleness bound would not scale with it, so a
+run is shortened by ``--duration`` instead.
+
+Every request ends in an answer or counts as lost (no answer within ``--duration`` +
+``--drain``, a dropped connection, an empty stream); a 429 or 503 from the gateway is an answer
+and is reported by status. The machine's load falls on the systems only roughly alike (they run
+one after the other): the report records the 1-minute load average around each run and how late
+the client sent its requests.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import random
-import statistics
-import tempfile
+import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
-from mmgate_bench.routing.flow_scenarios import config_of, heavy, light
+from mmgate_bench.routing.des import tenant_headers
+from mmgate_bench.routing.flow_results import compact, report_head, rounded, summary, system_row, tally
+from mmgate_bench.routing.flow_scenarios import Plan, Schedule, config_of
 from mmgate_bench.routing.http_mode import HttpOptions, start_fleet, start_router
+from mmgate_bench.routing.loadgen import Target, stream_request
+from mmgate_bench.routing.records import RequestRecord
 from mmgate_bench.routing.systems import System
 from mmgate_bench.stats import percentile
 from mmgate_bench.workloads.media import MediaCache
-from mmgate_bench.workloads.synthetic import DEFAULT_MODEL, WorkItem
+from mmgate_bench.workloads.synthetic import DEFAULT_MODEL
+
+Send = tuple[float, str, dict[str, str], bytes]  # (offset s, item id, headers, body)
 
 
-@dataclass
-class Sample:
-    tenant: str
-    status: int
-    ttft_s: float | None
-    sent_s: float
-    e2e_s: float
+def sends_of(schedule: Schedule, media: MediaCache) -> list[Send]:
+    """Each arrival as bytes to send, rendered before the clock starts (an eight-photo body is
+    2 MB of base64: rendering it on time would make the client late)."""
+    return [
+        (t, item.id, tenant_headers(item), orjson.dumps(item.body(media, model=DEFAULT_MODEL)))
+        for t, item in schedule
+    ]
 
 
-@dataclass
-class Client:
-    base: str
-    session: aiohttp.ClientSession
-    start: float
-    samples: list[Sample] = field(default_factory=list)
+async def drive(base: str, sends: list[Send], timeout_s: float) -> tuple[list[RequestRecord], float]:
+    """Send each request at its offset (open loop); returns every request's record (``sent_s``:
+    its scheduled offset) and how late the latest send went out (the client's own lag)."""
+    connector = aiohttp.TCPConnector(limit=0)  # no client-side queue: a held request holds a connection
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    targets: dict[tuple[tuple[str, str], ...], Target] = {}
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter()
+        late = 0.0
 
-    async def send(self, tenant: str, body: bytes) -> None:
-        sent = time.perf_counter()
-        headers = {"Content-Type": "application/json", "x-gateway-inference-fairness-id": tenant}
-        ttft = None
+        async def one(offset: float, item_id: str, target: Target, body: bytes) -> RequestRecord:
+            rec = await stream_request(session, target, item_id, body, timeout_s - offset)
+            rec.sent_s = offset
+            return rec
+
+        tasks = []
+        for offset, item_id, headers, body in sends:
+            key = tuple(sorted(headers.items()))
+            target = targets.setdefault(key, Target(base, headers=headers))
+            delay = start + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                late = max(late, -delay)
+            tasks.append(asyncio.create_task(one(offset, item_id, target, body)))
+        records = list(await asyncio.gather(*tasks))
+    return records, late
+
+
+def held_times(log: Path) -> dict[str, list[float]]:
+    """Per fairness id, how long each request answered 200 was held in the gateway (seconds),
+    from the gateway's access log (``held_ms``: only requests under flow control have it)."""
+    held: dict[str, list[float]] = {}
+    for line in log.read_text(errors="replace").splitlines():
         try:
-            async with self.session.post(
-                self.base + "/v1/chat/completions", data=body, headers=headers
-            ) as resp:
-                async for chunk in resp.content.iter_any():
-                    if chunk and ttft is None:
-                        ttft = time.perf_counter() - sent
-                status = resp.status
-        except aiohttp.ClientError:
-            status = 0
-        now = time.perf_counter()
-        self.samples.append(
-            Sample(tenant, status, ttft if status == 200 else None, sent - self.start, now - sent)
-        )
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and str(doc.get("status")) == "200" and "held_ms" in doc:
+            held.setdefault(str(doc.get("flow")), []).append(float(doc["held_ms"]) / 1000)
+    return held
 
 
-def bodies(items: list[WorkItem], media: MediaCache) -> list[bytes]:
-    return [json.dumps(item.body(media, model=DEFAULT_MODEL, stream=True)).encode() for item in items]
-
-
-async def drive(
-    base: str, a: list[bytes], b: list[bytes], a_rate: float, clients: int, duration: float
-) -> list[Sample]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
-        client = Client(base, session, time.perf_counter())
-        b_next = iter(b)
-
-        async def heavy_client() -> None:
-            while time.perf_counter() - client.start < duration:
-                body = next(b_next, None)
-                if body is None:
-                    return
-                await client.send("B", body)
-
-        async def light_stream() -> None:
-            tasks = []
-            for i, body in enumerate(a):
-                delay = client.start + i / a_rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(client.send("A", body)))
-            await asyncio.gather(*tasks)
-
-        await asyncio.gather(light_stream(), *(heavy_client() for _ in range(clients)))
-        return client.samples
-
-
-def summary(samples: list[Sample], tenant: str, duration: float) -> dict[str, Any]:
-    mine = [s for s in samples if s.tenant == tenant]
-    ok = [s.ttft_s for s in mine if s.ttft_s is not None]
-    p90 = percentile(ok, 90)
-    return {
-        "sent": len(mine),
-        "ok": len(ok),
-        "errors": sorted({s.status for s in mine if s.status != 200}),
-        "served_rps": round(
-            sum(1 for s in mine if s.status == 200 and s.sent_s + s.e2e_s <= duration) / duration, 3
-        ),
-        "ttft_p50_s": round(statistics.median(ok), 3) if ok else None,
-        "ttft_p90_s": round(p90, 3) if p90 is not None else None,
+def run_one(
+    opts: HttpOptions,
+    config: str,
+    sends: list[Send],
+    timeout_s: float,
+    folder: Path,
+    *,
+    access_log: bool = False,
+) -> tuple[list[RequestRecord], dict[str, Any]]:
+    """One system: a fresh fleet and gateway, the sends, both stopped; (records, run facts: with
+    ``access_log``, each tenant's held time p50/p90 from the gateway's log)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.yaml"
+    path.write_text(config)
+    load_before = os.getloadavg()[0]
+    fleet, urls = start_fleet(opts, folder)
+    try:
+        system = System(folder.name, config=path)
+        router, base, note = start_router(system, urls, folder, DEFAULT_MODEL, access_log=access_log)
+        if router is None:
+            raise RuntimeError(note)
+        try:
+            started = time.perf_counter()
+            records, late = asyncio.run(drive(base, sends, timeout_s))
+            wall = time.perf_counter() - started
+        finally:
+            router.stop()
+    finally:
+        fleet.stop()
+    facts = {
+        "wall_s": round(wall, 1),
+        "client_late_max_s": round(late, 3),
+        "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
+    if access_log:
+        facts["held_s"] = {
+            flow: {"p50": rounded(percentile(times, 50)), "p90": rounded(percentile(times, 90))}
+            for flow, times in sorted(held_times(router.log_path).items())
+        }
+    return records, facts
 
 
-def run_http(args: argparse.Namespace, systems: list[str]) -> int:
+def run_http(args: argparse.Namespace, scenario: Plan, systems: list[str], folder: Path) -> dict[str, Any]:
     opts = HttpOptions(profile=args.profile, pods=args.pods)
-    rng = random.Random(0)
-    n_a = int(args.a_rate * args.duration)
-    n_b = int(4 * args.duration) + args.b_clients  # more than two H200 pods serve of B in the time
     media = MediaCache(capacity=16)
-    print(f"rendering {n_a} light and {n_b} eight-photo bodies ...")
-    a_items = [light(i, rng) for i in range(n_a)]
-    b_items = [heavy(i, rng, 8) for i in range(n_b)]
-    a_bodies, b_bodies = bodies(a_items, media), bodies(b_items, media)
-    rows: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        runs = [("alone", "none", False), *((name, name, True) for name in systems)]
-        for label, name, flood in runs:
-            fleet, urls = start_fleet(opts, folder / label)
-            try:
-                path = folder / f"{label}.yaml"
-                path.write_text(config_of(name, args.max_inflight_tokens))
-                router, base, note = start_router(
-                    System(name, config=path), urls, folder / label, DEFAULT_MODEL
-                )
-                if router is None:
-                    print(note)
-                    continue
-                try:
-                    samples = asyncio.run(
-                        drive(
-                            base,
-                            a_bodies,
-                            b_bodies if flood else [],
-                            args.a_rate,
-                            args.b_clients,
-                            args.duration,
-                        )
-                    )
-                finally:
-                    router.stop()
-            finally:
-                fleet.stop()
-            rows[label] = {
-                "A": summary(samples, "A", args.duration),
-                "B": summary(samples, "B", args.duration),
-            }
-            a = rows[label]["A"]
-            b = rows[label]["B"]
-            print(
-                f"{label:<12} A TTFT p50 {a['ttft_p50_s']} s p90 {a['ttft_p90_s']} s, "
-                f"A ok {a['ok']}/{a['sent']}, B served {b['served_rps']}/s"
-            )
-    report = {
-        "mode": "http",
-        "scenario": "light-victim",
-        "profile": args.profile,
-        "pods": args.pods,
-        "duration_s": args.duration,
-        "a_rate": args.a_rate,
-        "b_clients": args.b_clients,
-        "max_inflight_tokens": args.max_inflight_tokens,
-        "systems": rows,
+    print(f"rendering {len(scenario.a)} requests of A and {len(scenario.b)} of B ...")
+    a_sends = sends_of(scenario.a, media)
+    both = sorted(a_sends + sends_of(scenario.b, media), key=lambda send: send[0])
+    timeout_s = args.duration + args.drain
+    window = args.duration
+    records, facts = run_one(opts, config_of("none", 0), a_sends, timeout_s, folder / "alone")
+    alone = tally(records, window)["A"]
+    report: dict[str, Any] = {
+        **report_head(args, scenario, "http"),
+        "drain_s": args.drain,
+        "a_alone": {**summary(alone, window, scenario.capacity["A"]), **facts, "requests": compact(records)},
+        "systems": {},
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.output}")
-    return 0
+    print(f"A alone: TTFT p90 {report['a_alone']['ttft_p90_s']} s ({facts})")
+    for name in systems:
+        config = config_of(name, args.max_inflight_tokens)
+        records, facts = run_one(opts, config, both, timeout_s, folder / name, access_log=args.access_log)
+        row = system_row(tally(records, window), window, scenario.capacity)
+        report["systems"][name] = {**facts, **row, "requests": compact(records)}
+        a, b = row.get("A", {}), row.get("B", {})
+        print(
+            f"{name:<12} A p90 {a.get('ttft_p90_s')} s, B p90 {b.get('ttft_p90_s')} s, goodput "
+            f"{row['goodput']}, refused A {a.get('refused')} B {b.get('refused')}, lost A "
+            f"{a.get('lost')} B {b.get('lost')} ({facts})"
+        )
+    return report

@@ -71,17 +71,19 @@ def start_fleet(opts: HttpOptions, logs: Path) -> tuple[Managed, list[str]]:
 
 
 def start_router(
-    system: System, urls: Sequence[str], logs: Path, model: str
+    system: System, urls: Sequence[str], logs: Path, model: str, *, access_log: bool = False
 ) -> tuple[Managed | None, str, str]:
     """The system's router on a free port: (process or None when skipped, base URL, note). No
-    ``urls``: an mmgate config lists its endpoints itself (with their roles)."""
+    ``urls``: an mmgate config lists its endpoints itself (with their roles). ``access_log``: an
+    mmgate router logs one line per request to its log file (``router.log_path``)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     if system.config is not None:
         listed = ["--endpoints", ",".join(urls)] if urls else []
+        quiet = [] if access_log else ["--no-access-log"]
         cmd = [sys.executable, "-m", "mmgate", "serve", "--config", str(system.config), *listed,
-               "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
-               "--log-level", "warning"]  # fmt: skip
+               "--host", "127.0.0.1", "--port", str(port), *quiet,
+               "--log-level", "info" if access_log else "warning"]  # fmt: skip
         env = child_env()
     else:
         from mmgate_bench.overhead.peers import PEERS, find_peers_python, installed_versions

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from mmgate.arguments import port as port_number
+from mmgate.arguments import seconds
 from mmgate.config import ConfigError
 from mmgate.gateway import cli as serve_cli
 from mmgate.gateway.app import build_gateway
 from mmgate.gateway.extproc.envoy_config import LB_POLICIES, REQUEST_BODY_MODES, render
 from mmgate.gateway.extproc.transport import TRANSPORTS
+from mmgate.gateway.malloc_tuning import keep_large_buffers
+from mmgate.gateway.server import Gateway
+from mmgate.gateway.workers import serve_workers
 from mmgate.logs import configure_logging
 from mmgate.process import listen_failure, run_forever, wait_for_signal
 
@@ -24,6 +29,8 @@ log = logging.getLogger("mmgate.extproc")
 
 DEFAULT_PORT = 9002  # GIE's endpoint-picker port
 DEFAULT_ADMIN_PORT = 9090
+DEFAULT_DRAIN_S = 2.0  # twice the picker health-check interval of --print-envoy-config
+DEFAULT_GRACE_S = 15.0  # with Kubernetes' 10 s preStop and the drain, inside its default 30 s
 
 EPILOG = """\
 examples:
@@ -74,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--envoy-pickers",
         metavar="HOST:PORT,...",
         help="with --print-envoy-config: several picker replicas (active-active, health-checked) "
-        "instead of the one at --host/--port",
+        "instead of the one at --host/--port; a name (a headless Service) stands for every address "
+        "it resolves to",
     )
     parser.add_argument(
         "--envoy-lb",
@@ -105,6 +113,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="lean",
         help="the gRPC server: lean (mmgate's own HTTP/2 layer, the default) or grpcio (grpc.aio, "
         "several times the CPU per request; for comparison)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=seconds,
+        default=DEFAULT_DRAIN_S,
+        metavar="S",
+        help="on SIGTERM, answer NOT_SERVING on every health service and keep serving for S seconds "
+        f"before closing (default {DEFAULT_DRAIN_S:g}: an Envoy health-checking its picker cluster, "
+        "1 s apart in --print-envoy-config, moves its new streams to another replica first)",
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help="after the drain, refuse new streams (HTTP/2 GOAWAY) and give the open ones (a streamed "
+        "generation holds its stream) up to S seconds to finish before cutting them "
+        f"(default {DEFAULT_GRACE_S:g})",
     )
 
 
@@ -140,8 +166,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         sys.stdout.write(text)
         return 0
-    if args.workers != 1:
-        print("mmgate extproc: --workers is not supported (run more replicas instead)", file=sys.stderr)
+    if args.workers < 1:
+        print("mmgate extproc: --workers must be at least 1", file=sys.stderr)
         return 2
     # grpc (the extproc extra) only from here on: --help and --print-envoy-config work without it.
     from mmgate.gateway.extproc import server
@@ -159,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     admin_port = config.mmgate.adminPort if config.mmgate.adminPort is not None else DEFAULT_ADMIN_PORT
     host = config.mmgate.host
+    keep_large_buffers()  # the body crosses the picker as megabytes: reuse heap pages, not fresh mmaps
 
-    async def main() -> None:
+    async def main(gateway: Gateway, port: int, reuse_port: bool) -> None:
         running = await server.start(
             gateway,
             host=host,
@@ -168,16 +195,31 @@ def run(args: argparse.Namespace) -> int:
             admin_port=admin_port,
             max_endpoints=args.max_endpoints,
             transport=args.grpc,
+            reuse_port=reuse_port,
         )
-        fields = {"grpc_port": running.port, "admin_port": running.admin_port}
+        fields: dict[str, object] = {"grpc_port": running.port, "admin_port": running.admin_port}
+        if reuse_port:
+            fields["worker_pid"] = os.getpid()
         log.info("listening", extra={"fields": fields})
         try:
             await wait_for_signal()
         finally:
-            await running.stop()
+            await running.stop(drain_s=args.drain_seconds, grace_s=args.grace_seconds)
 
+    if args.workers > 1:
+
+        def serve_one(port: int) -> int:
+            # Each worker builds its own gateway: nothing bound to an event loop crosses fork().
+            run_forever(lambda: main(build_gateway(config), port, True))
+            return 0
+
+        try:
+            return serve_workers(args.workers, host, port, serve_one)
+        except OSError as exc:
+            print(f"mmgate extproc: {listen_failure(exc, host, port)}", file=sys.stderr)
+            return 2
     try:
-        run_forever(main)
+        run_forever(lambda: main(gateway, port, False))
     except ConfigError as exc:
         print(f"mmgate extproc: {exc}", file=sys.stderr)
         return 2

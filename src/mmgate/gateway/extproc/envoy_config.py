@@ -27,13 +27,16 @@ when the picker enforces limits or routes disaggregated requests); ``true`` (fai
 keeps routing with the cluster's own policy while mmgate is down — round-robin for
 ``override_host``; nothing for ``ORIGINAL_DST``, which has no address without the header).
 
-Several picker replicas (``extproc`` a list) sharing their affinity indexes through Redis: the
-picker cluster lists them all, health-checked with gRPC health
-(``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included). Observed
-with Envoy 1.40: its ext_proc client kept opening every stream to the replica it used first, also
-after the health checks marked that replica down (the requests got 500s) — so for failover run one
-Envoy per replica (each with its own picker), which the tests do; the shared index keeps their
-routing the same.
+Several picker replicas (``extproc`` a list, or a name resolving to every replica: a headless
+Service, found by DNS) sharing their affinity indexes through Redis: the picker cluster lists
+them all, health-checked with gRPC health
+(``envoy.service.ext_proc.v3.ExternalProcessor``, ``no_traffic_interval`` included), and each
+ext_proc stream goes to the less busy healthy replica. ``update_merge_window: 0s`` makes a
+health change reach the streams at once (Envoy's default of 1 s merges health changes and
+delivers them to the worker threads' load balancers up to a second late, while the admin
+``/clusters`` page already shows them; every stream opened in between still goes to a dead
+replica). Outlier detection on local-origin failures (a refused connection, a reset) ejects a
+replica that died between two checks at its first failed stream instead of at its next check.
 
 The model servers are listed statically (``endpoints``) or found by DNS (``dns``: a headless
 Service name resolving to every pod, the usual Kubernetes setup); ``override_host`` can only pick
@@ -43,6 +46,7 @@ lists none (the picker's own discovery decides which pods exist).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -60,6 +64,14 @@ def _host_port(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _address(host: str, port: int) -> dict[str, Any]:
@@ -103,7 +115,12 @@ def envoy_config(
     pickers = [extproc] if isinstance(extproc, str) else list(extproc)
     if not pickers:
         raise ValueError("give at least one picker address")
-    picker_endpoints = [{"endpoint": {"address": _address(*_host_port(a))}} for a in pickers]
+    picker_hosts = [_host_port(a) for a in pickers]
+    picker_endpoints = [{"endpoint": {"address": _address(*hp)}} for hp in picker_hosts]
+    # A name (a headless Service) may stand for every replica: Envoy resolves it (STRICT_DNS),
+    # one host per address, and the replicas are then health-checked as listed ones are.
+    picker_dns = not all(_is_ip(host) for host, _ in picker_hosts)
+    several_pickers = len(pickers) > 1 or picker_dns
     ext_proc_filter = {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -228,7 +245,7 @@ def envoy_config(
                 model_servers,
                 {
                     "name": "mmgate_extproc",
-                    "type": "STATIC",
+                    "type": "STRICT_DNS" if picker_dns else "STATIC",
                     "connect_timeout": "1s",
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -241,7 +258,7 @@ def envoy_config(
                         "cluster_name": "mmgate_extproc",
                         "endpoints": [{"lb_endpoints": picker_endpoints}],
                     },
-                    **(_picker_health(picker_health_interval_s) if len(pickers) > 1 else {}),
+                    **(_picker_health(picker_health_interval_s) if several_pickers else {}),
                 },
             ],
         },
@@ -251,16 +268,37 @@ def envoy_config(
 def _picker_health(interval_s: float) -> dict[str, Any]:
     """Active gRPC health checks on the picker replicas (active-active: every replica whose
     ``envoy.service.ext_proc.v3.ExternalProcessor`` service answers SERVING takes streams), also
-    while no stream goes to a replica (``no_traffic_interval``), one failure marking it down."""
+    while no stream goes to a replica (``no_traffic_interval``), one failure marking it down.
+
+    Envoy's ``common_lb_config.update_merge_window`` (1 s unless set) merges health-check changes
+    on the main thread and hands them to the workers' load balancers when the window ends; the
+    admin ``/clusters`` page shows the new state at once. With a few picker hosts there is nothing
+    to save by merging, and a stale worker view sends every new stream to a replica already
+    known dead (fail closed: a 500 each), so the window is off."""
     every = f"{interval_s:g}s"
+    # The picker answers a check from memory; a timeout shorter than a second would mark a busy
+    # but live replica down (a dead one is marked down by the refused connection, not the timeout).
+    timeout = f"{max(interval_s, 1.0):g}s"
     return {
         "lb_policy": "LEAST_REQUEST",  # as llm-d's chart: a stream goes to the less busy replica
-        # Never route to a replica marked down (Envoy's default panic mode spreads over every
-        # host once too few are healthy; with two replicas, one down is already that).
-        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        "common_lb_config": {
+            # Never route to a replica marked down (Envoy's default panic mode spreads over every
+            # host once too few are healthy; with two replicas, one down is already that).
+            "healthy_panic_threshold": {"value": 0},
+            "update_merge_window": "0s",  # a health change reaches the workers at once
+        },
+        # A replica that dies refuses connections before its next check: the first refused (or
+        # reset) stream ejects it, so the requests of the rest of that interval go to a live one.
+        # Never more than half the replicas, and a passing check brings one back early
+        # (successful_active_health_check_uneject_host, on by default).
+        "outlier_detection": {
+            "split_external_local_origin_errors": True,
+            "consecutive_local_origin_failure": 1,
+            "max_ejection_percent": 50,
+        },
         "health_checks": [
             {
-                "timeout": every,
+                "timeout": timeout,
                 "interval": every,
                 "no_traffic_interval": every,
                 "unhealthy_threshold": 1,
@@ -287,9 +325,15 @@ def render(**options: Any) -> str:
         if options.get("request_body") == "buffered"
         else ("FULL_DUPLEX_STREAMED both ways")
     )
+    pickers = document["static_resources"]["clusters"][1]
+    replicas = (
+        "# Pickers: several replicas, health-checked (docs/envoy.md, several picker replicas).\n"
+        if "health_checks" in pickers
+        else ""
+    )
     header = (
         "# Envoy in front of a vLLM fleet, with mmgate as its endpoint picker (ext_proc).\n"
         "# Written by `mmgate extproc --print-envoy-config`; see docs/envoy.md for each choice.\n"
-        f"# Model servers: {found}.\n# Bodies: {bodies}. Failure mode: fail {mode}.\n"
+        f"# Model servers: {found}.\n# Bodies: {bodies}. Failure mode: fail {mode}.\n{replicas}"
     )
     return header + yaml.safe_dump(document, sort_keys=False, width=120)

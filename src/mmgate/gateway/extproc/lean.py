@@ -24,29 +24,32 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Final
 
-from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
-from google.protobuf.message import DecodeError
-from grpc_health.v1 import health_pb2
-
-from mmgate.gateway.extproc import messages
+from mmgate.gateway.extproc import wire
 from mmgate.gateway.extproc.messages import Answer
-from mmgate.gateway.extproc.stream import RequestStream
+from mmgate.gateway.extproc.stream import Malformed, RequestStream
 from mmgate.gateway.server import Gateway
 from mmgate.http import h2, hpack
 
 log = logging.getLogger("mmgate.extproc")
 
-PROCESS = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
-HEALTH_CHECK = b"/grpc.health.v1.Health/Check"
+PROCESS: Final = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+HEALTH_CHECK: Final = b"/grpc.health.v1.Health/Check"
 Buffer = bytes | memoryview
-MAX_MESSAGE = 64 * 1024 * 1024  # as the grpc.aio server's limit: a 20 MB body and room to spare
+MAX_MESSAGE: Final = 64 * 1024 * 1024  # as the grpc.aio server's limit: a 20 MB body and room to spare
 
 # gRPC status codes (grpc/doc/statuscodes.md)
-OK, INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 5, 8, 12, 13
+OK: Final = 0
+INVALID_ARGUMENT: Final = 3
+NOT_FOUND: Final = 5
+RESOURCE_EXHAUSTED: Final = 8
+UNIMPLEMENTED: Final = 12
+INTERNAL: Final = 13
 
-RESPONSE_HEADERS = b"\x88" + hpack.encode([(b"content-type", b"application/grpc")])  # 0x88: :status 200
-OK_TRAILERS = hpack.encode([(b"grpc-status", b"0")])
+# 0x88: ":status: 200", index 8 of the HPACK static table
+RESPONSE_HEADERS: Final = b"\x88" + hpack.encode([(b"content-type", b"application/grpc")])
+OK_TRAILERS: Final = hpack.encode([(b"grpc-status", b"0")])
 
 
 def _status_trailers(code: int, message: str) -> bytes:
@@ -58,49 +61,76 @@ def _framed(payload: bytes) -> list[bytes]:
     return [b"\x00" + len(payload).to_bytes(4, "big"), payload]
 
 
-class _Messages:
+class MessageReader:
     """Length-prefixed gRPC messages out of a stream's DATA, in order, across frame boundaries.
 
-    A message inside one frame is a view of the bytes read (no copy); one spread over frames
-    (a buffered body arrives in Envoy's 16 KiB frames) is joined once when its last byte is in."""
+    Each message comes out as its consecutive parts, views of the bytes read: one part when it
+    lies inside one frame, several when it spans frames (Envoy sends a megabyte body message in
+    16 KiB frames). Nothing is joined here; a reader that needs one buffer joins (the protobuf
+    runtime), a body chunk's reader does not (:func:`.wire.body_chunk`)."""
 
-    __slots__ = ("_have", "_parts")
+    __slots__ = ("_have", "_need", "_parts")
 
     def __init__(self) -> None:
-        self._parts: list[Buffer] = []
+        self._parts: list[memoryview] = []
         self._have = 0
+        self._need = -1  # the current message's size with its prefix, once its prefix is in
 
-    def feed(self, data: Buffer) -> list[Buffer]:
+    def feed(self, data: Buffer) -> list[list[memoryview]]:
+        view = memoryview(data)
+        out: list[list[memoryview]] = []
+        pos = 0
         if self._parts:
-            self._parts.append(data)
-            self._have += len(data)
-            if self._have < 5:
-                return []
-            first = self._parts[0]
-            if len(first) < 5:
-                first = self._parts[0] = b"".join(self._parts)
-                del self._parts[1:]
-            if self._have < 5 + _length(first, 0):
-                return []
-            data = b"".join(self._parts)
+            need = self._need
+            if need < 0:  # the 5-byte prefix itself was split
+                prefix = b"".join(self._parts) + bytes(view[: 5 - self._have])
+                if len(prefix) < 5:
+                    self._parts.append(view)
+                    self._have += len(view)
+                    return out
+                need = self._need = 5 + _length(prefix, 0)
+            take = need - self._have
+            if take > len(view):
+                self._parts.append(view)
+                self._have += len(view)
+                return out
+            self._parts.append(view[:take])
+            out.append(_without_prefix(self._parts))
             self._parts = []
             self._have = 0
-        out: list[Buffer] = []
-        pos = 0
-        size = len(data)
+            self._need = -1
+            pos = take
+        size = len(view)
         while size - pos >= 5:
-            length = _length(data, pos)
+            length = _length(view, pos)
             if size - pos - 5 < length:
+                self._need = 5 + length
                 break
-            out.append(data[pos + 5 : pos + 5 + length])
+            out.append([view[pos + 5 : pos + 5 + length]])
             pos += 5 + length
         if pos < size:
-            rest = data[pos:]
-            if len(rest) >= 5:
-                _length(rest, 0)  # refuse a compressed or oversized message before its bytes come
-            self._parts.append(rest)
-            self._have = len(rest)
+            self._parts.append(view[pos:])
+            self._have = size - pos
         return out
+
+
+def _without_prefix(parts: list[memoryview]) -> list[memoryview]:
+    """A message's parts without its 5-byte gRPC prefix (which may itself span parts)."""
+    skip = 5
+    while parts and skip:
+        first = parts[0]
+        if len(first) <= skip:
+            skip -= len(first)
+            del parts[0]
+        else:
+            parts[0] = first[skip:]
+            skip = 0
+    return [part for part in parts if len(part)]
+
+
+def _joined(parts: list[memoryview]) -> Buffer:
+    """A message's parts as one buffer (none for an empty message whose prefix spanned frames)."""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _length(data: Buffer, pos: int) -> int:
@@ -128,8 +158,8 @@ class _ProcessStream:
         self._conn = conn
         self._id = stream_id
         self._request = request
-        self._messages = _Messages()
-        self._queued: list[Buffer] = []  # messages behind one that waits for admission
+        self._messages = MessageReader()
+        self._queued: list[list[memoryview]] = []  # messages behind one that waits for admission
         self._waiting: asyncio.Task[None] | None = None
         self._peer_done = False
         self._open = True
@@ -150,23 +180,22 @@ class _ProcessStream:
             return
         self._handle(found)
 
-    def _handle(self, found: list[Buffer]) -> None:
+    def _handle(self, found: list[list[memoryview]]) -> None:
         request = self._request
         for n, raw in enumerate(found):
-            chunk = messages.body_chunk(raw)
+            chunk = wire.body_chunk(raw)
             if chunk is not None:  # most messages: a body chunk, read without the runtime
                 kind, data, end = chunk
-                if kind == messages.REQUEST_CHUNK:
+                if kind == wire.REQUEST_CHUNK:
                     answers = request.request_chunk(data, end)
                 else:
                     answers = request.response_chunk(data, end)
             else:
                 try:
-                    message = ep.ProcessingRequest.FromString(raw)
-                except DecodeError:
+                    answers = request.on_serialized(_joined(raw))
+                except Malformed:
                     self._fail(INVALID_ARGUMENT, "not a ProcessingRequest")
                     return
-                answers = request.on_message(message)
             if answers is None:  # waits for an admission slot; what follows waits behind it
                 self._queued = found[n + 1 :]
                 self._waiting = asyncio.get_running_loop().create_task(self._admitted())
@@ -189,11 +218,29 @@ class _ProcessStream:
         self._handle(queued)
 
     def _send(self, answers: list[Answer]) -> None:
-        """The answers framed as gRPC messages, in one write: small ones joined, a large
-        serialized body handed to the socket as it is."""
-        parts: list[bytes] = []
-        small: list[bytes] = []
+        """The answers framed as gRPC messages, in one write: the small ones and the keys of a
+        body-carrying one joined, the body's own bytes handed to the socket as they are."""
+        parts: list[Buffer] = []
+        small: list[Buffer] = []
         for answer in answers:
+            if isinstance(answer, list):  # serialized as parts: keys and lengths, then body views
+                size = 0
+                for piece in answer:
+                    size += len(piece)
+                small.append(b"\x00" + size.to_bytes(4, "big"))
+                small.append(answer[0])
+                if len(answer) > 1:
+                    parts.append(b"".join(small))
+                    small = []
+                    for piece in answer[1:]:
+                        if len(piece) < 4096:
+                            small.append(piece)
+                        else:
+                            if small:
+                                parts.append(b"".join(small))
+                                small = []
+                            parts.append(piece)
+                continue
             payload = answer if isinstance(answer, bytes) else answer.SerializeToString()
             small.append(b"\x00" + len(payload).to_bytes(4, "big"))
             if len(payload) < 4096:
@@ -233,7 +280,7 @@ class _HealthCheck:
     def __init__(self, conn: h2.Connection, stream_id: int, statuses: dict[str, int]) -> None:
         self._conn = conn
         self._id = stream_id
-        self._messages = _Messages()
+        self._messages = MessageReader()
         self._statuses = statuses
 
     def on_data(self, data: Buffer, end: bool) -> None:
@@ -242,16 +289,15 @@ class _HealthCheck:
         except _Refused:
             found = []
         if found:
-            try:
-                service = health_pb2.HealthCheckRequest.FromString(found[0]).service
-            except DecodeError:
+            service = wire.health_service(_joined(found[0]))
+            if service is None:
                 _trailers_only(self._conn, self._id, INVALID_ARGUMENT, "not a HealthCheckRequest")
                 return
             status = self._statuses.get(service)
             if status is None:
                 _trailers_only(self._conn, self._id, NOT_FOUND, f"unknown service {service!r}")
                 return
-            answer = health_pb2.HealthCheckResponse(status=status).SerializeToString()
+            answer = wire.health_answer(status)
             self._conn.send_headers(self._id, RESPONSE_HEADERS)
             self._conn.send_data(self._id, _framed(answer))
             self._conn.send_headers(self._id, OK_TRAILERS, end=True)
@@ -278,11 +324,14 @@ def _trailers_only(conn: h2.Connection, stream_id: int, code: int, message: str)
 
 
 def services(
-    gateway: Gateway, statuses: dict[str, int], max_endpoints: int | None
+    gateway: Gateway,
+    statuses: dict[str, int],
+    max_endpoints: int | None,
+    on_lost: Callable[[h2.Connection], None] | None = None,
 ) -> Callable[[], h2.Connection]:
     """The protocol factory for ``loop.create_server``: each connection serves ``Process`` and
     ``Health/Check`` (``statuses``: service name -> ``HealthCheckResponse`` status, kept current
-    by the caller)."""
+    by the caller; ``on_lost``: called with a connection once it is gone)."""
 
     def open_stream(conn: h2.Connection, stream_id: int, headers: list[hpack.Header], end: bool) -> h2.Stream:
         path = next((v for k, v in headers if k == b":path"), b"")
@@ -297,4 +346,4 @@ def services(
             stream.on_data(b"", True)
         return stream
 
-    return lambda: h2.Connection(open_stream)
+    return lambda: h2.Connection(open_stream, on_lost)

@@ -3,18 +3,15 @@
 Header values travel in ``raw_value`` (bytes): Envoy fills it and reads it first, and bytes keep
 non-ASCII header values intact both ways.
 
-Answers that carry a body are written as protobuf wire bytes by hand (:data:`Answer` is a message
-or its serialized form): building them as messages copied the body once per nesting level, and
-the protobuf runtime's copies of a megabyte field cost about a millisecond each — 10 ms for one
-three-image body, more than everything else the picker does. By hand, the body is copied once,
-into the frame that carries it. Protobuf's merge rule (a message's serialized fields may be
-concatenated; the same embedded field twice merges) lets the small routing part be serialized by
-the runtime and the body appended.
+Answers that carry a body are written as protobuf wire bytes by hand (:mod:`.wire`;
+:data:`Answer` is a message or its serialized form). Protobuf's merge rule (a message's
+serialized fields may be concatenated; the same embedded field twice merges) lets the small
+routing part of a ``BUFFERED`` body answer be serialized by the runtime and the body appended.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
 from envoy.config.core.v3 import base_pb2
@@ -22,123 +19,20 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from mmgate.gateway.extproc import wire
+from mmgate.gateway.extproc.wire import Wire
 from mmgate.http.responses import Response
-from mmgate.request.pieces import Body, chunks
+from mmgate.request.pieces import Body
 
-DESTINATION = "x-gateway-destination-endpoint"
+DESTINATION = wire.DESTINATION
 SERVED = "x-gateway-destination-endpoint-served"
 SUBSET = "x-gateway-destination-endpoint-subset"
-LB_NAMESPACE = "envoy.lb"
+LB_NAMESPACE = wire.LB_NAMESPACE
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 FILTER_NAME = "envoy.filters.http.ext_proc"
 UPSTREAM_ADDRESS = "upstream.address"
-MAX_CHUNK = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
-
-Answer: TypeAlias = "ep.ProcessingResponse | bytes"
-"""A message to send back: built, or already serialized (the body-carrying ones)."""
-
-
-def _number(message: type, field: str) -> int:
-    return int(message.DESCRIPTOR.fields_by_name[field].number)  # type: ignore[attr-defined]
-
-
-_REQUEST_BODY = _number(ep.ProcessingResponse, "request_body")
-_RESPONSE_BODY = _number(ep.ProcessingResponse, "response_body")
-_COMMON = _number(ep.BodyResponse, "response")
-_BODY_MUTATION = _number(ep.CommonResponse, "body_mutation")
-_WHOLE_BODY = _number(ep.BodyMutation, "body")
-_STREAMED = _number(ep.BodyMutation, "streamed_response")
-_CHUNK = _number(ep.StreamedBodyResponse, "body")
-_END = _number(ep.StreamedBodyResponse, "end_of_stream")
-
-
-_REQUEST_BODY_IN = _number(ep.ProcessingRequest, "request_body")
-_RESPONSE_BODY_IN = _number(ep.ProcessingRequest, "response_body")
-_IN_BODY = _number(ep.HttpBody, "body")
-_IN_END = _number(ep.HttpBody, "end_of_stream")
-REQUEST_CHUNK, RESPONSE_CHUNK = _REQUEST_BODY_IN, _RESPONSE_BODY_IN
-
-
-def body_chunk(raw: bytes | memoryview) -> tuple[int, memoryview, bool] | None:
-    """A ``ProcessingRequest`` that is only a body chunk, read without the protobuf runtime:
-    (:data:`REQUEST_CHUNK` or :data:`RESPONSE_CHUNK`, the chunk as a view of ``raw``,
-    ``end_of_stream``). ``None`` for anything else — another kind, or any other field beside the
-    body (metadata, attributes) — which the caller parses whole. A body arrives as dozens of such
-    messages; parsing each with the runtime copied its bytes twice."""
-    view = memoryview(raw)
-    size = len(view)
-    if size < 2 or view[0] not in (_REQUEST_BODY_IN << 3 | 2, _RESPONSE_BODY_IN << 3 | 2):
-        return None
-    kind = view[0] >> 3
-    length, pos = _read_varint(view, 1)
-    if pos + length != size:
-        return None
-    chunk = view[pos:pos]
-    end = False
-    while pos < size:
-        key = view[pos]
-        if key == _IN_BODY << 3 | 2:
-            length, pos = _read_varint(view, pos + 1)
-            if pos + length > size:
-                return None
-            chunk = view[pos : pos + length]
-            pos += length
-        elif key == _IN_END << 3:
-            value, pos = _read_varint(view, pos + 1)
-            end = bool(value)
-        else:
-            return None
-    return kind, chunk, end
-
-
-def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(view):
-        byte = view[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    return -1, len(view) + 1  # truncated: no caller's bounds check passes
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _delimited(number: int, size: int) -> bytes:
-    """The key and length of a length-delimited field (wire type 2) of ``size`` bytes."""
-    return _varint(number << 3 | 2) + _varint(size)
-
-
-def _nested(path: Sequence[int], leaf: Sequence[bytes | memoryview], before: bytes = b"") -> bytes:
-    """``leaf`` (the innermost message's serialized fields) inside the embedded fields ``path``
-    (outermost first): each level's key and length, then the leaf, joined once (after
-    ``before``, other fields of the outermost message)."""
-    size = sum(len(piece) for piece in leaf)
-    heads = []
-    for number in reversed(path):
-        head = _delimited(number, size)
-        heads.append(head)
-        size += len(head)
-    heads.append(before)
-    heads.reverse()
-    return b"".join([*heads, *leaf])
-
-
-def _streamed_body(answer: int, piece: bytes | memoryview, end: bool) -> bytes:
-    leaf: list[bytes | memoryview] = []
-    if len(piece):
-        leaf += [_delimited(_CHUNK, len(piece)), piece]
-    if end:
-        leaf.append(_varint(_END << 3) + b"\x01")
-    return _nested((answer, _COMMON, _BODY_MUTATION, _STREAMED), leaf)
+Answer: TypeAlias = "ep.ProcessingResponse | bytes | Wire"
+"""A message to send back: built, or already serialized (the body-carrying ones, as parts)."""
 
 
 def header_pairs(headers: ep.HttpHeaders) -> list[tuple[str, str]]:
@@ -195,98 +89,48 @@ def _mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str] = ()
     )
 
 
-def _routing(
-    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
-) -> tuple[ep.CommonResponse, struct_pb2.Struct]:
-    metadata = struct_pb2.Struct()
-    metadata.update({LB_NAMESPACE: {DESTINATION: destination}})
-    common = ep.CommonResponse(
-        header_mutation=_mutation([(DESTINATION, destination), *set_headers], remove),
-        clear_route_cache=True,
-    )
-    return common, metadata
-
-
-def route_headers(
-    destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str]
-) -> ep.ProcessingResponse:
-    """The request-headers answer that routes: the destination header (and the same value in
-    dynamic metadata ``envoy.lb``, where GIE's protocol also puts it), the extra routing headers,
-    the client's routing headers removed, and the route cache cleared so Envoy picks the cluster
-    again with the new headers."""
-    common, metadata = _routing(destination, set_headers, remove)
-    return ep.ProcessingResponse(
-        request_headers=ep.HeadersResponse(response=common), dynamic_metadata=metadata
-    )
-
-
 def route_body(
     destination: str, set_headers: Sequence[tuple[str, str]], remove: Sequence[str], body: Body | None
 ) -> Answer:
-    """The same routing as :func:`route_headers`, as the answer to a ``BUFFERED`` request body
-    (Envoy still holds the headers, so their mutations apply): ``body`` replaces the client's
-    when given (one protobuf field: the pieces joined once), else the client's body goes as it
-    came, without crossing the picker again."""
-    common, metadata = _routing(destination, set_headers, remove)
-    routing = ep.ProcessingResponse(request_body=ep.BodyResponse(response=common), dynamic_metadata=metadata)
+    """The routing answer (:func:`.wire.routing`) to a ``BUFFERED`` request body (Envoy still
+    holds the headers, so their mutations apply): ``body`` replaces the client's when given (as
+    views of its pieces), else the client's body goes as it came, without crossing the picker
+    again."""
+    routing = wire.routing(wire.REQUEST_BODY_OUT, destination, set_headers, remove)
     if body is None:
         return routing
     pieces = [body] if isinstance(body, bytes) else list(body)
-    leaf = [_delimited(_WHOLE_BODY, len(body)), *pieces]
-    return _nested((_REQUEST_BODY, _COMMON, _BODY_MUTATION), leaf, before=routing.SerializeToString())
+    leaf = [wire.delimited(wire.WHOLE_BODY, len(body)), *pieces]
+    path = (wire.REQUEST_BODY_OUT, wire.COMMON, wire.BODY_MUTATION)
+    return wire.nested(path, leaf, before=routing)
 
 
-def continue_request_headers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(request_headers=ep.HeadersResponse(response=ep.CommonResponse()))
+# The answers that never vary, serialized once.
+_CONTINUE_REQUEST_HEADERS: bytes = ep.ProcessingResponse(
+    request_headers=ep.HeadersResponse(response=ep.CommonResponse())
+).SerializeToString()
+_CONTINUE_RESPONSE_BODY: bytes = ep.ProcessingResponse(
+    response_body=ep.BodyResponse(response=ep.CommonResponse())
+).SerializeToString()
+_REQUEST_TRAILERS: bytes = ep.ProcessingResponse(request_trailers=ep.TrailersResponse()).SerializeToString()
+_RESPONSE_TRAILERS: bytes = ep.ProcessingResponse(response_trailers=ep.TrailersResponse()).SerializeToString()
 
 
-def response_headers(set_headers: Sequence[tuple[str, str]]) -> ep.ProcessingResponse:
-    """The response-headers answer: the upstream's headers plus mmgate's own (which endpoint
-    served, the tokens priced), as the HTTP gateway adds them."""
-    common = ep.CommonResponse(header_mutation=_mutation(set_headers))
-    return ep.ProcessingResponse(response_headers=ep.HeadersResponse(response=common))
+def continue_request_headers() -> bytes:
+    return _CONTINUE_REQUEST_HEADERS
 
 
-def _slices(body: Body | memoryview) -> Iterator[bytes | memoryview]:
-    """``body`` in slices of at most :data:`MAX_CHUNK` bytes: views of the client's bytes when
-    it is one object, else copied once out of the pieces."""
-    if isinstance(body, (bytes, memoryview)):
-        whole = memoryview(body)
-        for start in range(0, len(body), MAX_CHUNK):
-            yield whole[start : start + MAX_CHUNK]
-    else:
-        yield from chunks(body, MAX_CHUNK)
-
-
-def request_body(body: Body, *, end: bool) -> list[Answer]:
-    """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`
-    (``FULL_DUPLEX_STREAMED``: what is not sent back, the upstream never gets)."""
-    return _streamed(_REQUEST_BODY, body, end)
-
-
-def response_body(body: bytes | memoryview, *, end: bool) -> list[Answer]:
-    """An upstream body chunk passed through to the client unchanged."""
-    return _streamed(_RESPONSE_BODY, body, end)
-
-
-def _streamed(answer: int, body: Body | memoryview, end: bool) -> list[Answer]:
-    if not body:
-        return [_streamed_body(answer, b"", end)]
-    last = (len(body) - 1) // MAX_CHUNK
-    return [_streamed_body(answer, piece, end and n == last) for n, piece in enumerate(_slices(body))]
-
-
-def continue_response_body() -> ep.ProcessingResponse:
+def continue_response_body() -> bytes:
     """The answer to a ``STREAMED`` (or ``BUFFERED``) response body chunk: pass it on as it is."""
-    return ep.ProcessingResponse(response_body=ep.BodyResponse(response=ep.CommonResponse()))
+    return _CONTINUE_RESPONSE_BODY
 
 
-def request_trailers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
+def request_trailers() -> bytes:
+    return _REQUEST_TRAILERS
 
 
-def response_trailers() -> ep.ProcessingResponse:
-    return ep.ProcessingResponse(response_trailers=ep.TrailersResponse())
+def response_trailers() -> bytes:
+    return _RESPONSE_TRAILERS
 
 
 def immediate(response: Response, details: str) -> ep.ProcessingResponse:

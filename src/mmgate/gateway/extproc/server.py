@@ -9,6 +9,12 @@ Health uses the standard gRPC health service with the three names GIE's protocol
 a scrape; re-evaluated twice a second) and ``envoy.service.ext_proc.v3.ExternalProcessor`` (the same
 as readiness), so Envoy or a Kubernetes gRPC probe can tell a picker with no fleet from a live one.
 ``/metrics``, ``/ready`` and ``/health`` are served over HTTP on the admin port, as in serve mode.
+
+Stopping drains before it closes (:meth:`Running.stop`): every health service answers NOT_SERVING
+while streams are still served for ``drain_s``, so a proxy health-checking its picker cluster
+marks this replica down and opens its new streams on another; then the gRPC connections get
+GOAWAY (no new streams) and the open streams up to ``grace_s`` to finish; whatever is still open
+then is cut.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -29,6 +36,7 @@ from mmgate.gateway.extproc import lean
 from mmgate.gateway.extproc.stream import RequestStream
 from mmgate.gateway.extproc.transport import Transport
 from mmgate.gateway.server import Gateway
+from mmgate.http import h2
 from mmgate.http.server import HttpServer
 
 log = logging.getLogger("mmgate.extproc")
@@ -54,7 +62,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 if answers is None:
                     answers = await stream.admitted()
                 for answer in answers:  # serialized ones parsed again: this is the reference path
-                    yield ep.ProcessingResponse.FromString(answer) if isinstance(answer, bytes) else answer
+                    if isinstance(answer, ep.ProcessingResponse):
+                        yield answer
+                    else:
+                        yield ep.ProcessingResponse.FromString(
+                            answer if isinstance(answer, bytes) else b"".join(answer)
+                        )
         finally:
             stream.close()
 
@@ -68,16 +81,21 @@ class Running:
     gateway: Gateway
     admin: HttpServer
     _set_health: Callable[[str, int], None]
-    _stop_grpc: Callable[[], Awaitable[None]]
+    _stop_grpc: Callable[[float], Awaitable[None]]
     _watch: asyncio.Task[None]
 
-    async def stop(self) -> None:
+    async def stop(self, *, drain_s: float = 0.0, grace_s: float = 1.0) -> None:
+        """Report NOT_SERVING and keep serving for ``drain_s`` (a proxy's health checks of its
+        picker cluster see it and send new streams elsewhere), then GOAWAY and ``grace_s`` for the
+        open streams, then close everything."""
         self._watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watch
         for name in ("", "liveness", "readiness", SERVICE):
             self._set_health(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await self._stop_grpc()
+        if drain_s > 0:
+            await asyncio.sleep(drain_s)
+        await self._stop_grpc(grace_s)
         await self.admin.close()
         await self.gateway.stop()
 
@@ -90,18 +108,20 @@ async def start(
     admin_port: int,
     max_endpoints: int | None = None,
     transport: Transport = "lean",
+    reuse_port: bool = False,
 ) -> Running:
     """Start the data layer, the gRPC server on ``host:port`` and the admin port (0: any free).
     ``max_endpoints``: the most endpoints a destination header lists (``None``: as many as the
-    picker chose)."""
+    picker chose); ``reuse_port``: share both ports with the other processes of ``--workers``
+    (SO_REUSEPORT: the kernel spreads connections over them)."""
     await gateway.start()
     try:
         if transport == "lean":
-            bound, set_health, stop_grpc = await _start_lean(gateway, host, port, max_endpoints)
+            bound, set_health, stop_grpc = await _start_lean(gateway, host, port, max_endpoints, reuse_port)
         else:
             bound, set_health, stop_grpc = await _start_grpcio(gateway, host, port, max_endpoints)
         admin = HttpServer(gateway.dispatcher(gateway.admin_routes()), gateway.settings.server_limits())
-        admin_bound = await admin.listen(host, admin_port)
+        admin_bound = await admin.listen(host, admin_port, reuse_port=reuse_port)
     except BaseException:
         await gateway.stop()
         raise
@@ -111,30 +131,42 @@ async def start(
 
 
 async def _start_lean(
-    gateway: Gateway, host: str, port: int, max_endpoints: int | None
-) -> tuple[int, Callable[[str, int], None], Callable[[], Awaitable[None]]]:
+    gateway: Gateway, host: str, port: int, max_endpoints: int | None, reuse_port: bool
+) -> tuple[int, Callable[[str, int], None], Callable[[float], Awaitable[None]]]:
     statuses: dict[str, int] = {}
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lean.services(gateway, statuses, max_endpoints), host, port, reuse_address=True
-    )
+    connections: set[h2.Connection] = set()  # asyncio keeps none for us; gone ones forget themselves
+    serve = lean.services(gateway, statuses, max_endpoints, on_lost=connections.discard)
+
+    def accept() -> h2.Connection:
+        conn = serve()
+        connections.add(conn)
+        return conn
+
+    server = await loop.create_server(accept, host, port, reuse_address=True, reuse_port=reuse_port or None)
     sock = server.sockets[0]
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def set_health(name: str, status: int) -> None:
         statuses[name] = status
 
-    async def stop() -> None:
-        server.close()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(server.wait_closed(), 1.0)
+    async def stop(grace_s: float) -> None:
+        server.close()  # no new connections; the open ones are ours to end (Python 3.11 keeps them)
+        open_ = list(connections)
+        for conn in open_:
+            conn.goaway()
+        deadline = time.monotonic() + grace_s
+        while any(not c.idle for c in open_) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in open_:
+            conn.close()
 
     return int(sock.getsockname()[1]), set_health, stop
 
 
 async def _start_grpcio(
     gateway: Gateway, host: str, port: int, max_endpoints: int | None
-) -> tuple[int, Callable[[str, int], None], Callable[[], Awaitable[None]]]:
+) -> tuple[int, Callable[[str, int], None], Callable[[float], Awaitable[None]]]:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -149,9 +181,9 @@ async def _start_grpcio(
         raise OSError(f"cannot listen on {host}:{port} for gRPC")
     await server.start()
 
-    async def stop() -> None:
+    async def stop(grace_s: float) -> None:
         checks.enter_graceful_shutdown()
-        await server.stop(grace=1.0)
+        await server.stop(grace=grace_s)  # GOAWAY, open RPCs get grace_s, then cancelled
 
     return bound, checks.set, stop
 

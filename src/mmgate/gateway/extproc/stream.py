@@ -30,15 +30,17 @@ OpenAI-shaped body the HTTP gateway would send.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import orjson
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from google.protobuf.message import DecodeError
 
 from mmgate.control.admission import Overloaded, client_key
 from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace, Usage
 from mmgate.errors import RequestError
-from mmgate.gateway.extproc import messages
+from mmgate.gateway.extproc import messages, wire
 from mmgate.gateway.server import MODEL_PREFIX, ROUTES, Gateway, model_in_path, not_found
 from mmgate.http.headers import (
     REQUEST_ID,
@@ -54,9 +56,14 @@ from mmgate.request.view import Api, RequestView
 
 log = logging.getLogger("mmgate.extproc")
 
+Buffer = bytes | memoryview
 USAGE_TAIL = 64 * 1024  # the end of a response kept to read its ``usage`` (never the whole body)
 FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = pm.ProcessingMode.BUFFERED
+
+
+class Malformed(ValueError):
+    """Bytes that do not parse as the message they should be."""
 
 
 class RequestStream:
@@ -78,7 +85,7 @@ class RequestStream:
         self.method = ""
         self.path = ""
         self.subset: list[str] | None = None
-        self._chunks: list[bytes | memoryview] = []  # the request body as it came, joined at its end
+        self._chunks: list[Buffer] = []  # the request body as it came, joined at its end
         self._size = 0
         self.api: Api | None = None
         self.view: RequestView | None = None
@@ -98,20 +105,29 @@ class RequestStream:
 
     # -- the request ----------------------------------------------------------------------------
 
+    def on_serialized(self, raw: Buffer) -> list[messages.Answer] | None:
+        """:meth:`on_message` for a ``ProcessingRequest``'s wire bytes (:class:`Malformed` if
+        they are not one)."""
+        try:
+            message = ep.ProcessingRequest.FromString(raw)
+        except DecodeError:
+            raise Malformed("not a ProcessingRequest") from None
+        return self.on_message(message)
+
     def on_message(self, message: ep.ProcessingRequest) -> list[messages.Answer] | None:
         kind = message.WhichOneof("request")
         if kind == "request_headers":
             return self._request_headers(message)
         if kind == "request_body":
             body = message.request_body
-            return self.request_chunk(body.body, body.end_of_stream)
+            return self.request_chunk([body.body], body.end_of_stream)
         if kind == "request_trailers":
             return [messages.request_trailers()]
         if kind == "response_headers":
             return self._response_headers(message)
         if kind == "response_body":
             body = message.response_body
-            return self.response_chunk(body.body, body.end_of_stream)
+            return self.response_chunk([body.body], body.end_of_stream)
         if kind == "response_trailers":
             self._end(ok=True)
             return [messages.response_trailers()]
@@ -152,14 +168,14 @@ class RequestStream:
         known = [*ROUTES, "/v1/models", "/health"]
         return self._immediate(not_found(self.method, self.path, known), "mmgate_not_found")
 
-    def request_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer] | None:
+    def request_chunk(self, chunk: Sequence[Buffer], end: bool) -> list[messages.Answer] | None:
         """A request body message (:meth:`on_message` for one the transport read without the
-        protobuf runtime: ``chunk`` may be a view of the bytes received)."""
+        protobuf runtime: ``chunk`` is its consecutive parts, views of the bytes received)."""
         if self.done:
             return []
-        if chunk:
-            self._chunks.append(chunk)
-            self._size += len(chunk)
+        for part in chunk:
+            self._chunks.append(part)
+            self._size += len(part)
         limit = self.gateway.settings.max_body_bytes
         if self._size > limit:
             self._chunks.clear()
@@ -240,8 +256,8 @@ class RequestStream:
             remove.extend(n for n in TRACE_CONTEXT_HEADERS if n in self.headers and n not in ours)
         if self.request_mode != FULL_DUPLEX:  # one answer; the body only when it changed
             return [messages.route_body(destination, extra, remove, None if body is whole else body)]
-        out = [messages.route_headers(destination, extra, remove)]
-        out.extend(messages.request_body(body, end=True))
+        out: list[messages.Answer] = [wire.routing(wire.REQUEST_HEADERS_OUT, destination, extra, remove)]
+        out.extend(wire.request_body(body, end=True))
         return out
 
     # -- the response ---------------------------------------------------------------------------
@@ -264,18 +280,20 @@ class RequestStream:
         if message.response_headers.end_of_stream:
             self._first_byte()
             self._end(ok=True)
-        return [messages.response_headers(mine)]
+        return [wire.response_headers(mine)]
 
-    def response_chunk(self, chunk: bytes | memoryview, end: bool) -> list[messages.Answer]:
+    def response_chunk(self, chunk: Sequence[Buffer], end: bool) -> list[messages.Answer]:
         """A response body message (as :meth:`request_chunk`)."""
         self._first_byte()
-        if chunk:
-            self.sent += len(chunk)
-            self.tail += chunk
-            if len(self.tail) > USAGE_TAIL:
-                del self.tail[: len(self.tail) - USAGE_TAIL]
+        tail = self.tail
+        for part in chunk:
+            self.sent += len(part)
+            tail += part
+        if len(tail) > USAGE_TAIL:
+            del tail[: len(tail) - USAGE_TAIL]
+        out: list[messages.Answer]
         if self.response_mode == FULL_DUPLEX:  # what mmgate does not send back, the client never gets
-            out = messages.response_body(chunk, end=end)
+            out = list(wire.response_body(chunk, end=end))
         else:  # STREAMED or BUFFERED: an empty answer leaves the chunk as it is
             out = [messages.continue_response_body()]
         if end:

@@ -1,0 +1,368 @@
+"""The protobuf messages the picker reads and writes by hand: ext_proc's body-carrying ones
+(both ways), the routing and response-headers answers, and gRPC health's two.
+
+A body crosses the picker twice in ``FULL_DUPLEX_STREAMED`` (Envoy sends it, the picker sends
+it back for the upstream), as megabytes for a request with inline images. The protobuf runtime
+copies a bytes field on every parse and at every nesting level it serializes (about a
+millisecond per copy of a megabyte): ten milliseconds for one three-image body, more than all
+else the picker does. Here a body chunk is read as views of the frames it arrived in, and an
+answer is written as a few bytes of keys and lengths followed by views of the body, so the
+body's bytes are not copied between the socket read and the socket write (protobuf encoding,
+https://protobuf.dev/programming-guides/encoding/: a length-delimited field is its key, its
+length as a varint, its bytes; an embedded message is such a field).
+
+Free of the protobuf runtime and Envoy's generated modules on purpose: this module is compiled
+with mypyc (:mod:`mmgate.compiled`), and pip's isolated build has neither. The field numbers
+below are ``envoy.service.ext_proc.v3``'s and ``grpc.health.v1``'s; a test checks them
+against the generated descriptors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, TypeAlias
+
+from mmgate.request.pieces import Body
+
+MAX_CHUNK: Final = 62_000  # body chunks sent back to Envoy stay under this (llm-d's EPP does the same)
+
+Buffer: TypeAlias = "bytes | memoryview"
+Wire: TypeAlias = "list[bytes | memoryview]"
+"""A serialized message as consecutive parts (a body-carrying answer: its few bytes of keys and
+lengths, then views of the body)."""
+
+# ProcessingResponse.request_body / .response_body -> BodyResponse.response -> CommonResponse
+# .body_mutation -> BodyMutation.body (BUFFERED) or .streamed_response -> StreamedBodyResponse
+REQUEST_BODY_OUT: Final = 3
+RESPONSE_BODY_OUT: Final = 4
+COMMON: Final = 1
+BODY_MUTATION: Final = 3
+WHOLE_BODY: Final = 1
+STREAMED: Final = 3
+CHUNK: Final = 1
+CHUNK_END: Final = 2
+# ProcessingRequest.request_body / .response_body (an HttpBody: body, end_of_stream)
+REQUEST_CHUNK: Final = 4
+RESPONSE_CHUNK: Final = 5
+IN_BODY: Final = 1
+IN_END: Final = 2
+REQUEST_KINDS: Final = frozenset(range(2, 8))  # ProcessingRequest's ``request`` oneof: 2..7
+# ProcessingResponse.request_headers / .response_headers / .dynamic_metadata; HeadersResponse and
+# BodyResponse carry a CommonResponse in field 1 (COMMON)
+REQUEST_HEADERS_OUT: Final = 1
+RESPONSE_HEADERS_OUT: Final = 2
+DYNAMIC_METADATA: Final = 8
+HEADER_MUTATION: Final = 2  # CommonResponse.header_mutation
+CLEAR_ROUTE_CACHE: Final = 5  # CommonResponse.clear_route_cache
+SET_HEADERS: Final = 1  # HeaderMutation.set_headers (HeaderValueOption)
+REMOVE_HEADERS: Final = 2  # HeaderMutation.remove_headers
+OPTION_HEADER: Final = 1  # HeaderValueOption.header (HeaderValue)
+OPTION_APPEND_ACTION: Final = 3  # HeaderValueOption.append_action
+OVERWRITE_IF_EXISTS_OR_ADD: Final = 2
+HEADER_KEY: Final = 1  # HeaderValue.key
+HEADER_RAW_VALUE: Final = 3  # HeaderValue.raw_value
+STRUCT_FIELDS: Final = 1  # google.protobuf.Struct.fields: map entries of key (1) and value (2)
+ENTRY_KEY: Final = 1
+ENTRY_VALUE: Final = 2
+VALUE_STRING: Final = 3  # google.protobuf.Value.string_value
+VALUE_STRUCT: Final = 5  # google.protobuf.Value.struct_value
+DESTINATION: Final = "x-gateway-destination-endpoint"  # the endpoint-picker protocol's header
+LB_NAMESPACE: Final = "envoy.lb"  # ... and the dynamic metadata namespace holding it too
+HEALTH_SERVICE: Final = 1  # HealthCheckRequest.service, HealthCheckResponse.status
+HEALTH_STATUS: Final = 1
+
+_TAIL_LIMIT: Final = 64 * 1024  # fields after a body chunk read by hand; more goes to the runtime
+
+
+def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], bool] | None:
+    """A ``ProcessingRequest`` that is a body chunk, read without the protobuf runtime:
+    (:data:`REQUEST_CHUNK` or :data:`RESPONSE_CHUNK`, the chunk as views of ``raw``,
+    ``end_of_stream``). ``raw`` is the message's bytes, or their consecutive parts (a message
+    received over several frames: Envoy sends a megabyte body message in 16 KiB frames), never
+    joined. Fields beside the body (``metadata_context``, which Envoy sends with every message,
+    and ``attributes``) are skipped: the picker reads them on the headers messages only. ``None``
+    for anything else (another kind, a field of ``HttpBody`` other than the body and its end,
+    a malformed message), which the caller parses whole. Parsing each chunk with the runtime
+    copied its megabyte twice."""
+    parts = [memoryview(raw)] if isinstance(raw, (bytes, memoryview)) else [memoryview(p) for p in raw]
+    size = 0
+    for part in parts:
+        size += len(part)
+    head = _span(parts, 0, min(size, 24))
+    if len(head) < 2 or head[0] not in (REQUEST_CHUNK << 3 | 2, RESPONSE_CHUNK << 3 | 2):
+        return None
+    kind = head[0] >> 3
+    inner, pos = _read_varint(head, 1)
+    inner_end = pos + inner
+    if inner < 0 or inner_end > size:
+        return None
+    chunk: list[memoryview] = []
+    after = pos
+    if pos < inner_end and head[pos] == IN_BODY << 3 | 2:
+        length, after = _read_varint(head, pos + 1)
+        if length < 0 or after + length > inner_end:
+            return None
+        chunk = _slice(parts, after, after + length)
+        after += length
+    if size - after > _TAIL_LIMIT:
+        return None
+    tail = _span(parts, after, size)
+    end = False
+    pos = 0
+    inner_end -= after
+    while pos < inner_end:  # the rest of HttpBody: only end_of_stream is expected
+        if tail[pos] != IN_END << 3:
+            return None
+        value, pos = _read_varint(tail, pos + 1)
+        end = bool(value)
+    if pos != inner_end:
+        return None
+    while pos < len(tail):  # the message's other fields: skipped (never another request kind)
+        key, pos = _read_varint(tail, pos)
+        if key < 0 or key >> 3 in REQUEST_KINDS:
+            return None
+        wire = key & 7
+        if wire == 0:
+            _, pos = _read_varint(tail, pos)
+        elif wire == 2:
+            length, pos = _read_varint(tail, pos)
+            pos = pos + length if length >= 0 else len(tail) + 1
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+        else:
+            return None
+    if pos != len(tail):
+        return None
+    return kind, chunk, end
+
+
+def _slice(parts: Sequence[memoryview], start: int, stop: int) -> list[memoryview]:
+    """Bytes ``start:stop`` of the consecutive ``parts``, as views (no copy)."""
+    out = []
+    offset = 0
+    for part in parts:
+        size = len(part)
+        if offset + size > start and offset < stop:
+            out.append(part[max(start - offset, 0) : min(stop - offset, size)])
+        offset += size
+        if offset >= stop:
+            break
+    return out
+
+
+def _span(parts: Sequence[memoryview], start: int, stop: int) -> memoryview:
+    """Bytes ``start:stop`` of the consecutive ``parts`` as one view (copied only when they
+    straddle parts: callers ask for a few bytes)."""
+    pieces = _slice(parts, start, stop)
+    if len(pieces) == 1:
+        return pieces[0]
+    return memoryview(b"".join(pieces))
+
+
+def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < len(view):
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    return -1, len(view) + 1  # truncated: no caller's bounds check passes
+
+
+_ONE_BYTE: Final = [bytes((n,)) for n in range(0x80)]
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out: list[int] = []
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def delimited(number: int, size: int) -> bytes:
+    """The key and length of a length-delimited field (wire type 2) of ``size`` bytes."""
+    return _varint(number << 3 | 2) + _varint(size)
+
+
+def nested(path: Sequence[int], leaf: Sequence[Buffer], before: bytes = b"") -> Wire:
+    """``leaf`` (the innermost message's serialized fields) inside the embedded fields ``path``
+    (outermost first): the keys and lengths of every level (after ``before``, other fields of
+    the outermost message) as one small ``bytes``, then the leaf's parts as they are."""
+    size = 0
+    for piece in leaf:
+        size += len(piece)
+    return [before + _heads(path, size), *leaf]
+
+
+def _heads(path: Sequence[int], size: int) -> bytes:
+    """The keys and lengths of the embedded fields ``path`` (outermost first) around ``size``
+    bytes of the innermost message."""
+    heads: list[bytes] = []
+    for number in reversed(path):
+        head = delimited(number, size)
+        heads.append(head)
+        size += len(head)
+    heads.reverse()
+    return b"".join(heads)
+
+
+_END_TRUE: Final = _varint(CHUNK_END << 3) + b"\x01"
+
+
+_HEADS: Final[dict[int, bytes]] = {}  # streamed_body's keys and lengths, by answer, size and end
+_HEADS_KEPT: Final = 4096
+
+
+def streamed_body(answer: int, pieces: Sequence[Buffer], size: int, end: bool) -> Wire:
+    """A ``StreamedBodyResponse`` of ``size`` bytes (``pieces``) in the ``answer`` field: the
+    bytes in front of the body depend on these three only, so they are built once (a body goes
+    back in equal chunks; responses repeat their sizes)."""
+    key = size << 4 | answer << 1 | end
+    head = _HEADS.get(key)
+    if head is None:
+        chunk = delimited(CHUNK, size) if size else b""
+        tail = _END_TRUE if end else b""
+        head = _heads((answer, COMMON, BODY_MUTATION, STREAMED), len(chunk) + size + len(tail)) + chunk
+        if len(_HEADS) >= _HEADS_KEPT:
+            _HEADS.clear()
+        _HEADS[key] = head
+    out: list[Buffer] = [head, *pieces]
+    if end:
+        out.append(_END_TRUE)
+    return out
+
+
+def _slices(body: Body | Sequence[Buffer], size: int) -> Iterator[tuple[list[Buffer], int]]:
+    """``body`` in consecutive slices of at most ``size`` bytes, each as views of the body's own
+    bytes (never copied: the socket writes them as they are) and its length."""
+    pieces: Iterable[Buffer] = [body] if isinstance(body, bytes) else body
+    held: list[Buffer] = []
+    room = size
+    for piece in pieces:
+        view = memoryview(piece)
+        length = len(view)
+        start = 0
+        while start < length:
+            take = min(room, length - start)
+            held.append(view if take == length else view[start : start + take])
+            start += take
+            room -= take
+            if not room:
+                yield held, size
+                held = []
+                room = size
+    if held:
+        yield held, size - room
+
+
+def request_body(body: Body, *, end: bool) -> list[Wire]:
+    """``body`` streamed back to Envoy for the upstream, in chunks of at most :data:`MAX_CHUNK`
+    (``FULL_DUPLEX_STREAMED``: what is not sent back, the upstream never gets)."""
+    return _streamed(REQUEST_BODY_OUT, body, len(body), end)
+
+
+def response_body(body: Sequence[Buffer], *, end: bool) -> list[Wire]:
+    """An upstream body chunk (its parts) passed through to the client unchanged."""
+    size = 0
+    for piece in body:
+        size += len(piece)
+    if size <= MAX_CHUNK:  # the usual case: one answer around the chunk as it came
+        return [streamed_body(RESPONSE_BODY_OUT, body, size, end)]
+    return _streamed(RESPONSE_BODY_OUT, body, size, end)
+
+
+def _streamed(answer: int, body: Body | Sequence[Buffer], size: int, end: bool) -> list[Wire]:
+    if not size:
+        return [streamed_body(answer, (), 0, end)]
+    last = (size - 1) // MAX_CHUNK
+    return [
+        streamed_body(answer, pieces, length, end and n == last)
+        for n, (pieces, length) in enumerate(_slices(body, MAX_CHUNK))
+    ]
+
+
+def health_service(raw: Buffer) -> str | None:
+    """The ``service`` of a ``grpc.health.v1.HealthCheckRequest`` (its only field; ``""`` when
+    absent), ``None`` when ``raw`` is not one. Unknown fields are skipped as the runtime does."""
+    view = memoryview(raw)
+    service = ""
+    pos = 0
+    while pos < len(view):
+        key, pos = _read_varint(view, pos)
+        if key < 0:
+            return None
+        wire_type = key & 7
+        if wire_type == 2:
+            length, pos = _read_varint(view, pos)
+            if length < 0 or pos + length > len(view):
+                return None
+            if key >> 3 == HEALTH_SERVICE:
+                try:
+                    service = str(view[pos : pos + length], "utf-8")
+                except UnicodeDecodeError:
+                    return None
+            pos += length
+        elif wire_type == 0:
+            _, pos = _read_varint(view, pos)
+        elif wire_type == 1 or wire_type == 5:
+            pos += 8 if wire_type == 1 else 4
+        else:
+            return None
+    return service if pos == len(view) else None
+
+
+def health_answer(status: int) -> bytes:
+    """A ``grpc.health.v1.HealthCheckResponse`` with ``status`` (proto3 leaves 0 out)."""
+    return _varint(HEALTH_STATUS << 3) + _varint(status) if status else b""
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited field: a string, bytes, or an embedded message's serialized form."""
+    return delimited(number, len(data)) + data
+
+
+_OVERWRITE: Final = _varint(OPTION_APPEND_ACTION << 3) + _varint(OVERWRITE_IF_EXISTS_OR_ADD)
+_CLEAR_ROUTE_CACHE: Final = _varint(CLEAR_ROUTE_CACHE << 3) + b"\x01"
+
+
+def header_mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str] = ()) -> bytes:
+    """A ``HeaderMutation``: each header set (``raw_value``, overwriting a header of the same
+    name or adding it), then the names to remove. Values are Latin-1 (header bytes as the HTTP
+    layer keeps them), as Envoy reads ``raw_value`` first."""
+    parts: list[bytes] = []
+    for name, value in set_headers:
+        header = _field(HEADER_KEY, name.encode()) if name else b""
+        if value:
+            header += _field(HEADER_RAW_VALUE, value.encode("latin-1"))
+        parts.append(_field(SET_HEADERS, _field(OPTION_HEADER, header) + _OVERWRITE))
+    for name in remove:
+        parts.append(_field(REMOVE_HEADERS, name.encode()))
+    return b"".join(parts)
+
+
+def routing(
+    answer: int, destination: str, set_headers: Iterable[tuple[str, str]], remove: Iterable[str]
+) -> bytes:
+    """The answer (``REQUEST_HEADERS_OUT``, or ``REQUEST_BODY_OUT`` for a ``BUFFERED`` body) that
+    routes: the destination in the header and in the dynamic metadata ``envoy.lb`` (the
+    endpoint-picker protocol puts it in both), the extra routing headers set, the client's
+    routing headers removed, and the route cache cleared so Envoy picks the cluster again."""
+    mutation = header_mutation([(DESTINATION, destination), *set_headers], remove)
+    common = _field(HEADER_MUTATION, mutation) + _CLEAR_ROUTE_CACHE
+    value = _field(VALUE_STRING, destination.encode())  # a oneof member: written even when empty
+    inner = _field(STRUCT_FIELDS, _field(ENTRY_KEY, DESTINATION.encode()) + _field(ENTRY_VALUE, value))
+    lb = _field(VALUE_STRUCT, inner)
+    metadata = _field(STRUCT_FIELDS, _field(ENTRY_KEY, LB_NAMESPACE.encode()) + _field(ENTRY_VALUE, lb))
+    return _field(answer, _field(COMMON, common)) + _field(DYNAMIC_METADATA, metadata)
+
+
+def response_headers(set_headers: Iterable[tuple[str, str]]) -> bytes:
+    """The response-headers answer that adds ``set_headers`` to the upstream's."""
+    common = _field(HEADER_MUTATION, header_mutation(set_headers))
+    return _field(RESPONSE_HEADERS_OUT, _field(COMMON, common))
