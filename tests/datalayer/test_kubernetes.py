@@ -4,7 +4,6 @@ the real ``kubernetes_asyncio`` client and a real kubeconfig file."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,6 @@ from support.kubeapi import FakeKubeAPI, inference_pool, pod
 from support.waiting import until
 
 APP = {"app": "vllm"}
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[FakeKubeAPI]:
-    server = FakeKubeAPI()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture

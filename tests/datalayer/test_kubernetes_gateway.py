@@ -19,7 +19,8 @@ from mmgate.config import parse_config
 from mmgate.gateway.app import build_gateway, start
 from mmgate.sim.fleet import SimFleet
 from mmgate.sim.spec import PodSpec
-from support.kubeapi import FakeKubeAPI, inference_pool, pod
+from support.flow import flow_config
+from support.kubeapi import FakeKubeAPI, inference_objective, inference_pool, pod
 from support.stack import ROUND_ROBIN
 from support.waiting import until
 
@@ -45,8 +46,9 @@ def shared_port(hosts: list[str]) -> int:
     raise RuntimeError("no shared free port")
 
 
-async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path) -> None:
-    hosts = ["127.0.0.2", "127.0.0.3"]
+async def pool_of_pods(hosts: list[str], tmp_path: Path) -> tuple[FakeKubeAPI, SimFleet, int, Path]:
+    """A started simulated pod on each of ``hosts`` (one shared port), and a started API server
+    whose InferencePool ``vlm`` selects them; a kubeconfig file pointing at it."""
     port = shared_port(hosts)
     fleet = SimFleet(
         [PodSpec(name=f"pod-{i}", host=h, port=port, profile="fast") for i, h in enumerate(hosts)]
@@ -59,6 +61,12 @@ async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path)
     await api.put("inferencepools", inference_pool("vlm", {"app": "vllm"}, [port]))
     for i, host in enumerate(hosts):
         await api.put("pods", pod(f"vllm-{i}", host, labels={"app": "vllm"}))
+    return api, fleet, port, kubeconfig
+
+
+async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path) -> None:
+    hosts = ["127.0.0.2", "127.0.0.3"]
+    api, fleet, port, kubeconfig = await pool_of_pods(hosts, tmp_path)
 
     doc = yaml.safe_load(ROUND_ROBIN)
     doc["mmgate"] = {
@@ -94,6 +102,42 @@ async def test_gateway_follows_the_pool_and_forgets_deleted_pods(tmp_path: Path)
             async with session.get(running.url + "/ready") as resp:
                 ready = await resp.json()
             assert set(ready["endpoints"]) == {f"127.0.0.2:{port}"}
+    finally:
+        await running.stop()
+        await fleet.stop()
+        await api.stop()
+        await asyncio.sleep(0)
+
+
+async def test_flow_control_takes_the_pools_inference_objectives(tmp_path: Path) -> None:
+    api, fleet, _, kubeconfig = await pool_of_pods(["127.0.0.2"], tmp_path)
+    await api.put("inferenceobjectives", inference_objective("premium", "vlm", 10))
+    await api.put("inferenceobjectives", inference_objective("standard", "vlm", 3))  # over the file's
+
+    doc = yaml.safe_load(flow_config())
+    doc["mmgate"]["port"] = 0
+    doc["mmgate"]["kubernetes"] = {"namespace": "ns", "inferencePool": "vlm", "kubeconfig": str(kubeconfig)}
+    gateway = build_gateway(parse_config(doc, source="<test>"))
+    gateway.settings.access_log = False
+    running = await start(gateway, port=0)
+    flow = running.gateway.controller.flow
+    assert flow is not None
+    try:
+        await until(lambda: "premium" in flow.classifier.objectives, "the objectives listed")
+        assert flow.classifier.objectives["standard"].priority == 3  # the resource wins
+        assert flow.classifier.objectives["critical"].priority == 10  # the file's others stay
+        records = running.gateway.data.registry.records
+        await until(lambda: len(records()) == 1 and all(r.models for r in records()), "the pod scraped")
+        body = orjson.dumps(
+            {"model": fleet.pods[0].model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        )
+        async with aiohttp.ClientSession() as session:
+            for objective in ("premium", "standard"):
+                headers = {"x-gateway-inference-objective": objective}
+                url = running.url + "/v1/chat/completions"
+                async with session.post(url, data=body, headers=headers) as r:
+                    assert r.status == 200, await r.text()
+        assert flow.dispatcher.stats.dispatched == {10: 1, 3: 1}
     finally:
         await running.stop()
         await fleet.stop()

@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from mmgate.config import parse_config
-from mmgate.datalayer.kubernetes import pool_target
+from mmgate.datalayer.kubernetes import POOL_GROUP, pool_target
+from mmgate.datalayer.objectives import GROUP as OBJECTIVE_GROUP
 from mmgate.gateway.app import build_gateway
 from mmgate.scheduling import build_scheduler
 from support.processes import REPO
@@ -120,13 +121,28 @@ def test_embedded_mmgate_configs_build_a_scheduler() -> None:
     assert found >= 1
 
 
-def test_rbac_only_reads_pods_and_pools() -> None:
+READ = {  # what mmgate reads, by API group: the groups its code asks (kubernetes.py, objectives.py)
+    "": {"pods"},
+    POOL_GROUP: {"inferencepools"},
+    OBJECTIVE_GROUP: {"inferenceobjectives"},
+}
+
+
+def test_rbac_only_reads_pods_pools_and_objectives_in_their_groups() -> None:
+    roles = 0
     for where, doc in documents():
         if doc["kind"] not in ("Role", "ClusterRole"):
             continue
+        granted: set[tuple[str, str]] = set()
         for rule in doc["rules"]:
-            assert set(rule["verbs"]) <= {"get", "list", "watch"}, where
-            assert set(rule["resources"]) <= {"pods", "inferencepools"}, where
+            assert set(rule["verbs"]) == {"get", "list", "watch"}, where
+            for group in rule["apiGroups"]:
+                assert set(rule["resources"]) <= READ[group], (where, group)
+                granted |= {(group, r) for r in rule["resources"]}
+        if (POOL_GROUP, "inferencepools") in granted:  # discovery by pool: its objectives too
+            assert (OBJECTIVE_GROUP, "inferenceobjectives") in granted, where
+            roles += 1
+    assert roles >= 1
 
 
 def test_mmgate_containers_are_probed_and_not_root() -> None:

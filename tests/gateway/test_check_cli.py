@@ -6,7 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import yaml
+
+from mmgate.config import parse_config
+from mmgate.gateway.config_check import describe_flow
 from support.configs import THREE_MISTAKES
+from support.flow import flow_config
 from support.processes import REPO, mmgate_command, subprocess_env
 
 EXAMPLES = REPO / "examples"
@@ -124,3 +129,12 @@ def test_json_has_one_shape_for_one_or_several_files_good_or_bad(tmp_path: Path)
     assert list(one) == ["configs", "errors"] and one["errors"] == [] and len(one["configs"]) == 1
     only_bad = json.loads(check(str(bad), "--json").stdout)
     assert one["configs"][0] == data["configs"][0] and only_bad["configs"] == []
+
+
+def test_check_shows_the_flow_objectives_and_where_a_priority_comes_from() -> None:
+    doc = yaml.safe_load(flow_config())
+    doc["mmgate"]["kubernetes"] = {"namespace": "prod", "inferencePool": "vlm"}
+    rows = {plugin: given for _, plugin, given in describe_flow(parse_config(doc, source="<t>"))}
+    assert rows["objective critical"] == "priority=10" and rows["objective batch"] == "priority=-1"
+    assert rows["objectives from Kubernetes"] == "InferenceObjectives of pool vlm in prod, over the file's"
+    assert "API key's objective/priority" in rows["priority from"]

@@ -23,7 +23,7 @@ from mmgate.cli import main
 from mmgate.config import parse_config
 from mmgate.config.strict import ConfigError
 from mmgate.control.admission import Admission, Overloaded
-from mmgate.control.apikeys import Identity, KeyStore, hash_key
+from mmgate.control.apikeys import Identity, KeyStore, hash_key, load_keys
 from mmgate.errors import RequestError
 from mmgate.gateway.app import Running, build_gateway, keys_of, start
 from mmgate.scheduling import EndpointState, SchedulingRequest
@@ -259,3 +259,17 @@ def test_a_bad_keys_file_is_a_config_error_naming_the_key(tmp_path: Path) -> Non
     config = parse_config(yaml.safe_load(CONFIG + f"mmgate:\n  auth:\n    keysFile: {path}\n"), source="<t>")
     with pytest.raises(ConfigError, match=r"mmgate\.auth\.keysFile.*sha256 hex digest"):
         keys_of(config.mmgate)
+
+
+def test_keys_add_writes_a_flow_control_default_objective_or_priority(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.yaml"
+    gold = add_key(path, "--tenant", "gold", "--objective", "interactive")
+    bulk = add_key(path, "--tenant", "bulk", "--priority", "-1")
+    keys = load_keys(path)
+    assert keys[hash_key(gold)].objective == "interactive" and keys[hash_key(gold)].priority is None
+    assert keys[hash_key(bulk)].priority == -1 and keys[hash_key(bulk)].objective is None
+    with pytest.raises(SystemExit) as exited:  # one or the other
+        main(["keys", "add", str(path), "--tenant", "x", "--objective", "a", "--priority", "1"])
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

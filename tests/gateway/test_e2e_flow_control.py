@@ -10,10 +10,13 @@ pod is slowed down so a request lasts long enough to hold the others behind it."
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 
+from mmgate.control.apikeys import hash_key
 from mmgate.control.flow import FlowDispatcher
 from support.flow import flow_config as config
 from support.stack import Reply, Stack, chat_body, stack
@@ -161,3 +164,72 @@ async def test_every_accepted_request_gets_an_answer() -> None:
         d = dispatcher(s)
         assert (d.count, d.bytes) == (0, 0)
         assert s.running.gateway.controller.inflight == 0
+
+
+async def test_an_api_keys_default_objective_or_priority_classifies_requests_that_name_none(
+    tmp_path: Path,
+) -> None:
+    keys = {"gold-key": {"objective": "critical"}, "bulk-key": {"priority": -1}, "plain-key": {}}
+    path = tmp_path / "keys.yaml"
+    entries = [{"sha256": hash_key(k), "tenant": k.split("-")[0], **extra} for k, extra in keys.items()]
+    path.write_text(yaml.safe_dump({"keys": entries}))
+    auth = f"  auth:\n    keysFile: {path}\n    reloadIntervalS: 0\n"
+    async with stack(config() + auth, **SLOW) as s:
+
+        async def send(key: str, objective: str | None = None) -> Reply:
+            headers = {"Authorization": f"Bearer {key}"}
+            if objective is not None:
+                headers["x-gateway-inference-objective"] = objective
+            body = chat_body(s.model, key)
+            async with s.session.post(s.url + "/v1/chat/completions", data=body, headers=headers) as resp:
+                return Reply(resp.status, "", 0, await resp.read())
+
+        pod = s.fleet.urls[0].removeprefix("http://")
+        blocker = asyncio.create_task(send("plain-key"))
+        await until(lambda: (d := dispatcher(s).loads.get(pod)) is not None and d.requests == 1, "taken")
+        # The bulk key's requests are sheddable by default: refused at once under saturation...
+        shed = await send("bulk-key")
+        assert shed.status == 429 and orjson.loads(shed.body)["error"]["code"] == "flow_control_shed"
+        # ... unless the request names an objective itself: the header comes first.
+        named = asyncio.create_task(send("bulk-key", "standard"))
+        await held(s, 1)
+        # The gold key's default objective is critical: it goes first. An unknown name counts as
+        # none (llm-d's rule): the key's default applies, and it is not a 400.
+        gold = asyncio.create_task(send("gold-key", "no-such-objective"))
+        await held(s, 2)
+        plain = asyncio.create_task(send("plain-key"))  # no default: priority 0
+        await held(s, 3)
+        replies = await asyncio.gather(blocker, named, gold, plain)
+        assert [r.status for r in replies] == [200] * 4
+        assert dispatcher(s).stats.held_dispatched == {10: 1, 0: 2}
+        assert dispatcher(s).stats.rejected == {(-1, "shed"): 1}
+
+
+async def test_serve_charges_the_output_the_answer_reports_instead_of_max_tokens() -> None:
+    async with stack(config()) as s:
+        charged: list[float] = []
+        d = dispatcher(s)
+        d.charge = lambda priority, fairness_id, cost: charged.append(cost)  # type: ignore[method-assign]
+        rate = 2000.0  # media-cost-fairness-policy's outputTokensPerSecond (its default)
+        url = s.url + "/v1/chat/completions"
+
+        async def send(**extra: object) -> bytes:
+            body = chat_body(s.model, "count", max_tokens=300, **extra)
+            async with s.session.post(url, data=body) as resp:
+                assert resp.status == 200
+                return await resp.read()
+
+        # A JSON answer's usage.
+        answer = orjson.loads(await send())
+        observed = answer["usage"]["completion_tokens"]
+        assert charged[-1] == pytest.approx((observed - 300) / rate)
+        # A stream's usage event, asked for with stream_options.include_usage.
+        events = (await send(stream=True, stream_options={"include_usage": True})).split(b"\n\n")
+        usage = [orjson.loads(e[6:]).get("usage") for e in events if e.startswith(b"data: {")]
+        observed = usage[-1]["completion_tokens"]
+        assert charged[-1] == pytest.approx((observed - 300) / rate)
+        # A stream without it: its content events counted.
+        events = (await send(stream=True)).split(b"\n\n")
+        content = [e for e in events if b'"content":"' in e and b'"content":""' not in e]
+        assert charged[-1] == pytest.approx((len(content) - 300) / rate)
+        assert len(charged) == 3 and all(c < 0 for c in charged)  # the pod stops at 256, short of max_tokens

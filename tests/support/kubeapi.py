@@ -1,4 +1,5 @@
-"""A small Kubernetes API server on loopback: list and watch of pods and InferencePools.
+"""A small Kubernetes API server on loopback: list and watch of pods, InferencePools and
+InferenceObjectives.
 
 No API server can run here, so the tests speak the real protocol to the real client library
 instead: ``GET .../pods`` (list, with ``labelSelector``), the same URL with ``watch=true`` and
@@ -19,6 +20,7 @@ from aiohttp import web
 
 POD_PATH = "/api/v1/namespaces/{ns}/pods"
 POOL_PATH = "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools"
+OBJECTIVE_PATH = "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/{ns}/inferenceobjectives"
 
 
 def pod(
@@ -55,6 +57,20 @@ def inference_pool(name: str, match_labels: dict[str, str], ports: list[int]) ->
     }
 
 
+def inference_objective(name: str, pool: str, priority: object = None, **pool_ref: object) -> dict[str, Any]:
+    """An InferenceObjective referring to ``pool`` (``priority`` None: unset; ``pool_ref``: more
+    fields of the reference, such as ``group`` or ``kind``)."""
+    spec: dict[str, Any] = {"poolRef": {"name": pool, **pool_ref}}
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": "inference.networking.x-k8s.io/v1alpha2",
+        "kind": "InferenceObjective",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-objective-{name}"},
+        "spec": spec,
+    }
+
+
 def _flag(value: str | None) -> bool:
     """A boolean query parameter as the API server parses it (Go's strconv.ParseBool)."""
     return value in ("1", "t", "T", "true", "True", "TRUE")
@@ -84,10 +100,12 @@ class Kind:
 class FakeKubeAPI:
     """Objects are changed with :meth:`put` / :meth:`delete`; watches see each change once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, objectives: bool = True) -> None:
+        """``objectives=False``: a cluster without the InferenceObjective resource type (404)."""
+        self.objectives = objectives
         self.version = 100
         self.compacted = 0  # versions at or below this answer 410 Gone to a watch
-        self.kinds = {"pods": Kind(), "inferencepools": Kind()}
+        self.kinds = {"pods": Kind(), "inferencepools": Kind(), "inferenceobjectives": Kind()}
         self.changed = asyncio.Condition()
         self.watches = 0  # watch requests served (tests wait on it to know a watch is open)
         self.lists = 0
@@ -138,6 +156,8 @@ class FakeKubeAPI:
         app = web.Application()
         app.router.add_get(POD_PATH, self._handler("pods"))
         app.router.add_get(POOL_PATH, self._handler("inferencepools"))
+        if self.objectives:
+            app.router.add_get(OBJECTIVE_PATH, self._handler("inferenceobjectives"))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

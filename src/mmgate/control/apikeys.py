@@ -30,6 +30,9 @@ File format (YAML or JSON)::
         requestsPerSecond: 5      # sustained rate (0: no limit); bursts up to `burst`
         burst: 10
         maxInflight: 4            # requests in flight or queued at once (0: no limit)
+        objective: interactive    # flow control: the key's default InferenceObjective, or
+        # priority: 10            # its default priority (one of the two); the request's
+                                  # x-gateway-inference-objective header still comes first
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class KeyEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     requestsPerSecond: float = 0.0
     burst: float = 0.0  # 0: one second's worth of requestsPerSecond (at least 1)
     maxInflight: int = 0
+    objective: str | None = None  # flow control: the default InferenceObjective of the key's requests
+    priority: int | None = None  # ... or their default priority (not both)
 
 
 class KeysFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -68,13 +73,17 @@ class KeysFile(msgspec.Struct, forbid_unknown_fields=True):
 @dataclass(frozen=True, slots=True)
 class Identity:
     """A verified caller: its tenant and the limits of the key it used. ``key_id`` is a short
-    prefix of the key's digest: enough to tell keys apart in counters, useless to an attacker."""
+    prefix of the key's digest: enough to tell keys apart in counters, useless to an attacker.
+    ``objective`` / ``priority``: the key's defaults for flow control (``None``: none), used when
+    the request names no known InferenceObjective."""
 
     tenant: str
     key_id: str
     rate_per_s: float = 0.0
     burst: float = 0.0
     max_inflight: int = 0
+    objective: str | None = None
+    priority: int | None = None
 
 
 def hash_key(key: str) -> str:
@@ -144,8 +153,20 @@ def load_keys(path: Path) -> dict[str, Identity]:
             raise ValueError(f"{path}: keys[{i}].sha256 is not a sha256 hex digest (64 hex digits)")
         if entry.requestsPerSecond < 0 or entry.burst < 0 or entry.maxInflight < 0:
             raise ValueError(f"{path}: keys[{i}]: limits must not be negative")
+        if entry.objective is not None and entry.priority is not None:
+            raise ValueError(f"{path}: keys[{i}]: set objective or priority, not both")
+        if entry.objective is not None and not entry.objective.strip():
+            raise ValueError(f"{path}: keys[{i}].objective is empty")
         burst = entry.burst or max(1.0, entry.requestsPerSecond)
-        out[digest] = Identity(entry.tenant, digest[:12], entry.requestsPerSecond, burst, entry.maxInflight)
+        out[digest] = Identity(
+            entry.tenant,
+            digest[:12],
+            entry.requestsPerSecond,
+            burst,
+            entry.maxInflight,
+            entry.objective,
+            entry.priority,
+        )
     return out
 
 

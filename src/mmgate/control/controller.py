@@ -166,8 +166,11 @@ class Flight(msgspec.Struct, eq=False):
     _admitted: bool = False
     held_s: float = 0.0  # time flow control held the request before it was released
     flow: FlowKey | None = None  # flow control on: the request's flow
-    _expected_output: int = 0  # output tokens its flow was charged for before they were seen
-    _prompt_tokens: int = 0  # priced by flow control (when its band or detector needs them)
+    # Output tokens flow control charged its flow before they were seen (0: none). A transport
+    # that sees the answer reports its usage (RequestController.usage) when this is not 0.
+    output_estimate: int = 0
+    _prompt_tokens: int = 0  # priced by flow control (when its band or detector needs them; -1: not yet)
+    _media_tokens: int = 0  # of them, media (when flow control priced them on the fast path)
     # (candidates, the unsaturated ones among them) as admit_now found them, for decide
     _free: tuple[list[EndpointRecord], list[EndpointRecord]] | None = None
     _early: bool = False  # flow control decided its first attempt when releasing it
@@ -396,7 +399,7 @@ class RequestController:
         if flow is not None:  # nothing held and room: released at once
             try:
                 self.hold(flight, _nothing, _raise)
-            except Overloaded:
+            except (Overloaded, RequestError):  # refused, or priced beyond any model (a 400)
                 self.leave(flight)
                 raise
         return True
@@ -540,11 +543,9 @@ class RequestController:
         charges the flow the output actually generated instead of the estimate."""
         flight = attempt.flight
         key = flight.flow
-        if self.flow is not None and key is not None and flight._expected_output:
-            delta = self.flow.output_correction(
-                key.priority, flight._expected_output, usage.completion_tokens
-            )
-            flight._expected_output = 0
+        if self.flow is not None and key is not None and flight.output_estimate:
+            delta = self.flow.output_correction(key.priority, flight.output_estimate, usage.completion_tokens)
+            flight.output_estimate = 0
             self.flow.dispatcher.charge(key.priority, key.fairness_id, delta)
 
     def broke(self, attempt: Attempt, detail: str) -> None:
@@ -651,18 +652,26 @@ class RequestController:
         flow = self.flow
         assert flow is not None, "flow control is off"
         now = self.clock()
-        tenant = flight.identity.tenant if flight.identity is not None else None
-        ticket = flow.ticket(flight.view, flight.headers, tenant)
-        flight.flow = ticket.key
-        flight._expected_output = ticket.expected_output
-        flight._prompt_tokens = ticket.prompt_tokens
         if flight._free is not None and not flow.dispatcher.count:
-            # admit_now found room and nothing is held: it goes now, without a held form.
-            flow.dispatcher.passed(ticket.key, ticket.cost)
-            flight._ready = self._decide(flight)
+            # admit_now found room and nothing is held: it goes now, without a held form. It is
+            # decided first and charged the tokens the decision priced (the scheduler's token
+            # producer), so it is priced once; the gate prices only what the picker did not.
+            ticket = flow.ticket(flight.view, flight.headers, flight.identity, priced=False)
+            key = flight.flow = ticket.key
+            flight._prompt_tokens = -1  # not priced yet: _place takes the decision's
+            ready = flight._ready = self._decide(flight)
+            cost = 0.0
+            if ready is not None and flow.prices(key.priority):  # None: it goes nowhere, costs nothing
+                tokens, media = self._tokens(flight, ready)
+                cost, flight.output_estimate = flow.cost(key.priority, flight.view, tokens, media)
+            flow.dispatcher.passed(key, cost)
             flight._early = True
             released()
             return None
+        ticket = flow.ticket(flight.view, flight.headers, flight.identity)
+        flight.flow = ticket.key
+        flight.output_estimate = ticket.expected_output
+        flight._prompt_tokens = ticket.prompt_tokens
 
         def release() -> None:
             flight.held_s = self.clock() - now
@@ -731,11 +740,27 @@ class RequestController:
         return [r for r in candidates if not saturated(r.metrics, loads.get(r.name), now)]
 
     def _place(self, attempt: Attempt) -> None:
-        assert self.flow is not None
+        flow = self.flow
+        assert flow is not None
         # The decision's priced tokens; a picker that does not report them (the DES's) leaves
-        # the ones flow control priced.
-        attempt.placed = tokens = attempt.decision.request_tokens or attempt.flight._prompt_tokens
-        self.flow.dispatcher.placed(attempt.decision.endpoint, tokens)
+        # the ones flow control priced (priced now if it had not, when the detector counts them).
+        tokens = attempt.decision.request_tokens
+        if not tokens:
+            tokens = attempt.flight._prompt_tokens
+            if tokens < 0:
+                tokens = self._tokens(attempt.flight, None)[0] if flow.counts_tokens else 0
+        attempt.placed = tokens
+        flow.dispatcher.placed(attempt.decision.endpoint, tokens)
+
+    def _tokens(self, flight: Flight, attempt: Attempt | None) -> tuple[int, int]:
+        """``flight``'s prompt and media tokens: the decision's (the scheduler priced them), else
+        the gate's, priced once and kept."""
+        if attempt is not None and (total := attempt.decision.request_tokens):
+            return total, total - attempt.decision.tokens_by_modality.get("text", 0)
+        if flight._prompt_tokens < 0:
+            assert self.flow is not None
+            flight._prompt_tokens, flight._media_tokens = self.flow.tokens(flight.view)
+        return flight._prompt_tokens, flight._media_tokens
 
     def _prefilled(self, attempt: Attempt) -> None:
         flow = self.flow

@@ -26,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--rate", type=float, default=0.0, help="requests per second (0: no limit)")
     add.add_argument("--burst", type=float, default=0.0, help="requests at once above the rate")
     add.add_argument("--max-inflight", type=int, default=0, help="requests in flight at once (0: none)")
+    default = add.add_mutually_exclusive_group()
+    default.add_argument(
+        "--objective", help="flow control: the InferenceObjective of the key's requests that name none"
+    )
+    default.add_argument(
+        "--priority", type=int, help="flow control: the priority of the key's requests that name no objective"
+    )
     sub.add_parser("hash", help="print the sha256 entry of a key read from stdin")
 
 
@@ -58,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
         entry["burst"] = args.burst
     if args.max_inflight:
         entry["maxInflight"] = args.max_inflight
+    if args.objective:
+        entry["objective"] = args.objective
+    if args.priority is not None:
+        entry["priority"] = args.priority
     data["keys"].append(entry)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump(data, sort_keys=False))

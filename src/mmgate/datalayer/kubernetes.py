@@ -19,6 +19,10 @@ Rules that keep routing safe:
   removed from the registry, whose removal listeners make every index forget it;
 - with an ``InferencePool``, a change of its selector or ports re-lists the pods at once.
 
+With an ``InferencePool`` and flow control on, the namespace's ``InferenceObjective`` resources
+that refer to the pool are followed the same way (:meth:`KubernetesDiscovery.follow_objectives`,
+:mod:`mmgate.datalayer.objectives`): their priorities are flow control's.
+
 The client is ``kubernetes_asyncio`` (in-cluster service account, or a kubeconfig file).
 """
 
@@ -27,12 +31,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mmgate.config.strict import ConfigError
 from mmgate.datalayer.endpoints import Endpoint, EndpointRegistry, parse_endpoint
+from mmgate.datalayer.objectives import GROUP as OBJECTIVE_GROUP
+from mmgate.datalayer.objectives import PLURAL as OBJECTIVE_PLURAL
+from mmgate.datalayer.objectives import VERSION as OBJECTIVE_VERSION
+from mmgate.datalayer.objectives import Listener, ObjectiveSet
 
 log = logging.getLogger("mmgate.datalayer")
 
@@ -42,6 +50,7 @@ POOL_VERSION = "v1"
 POOL_PLURAL = "inferencepools"
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; the client resumes from its version
 RETRY_S = 1.0  # pause after a failed list or a broken watch before trying again
+RETRY_MAX_S = 60.0  # longest pause after a 403 or 404 (no RBAC rule, resource type not installed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +152,7 @@ class KubernetesDiscovery:
         self._registry: EndpointRegistry | None = None
         self.synced = asyncio.Event()  # set once the first pod list has been applied
         self.relists = 0  # lists after the first (410 Gone, broken watches): for tests and logs
+        self._objectives: ObjectiveSet | None = None  # watched when follow_objectives() was called
 
     @property
     def target(self) -> PoolTarget | None:
@@ -177,6 +187,9 @@ class KubernetesDiscovery:
         self._api = client.ApiClient(configuration)
         if self.settings.pool is not None:
             self._tasks.append(asyncio.create_task(self._follow_pool(), name="mmgate-k8s-pool"))
+        if self._objectives is not None:
+            follow = self._follow_objectives(self._objectives)
+            self._tasks.append(asyncio.create_task(follow, name="mmgate-k8s-objectives"))
         self._tasks.append(asyncio.create_task(self._follow_pods(), name="mmgate-k8s-pods"))
 
     async def stop(self) -> None:
@@ -193,49 +206,102 @@ class KubernetesDiscovery:
     # -- the pool -------------------------------------------------------------------------------
 
     async def _follow_pool(self) -> None:
+        name = self.settings.pool
+        ns = self.settings.namespace
+
+        def listed(items: list[Any]) -> None:
+            if items:
+                self._apply_pool(items[0])
+            else:
+                log.warning("InferencePool %s/%s not found; watching for it", ns, name)
+
+        def changed(kind: str, obj: Any) -> None:
+            if kind in ("ADDED", "MODIFIED"):
+                self._apply_pool(obj)
+            elif kind == "DELETED":
+                log.warning("InferencePool %s/%s was deleted; keeping its last endpoints", ns, name)
+
+        await self._follow_custom(
+            f"InferencePool {ns}/{name}",
+            (POOL_GROUP, POOL_VERSION, POOL_PLURAL),
+            listed,
+            changed,
+            field_selector=f"metadata.name={name}",
+        )
+
+    async def _follow_custom(
+        self,
+        what: str,
+        resource: tuple[str, str, str],
+        listed: Callable[[list[Any]], None],
+        changed: Callable[[str, Any], None],
+        *,
+        field_selector: str = "",
+    ) -> None:
+        """List then watch custom objects of the namespace (``resource``: group, version,
+        plural), again after each watch ends, after ``410 Gone`` and after a failure. A 403 or
+        404 (no RBAC rule, no such resource type installed) will not mend in a second: it is
+        logged once and asked again less and less often, up to every :data:`RETRY_MAX_S`."""
         from kubernetes_asyncio import client, watch
         from kubernetes_asyncio.client.exceptions import ApiException
 
         api = client.CustomObjectsApi(self._api)
-        name = self.settings.pool
-        ns = self.settings.namespace
-        args = (POOL_GROUP, POOL_VERSION, ns, POOL_PLURAL)
+        group, version, plural = resource
+        args = (group, version, self.settings.namespace, plural)
+        pause = RETRY_S
+        refused: int | None = None  # the status of the refusal last logged
         while True:
             try:
-                listing = await api.list_namespaced_custom_object(
-                    *args, field_selector=f"metadata.name={name}"
-                )
-                items = listing.get("items") or []
-                if items:
-                    self._apply_pool(items[0])
-                else:
-                    log.warning("InferencePool %s/%s not found; watching for it", ns, name)
-                version = (listing.get("metadata") or {}).get("resourceVersion")
+                listing = await api.list_namespaced_custom_object(*args, field_selector=field_selector)
+                pause, refused = RETRY_S, None
+                items = listing.get("items") if isinstance(listing, dict) else None
+                listed(items if isinstance(items, list) else [])
+                version_seen = (listing.get("metadata") or {}).get("resourceVersion")
                 w = watch.Watch()
                 async with w:
                     async for event in w.stream(
                         api.list_namespaced_custom_object,
                         *args,
-                        field_selector=f"metadata.name={name}",
-                        resource_version=version,
+                        field_selector=field_selector,
+                        resource_version=version_seen,
                         allow_watch_bookmarks=True,
                         timeout_seconds=WATCH_TIMEOUT_S,
                     ):
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            self._apply_pool(event["raw_object"])
-                        elif event["type"] == "DELETED":
-                            log.warning(
-                                "InferencePool %s/%s was deleted; keeping its last endpoints", ns, name
-                            )
+                        changed(str(event.get("type")), event.get("raw_object"))
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
-                if exc.status != 410:
-                    log.warning("InferencePool %s/%s: %s %s; retrying", ns, name, exc.status, exc.reason)
+                if exc.status in (403, 404):
+                    if exc.status != refused:
+                        log.warning("%s: %s %s; asking again later", what, exc.status, exc.reason)
+                        refused = exc.status
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, RETRY_MAX_S)
+                elif exc.status != 410:
+                    log.warning("%s: %s %s; retrying", what, exc.status, exc.reason)
                     await asyncio.sleep(RETRY_S)
             except Exception as exc:  # the API server went away mid-stream: list again shortly
-                log.warning("InferencePool %s/%s watch broke (%s); retrying", ns, name, type(exc).__name__)
+                log.warning("%s: watch broke (%s); retrying", what, type(exc).__name__)
                 await asyncio.sleep(RETRY_S)
+
+    # -- InferenceObjectives ---------------------------------------------------------------------
+
+    def follow_objectives(self, listener: Listener) -> bool:
+        """With discovery by InferencePool, watch the namespace's InferenceObjectives that refer
+        to the pool once started; ``listener`` hears the set (name: priority) each time it
+        changes. False (nothing to watch) with discovery by pod selector: no pool to refer to."""
+        if self.settings.pool is None:
+            return False
+        self._objectives = ObjectiveSet(self.settings.pool, listener)
+        return True
+
+    async def _follow_objectives(self, objectives: ObjectiveSet) -> None:
+        await self._follow_custom(
+            f"InferenceObjectives in {self.settings.namespace}",
+            (OBJECTIVE_GROUP, OBJECTIVE_VERSION, OBJECTIVE_PLURAL),
+            objectives.listed,
+            objectives.changed,
+        )
 
     def _apply_pool(self, pool: Mapping[str, Any]) -> None:
         try:

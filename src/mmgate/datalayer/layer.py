@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,6 +97,12 @@ class DataLayer:
             await self.kv_events.stop()
         if self.shared_index is not None:
             await self.shared_index.stop()
+
+    def follow_objectives(self, listener: Callable[[Mapping[str, int]], None]) -> bool:
+        """Have Kubernetes discovery by InferencePool follow the pool's InferenceObjectives
+        (call before :meth:`start`); False when discovery has no pool (nothing to follow)."""
+        source = self.source
+        return isinstance(source, KubernetesDiscovery) and source.follow_objectives(listener)
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """Expose the subscriber's and the shared index's counters on ``registry``."""

@@ -133,7 +133,8 @@ def describe(scheduler: Scheduler, configured: set[str]) -> list[tuple[str, str,
 
 
 def describe_flow(config: GatewayConfig) -> list[tuple[str, str, str]]:
-    """Rows for flow control when its feature gate is on: its plugins, then each band given."""
+    """Rows for flow control when its feature gate is on: its plugins, each band given, the
+    objectives of the file (and whether Kubernetes adds its own), and where a priority comes from."""
     if FEATURE_GATE not in config.picker.featureGates:
         return []
     rows = [
@@ -148,7 +149,18 @@ def describe_flow(config: GatewayConfig) -> list[tuple[str, str, str]]:
                 k: v for k, v in msgspec.structs.asdict(band).items() if v is not None and k != "priority"
             }
             rows.append(("flow control", f"priority {band.priority}", _given(given)))
-    return rows or [("flow control", "on", "llm-d's defaults")]
+    rows = rows or [("flow control", "on", "llm-d's defaults")]
+    section = config.mmgate
+    for o in section.inferenceObjectives:
+        target = f", ttftTargetMs={o.ttftTargetMs:g}" if o.ttftTargetMs is not None else ""
+        rows.append(("flow control", f"objective {o.name}", f"priority={o.priority}{target}"))
+    k8s = section.kubernetes
+    if k8s is not None and k8s.inferencePool:
+        found = f"InferenceObjectives of pool {k8s.inferencePool} in {k8s.namespace}, over the file's"
+        rows.append(("flow control", "objectives from Kubernetes", found))
+    order = "x-gateway-inference-objective, else the API key's objective/priority, else 0"
+    rows.append(("flow control", "priority from", order))
+    return rows
 
 
 def _given(params: Any) -> str:

@@ -30,6 +30,7 @@ from mmgate.disagg.orchestrate import (
     strip_transfer_fields,
 )
 from mmgate.disagg.stages import stages_with_spares
+from mmgate.gateway.usage import UsageMeter
 from mmgate.http.client import (
     UpstreamConnectError,
     UpstreamError,
@@ -258,17 +259,25 @@ class Proxy:
                 headers.append((RESPONSE_ENCODE_COST, f"local={local:.6f}; tier={tier:.6f}"))
         deadline = flight.received + self.settings.request_timeout_s
         held = first  # read from the upstream, not yet written to the client
-        if whole:
-            try:
-                while chunk := await upstream.read():
-                    held += chunk
-            except (UpstreamError, TimeoutError) as exc:
-                self.controller.broke(attempt, f"{type(exc).__name__}: {exc}")
-                writer.send(error_response(502, "the decode pod broke its answer", code="upstream_broken"))
-                return Forwarded(upstream.status, "aborted")
-            held = strip_transfer_fields(held)
-            length = len(held)
+        # Flow control charged an estimate of the output: the answer says what it was.
+        meter = UsageMeter.of(flight.view) if flight.output_estimate else None
+        if meter is not None:
+            meter.feed(first)
         try:
+            if whole:
+                try:
+                    while chunk := await upstream.read():
+                        held += chunk
+                        if meter is not None:
+                            meter.feed(chunk)
+                except (UpstreamError, TimeoutError) as exc:
+                    self.controller.broke(attempt, f"{type(exc).__name__}: {exc}")
+                    writer.send(
+                        error_response(502, "the decode pod broke its answer", code="upstream_broken")
+                    )
+                    return Forwarded(upstream.status, "aborted")
+                held = strip_transfer_fields(held)
+                length = len(held)
             writer.start(upstream.status, headers, content_length=length)
             while True:
                 # The last piece waits for the upstream's end and leaves with the client's end of
@@ -289,11 +298,16 @@ class Proxy:
                     return Forwarded(upstream.status, "aborted")
                 if not chunk:
                     break
+                if meter is not None:
+                    meter.feed(chunk)
                 held = held + chunk if held else chunk
             writer.end(held)
         except ConnectionError:
             # closing the upstream connection cancels the work there
             return Forwarded(upstream.status, "client_closed")
+        finally:
+            if meter is not None and (usage := meter.usage()) is not None:
+                self.controller.usage(attempt, usage)  # what was generated, also when cut short
         return Forwarded(upstream.status)
 
 

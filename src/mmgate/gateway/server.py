@@ -145,6 +145,8 @@ class Gateway:
                 return record.metrics if record is not None else None
 
             gate = FlowGate(flow, metrics_of, pricing)
+            # With discovery by InferencePool, its InferenceObjectives join the config's.
+            self.data.follow_objectives(gate.classifier.discovered)
         self.controller = RequestController(
             picker, self.data.registry, settings.control, parse=parse, clock=clock, observer=self.telemetry,
             keys=keys, sizer=sizer, tracer=tracing, flow=gate,

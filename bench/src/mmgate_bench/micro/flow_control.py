@@ -7,7 +7,11 @@ Three controllers, in interleaved rounds so machine load falls on all alike:
 
 - ``off``: flow control off (the default);
 - ``on-fcfs``: on, ``global-strict-fairness-policy`` (classification and the saturation test);
-- ``on-media-cost``: on, ``media-cost-fairness-policy`` (plus pricing the request for its cost).
+- ``on-media-cost``: on, ``media-cost-fairness-policy`` (plus the request's cost from the tokens
+  its decision priced, and the usage read from its answer as the HTTP relay reads it: a
+  ~100-token JSON answer fed to a :class:`~mmgate.gateway.usage.UsageMeter`, the charge corrected).
+
+Every controller is asked, as the relay asks, whether the request's output is charged.
 
 Printed: the median over rounds of the mean nanoseconds per request, and each against ``off``.
 """
@@ -31,6 +35,7 @@ from mmgate.control import Decision, RequestController
 from mmgate.control.flow import FlowGate, flow_settings_of
 from mmgate.datalayer.endpoints import EndpointRecord, EndpointRegistry, parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
+from mmgate.gateway.usage import UsageMeter
 from mmgate.request import RequestView, parse_request
 
 # No scrapes happen here, so requests sent "since the last scrape" pile up: a queue-depth threshold
@@ -104,6 +109,18 @@ def _controller(policy: str | None) -> RequestController:
     return RequestController(FirstCandidate(), registry, clock=lambda: 0.0, flow=gate)
 
 
+ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "Qwen/Qwen3-VL-32B-Instruct",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "word " * 100}}],
+        "usage": {"prompt_tokens": 330, "completion_tokens": 100, "total_tokens": 430},
+    }
+).encode()
+"""What a pod answers: read for its usage when flow control charges the output."""
+
+
 def _round(controller: RequestController, view: RequestView, headers: dict[str, str], n: int) -> float:
     started = time.perf_counter_ns()
     for _ in range(n):
@@ -113,6 +130,11 @@ def _round(controller: RequestController, view: RequestView, headers: dict[str, 
         assert attempt is not None
         controller.started(attempt)
         controller.first_byte(attempt, 200)
+        meter = UsageMeter.of(view) if flight.output_estimate else None  # as the relay does
+        if meter is not None:
+            meter.feed(ANSWER)
+            if (usage := meter.usage()) is not None:
+                controller.usage(attempt, usage)
         controller.finished(attempt, ok=True)
         controller.leave(flight)
     return (time.perf_counter_ns() - started) / n

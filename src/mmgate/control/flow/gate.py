@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
+from mmgate.control.apikeys import Identity
 from mmgate.control.flow.classify import Classifier, FlowKey
 from mmgate.control.flow.dispatcher import FlowDispatcher
 from mmgate.control.flow.queues import HeldRequest, Reject, Release
@@ -50,24 +51,48 @@ class FlowGate:
             SaturationDetector(settings.detector), metrics_of, settings.plan, settings.limits
         )
 
-    def ticket(self, view: RequestView, headers: Mapping[str, str], tenant: str | None) -> Ticket:
+    def ticket(
+        self, view: RequestView, headers: Mapping[str, str], identity: Identity | None, *, priced: bool = True
+    ) -> Ticket:
         """A request's flow, and what its band needs of it: its cost (priced only when its band's
-        fairness counts cost or the detector bounds in-flight tokens) and its TTFT target."""
-        key: FlowKey = self.classifier.classify(headers, tenant)
+        fairness counts cost or the detector bounds in-flight tokens; ``priced=False``: not
+        here, the caller prices it with :meth:`cost` once it knows the tokens) and its TTFT
+        target."""
+        key: FlowKey = self.classifier.classify(headers, identity)
         plan = self.settings.plan(key.priority)
         cost, expected, tokens = 0.0, 0, 0
-        if plan.cost is not None or self._counts_tokens:
-            priced = price(view, self.pricing)
-            tokens = priced.total_tokens
-            if plan.cost is not None:
-                expected = plan.cost.expected_output(view)
-                cost = plan.cost.prompt(tokens, priced.media_tokens) + plan.cost.output(expected)
+        if priced and (plan.cost is not None or self._counts_tokens):
+            tokens, media = self.tokens(view)
+            cost, expected = self.cost(key.priority, view, tokens, media)
         target = None
         if plan.edf:
-            target = self.classifier.ttft_target(headers)
+            target = self.classifier.ttft_target(headers, identity)
             if target is None:
                 target = plan.edf_default_target_s
         return Ticket(key, cost, expected, tokens, target)
+
+    def prices(self, priority: int) -> bool:
+        """Whether requests of ``priority`` need their tokens: their band's fairness counts cost."""
+        return self.settings.plan(priority).cost is not None
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the detector bounds the tokens in flight per endpoint."""
+        return self._counts_tokens
+
+    def tokens(self, view: RequestView) -> tuple[int, int]:
+        """The request's prompt tokens and, of them, media tokens, priced by the gate."""
+        priced = price(view, self.pricing)
+        return priced.total_tokens, priced.media_tokens
+
+    def cost(self, priority: int, view: RequestView, tokens: int, media: int) -> tuple[float, int]:
+        """What a request of ``tokens`` prompt tokens (``media`` of them media) costs in its band,
+        and the output tokens that cost assumes (0 and 0: its band does not count cost)."""
+        model = self.settings.plan(priority).cost
+        if model is None:
+            return 0.0, 0
+        expected = model.expected_output(view)
+        return model.prompt(tokens, media) + model.output(expected), expected
 
     def held(
         self,

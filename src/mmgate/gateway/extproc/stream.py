@@ -32,16 +32,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import orjson
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf.message import DecodeError
 
 from mmgate.control.admission import Overloaded, client_key
-from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace, Usage
+from mmgate.control.controller import Attempt, Flight, NoCandidates, RequestTrace
 from mmgate.errors import RequestError
 from mmgate.gateway.extproc import messages, wire
 from mmgate.gateway.server import MODEL_PREFIX, ROUTES, Gateway, model_in_path, not_found
+from mmgate.gateway.usage import UsageMeter
 from mmgate.http.headers import (
     REQUEST_ID,
     RESPONSE_ENDPOINT,
@@ -57,7 +57,6 @@ from mmgate.request.view import Api, RequestView
 log = logging.getLogger("mmgate.extproc")
 
 Buffer = bytes | memoryview
-USAGE_TAIL = 64 * 1024  # the end of a response kept to read its ``usage`` (never the whole body)
 FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = pm.ProcessingMode.BUFFERED
 
@@ -97,7 +96,7 @@ class RequestStream:
         self.label = ""
         self.upstream_status = 0
         self.first_byte = False
-        self.tail = bytearray()
+        self.meter: UsageMeter | None = None  # the answer's output, when flow control charges it
         self.sent = 0  # response body bytes passed on to the client
         self.trace: RequestTrace | None = None  # tracing on: this request's trace
         self.done = False
@@ -285,12 +284,11 @@ class RequestStream:
     def response_chunk(self, chunk: Sequence[Buffer], end: bool) -> list[messages.Answer]:
         """A response body message (as :meth:`request_chunk`)."""
         self._first_byte()
-        tail = self.tail
+        meter = self.meter
         for part in chunk:
             self.sent += len(part)
-            tail += part
-        if len(tail) > USAGE_TAIL:
-            del tail[: len(tail) - USAGE_TAIL]
+            if meter is not None:
+                meter.feed(bytes(part))
         out: list[messages.Answer]
         if self.response_mode == FULL_DUPLEX:  # what mmgate does not send back, the client never gets
             out = list(wire.response_body(chunk, end=end))
@@ -304,6 +302,9 @@ class RequestStream:
         if not self.first_byte and self.attempt is not None:
             self.first_byte = True
             self.controller.first_byte(self.attempt, self.upstream_status)
+            flight = self.attempt.flight
+            if flight.output_estimate:
+                self.meter = UsageMeter.of(flight.view)
 
     # -- the end --------------------------------------------------------------------------------
 
@@ -321,8 +322,7 @@ class RequestStream:
             return
         attempt = self.attempt
         if attempt is not None:
-            usage = usage_of(bytes(self.tail))
-            if usage is not None:
+            if self.meter is not None and (usage := self.meter.usage()) is not None:
                 self.controller.usage(attempt, usage)
             self.controller.finished(attempt, ok=ok, sent=self.sent)
         self.status = self.upstream_status
@@ -346,28 +346,3 @@ class RequestStream:
             self.gateway.record(
                 self.api, self.view, self.flight, status, self.received, self.request_id, self.trace
             )
-
-
-def usage_of(tail: bytes) -> Usage | None:
-    """The OpenAI ``usage`` object at the end of a response: a JSON body, or the last SSE event
-    that carries one. ``None`` when the tail holds none (streams without ``include_usage``)."""
-    candidates = [tail]
-    if b"data:" in tail:
-        candidates = [line[5:].strip() for line in tail.split(b"\n") if line.startswith(b"data:")]
-        candidates.reverse()
-    for text in candidates:
-        if b'"usage"' not in text:
-            continue
-        try:
-            doc = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            continue
-        usage = doc.get("usage") if isinstance(doc, dict) else None
-        if isinstance(usage, dict):
-            details = usage.get("prompt_tokens_details") or {}
-            return Usage(
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                cached_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
-            )
-    return None
