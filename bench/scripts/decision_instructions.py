@@ -48,6 +48,9 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         "predicted-ttft@8": ("predicted-ttft.yaml", 3, [], 8),
         "predicted-ttft@64": ("predicted-ttft.yaml", 3, [], 64),
         "aggregated": ("aggregated.yaml", 3, [], 8),
+        # E/PD, 4 encode + 12 PD pods: the static offload and the per-request encode placement
+        "e-pd": ("e-pd.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
+        "e-pd-adaptive": ("e-pd-adaptive.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
     }
     config, images, roles, n = shapes[case]
     views = bench.three_image_views(10, 5, images=images)
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case",
         default="e-p-d",
-        choices=("e-p-d", "predicted-ttft@8", "predicted-ttft@64", "aggregated"),
+        choices=("e-p-d", "predicted-ttft@8", "predicted-ttft@64", "aggregated", "e-pd", "e-pd-adaptive"),
     )
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("trees", nargs="+", metavar="NAME=SRC")

@@ -61,6 +61,7 @@ MODULES: tuple[str, ...] = (
     "mmgate.scheduling._weights",
     "mmgate.scheduling.plugins._block_chain",
     "mmgate.scheduling.plugins._min_max",
+    "mmgate.scheduling.plugins.adaptive_encode_decider",
     "mmgate.scheduling.plugins.approx_prefix_cache_producer",
     "mmgate.scheduling.plugins.max_score_picker",
     "mmgate.scheduling.plugins.mm_embeddings_cache_producer",

@@ -13,6 +13,7 @@ from mmgate.sim.server import SimPod
 from mmgate_bench.cli import main
 from mmgate_bench.routing.fleet_proc import fleet_of
 from mmgate_bench.routing.records import RequestRecord, RungResult
+from mmgate_bench.routing.stage_counters import FALLBACKS, OUTCOME, REASON, by_prefix, parse_stage_counters
 from mmgate_bench.routing.topologies import (
     ENCODER_DP,
     Topology,
@@ -139,6 +140,8 @@ def test_the_http_config_lists_the_fleet_with_roles_and_runs_the_legs_in_the_gat
         {"url": urls[3], "role": "decode"},
     ]
     assert doc["mmgate"]["disaggregation"]["orchestrator"] == "gateway"
+    sidecar = yaml.safe_load(gateway_config(topo, urls, tmp_path, "sidecar").read_text())
+    assert sidecar["mmgate"]["disaggregation"]["orchestrator"] == "sidecar"
     aggregated = Topology("aggregated", "aggregated", ("", ""), 2)
     doc = yaml.safe_load(gateway_config(aggregated, urls[:2], tmp_path).read_text())
     assert doc["mmgate"]["endpoints"] == [{"url": urls[0]}, {"url": urls[1]}]
@@ -180,6 +183,23 @@ def test_bad_flags_are_a_message_and_exit_2(capsys: pytest.CaptureFixture[str]) 
     assert "no-such.yaml does not exist" in capsys.readouterr().err
     assert main(["topologies", "--encoder-profile", "qwen3-vl-32b-encoder-l4", "--http"]) == 2
     assert "DES only" in capsys.readouterr().err
+    assert main(["topologies", "--http-only", "--orchestrators", "gateway,envoy"]) == 2
+    assert "--orchestrators: envoy; choose from gateway, sidecar" in capsys.readouterr().err
+
+
+def test_the_stage_counters_read_encode_outcomes_and_fallbacks() -> None:
+    text = """# TYPE mmgate_encode_decisions_total counter
+mmgate_encode_decisions_total{outcome="tier",reason="cheaper-tier"} 3.0
+mmgate_encode_decisions_total{outcome="tier",reason="cached-split"} 1.0
+mmgate_encode_decisions_total{outcome="local",reason="cheaper-local"} 2.0
+# TYPE mmgate_disagg_fallbacks_total counter
+mmgate_disagg_fallbacks_total{stage="encode",action="local"} 1.0
+"""
+    counts = parse_stage_counters(text)
+    assert by_prefix(counts, OUTCOME) == {"local": 2, "tier": 4}
+    assert by_prefix(counts, REASON) == {"cached-split": 1, "cheaper-local": 2, "cheaper-tier": 3}
+    assert counts[FALLBACKS] == 1
+    assert parse_stage_counters("# TYPE other_total counter\nother_total 5.0\n") == {}
 
 
 @pytest.mark.slow
@@ -193,6 +213,28 @@ def test_quick_http_run_serves_every_request(tmp_path: Path) -> None:
     assert {r["system"] for r in records} == {"e-p-d", "encoder-dp"}
     assert all(r["failures"] == 0 and r["completed"] == r["requests"] > 0 for r in records)
     assert doc["meta"]["topologies"]["encoder-dp"]["engine"] == {"mm_encoder_tp_mode": "data"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_quick_http_run_in_sidecar_mode_puts_a_sidecar_before_each_pd_pod(tmp_path: Path) -> None:
+    """The same topology run twice, the legs sent by the gateway and then by an ``mmgate
+    sidecar`` in front of each PD pod; the gateway counts where it had the media encoded."""
+    argv = ["topologies", "--quick", "--quiet", "--http-only", "--workloads", "mixed", "--topologies",
+            "e-pd@e-pd-adaptive", "--orchestrators", "gateway,sidecar", "--speedup", "4",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "mixed-http" / "report.json").read_text())
+    records = doc["records"]
+    assert {(r["system"], r["orchestrator"]) for r in records} == {
+        ("e-pd@e-pd-adaptive", "gateway"),
+        ("e-pd@e-pd-adaptive [sidecar]", "sidecar"),
+    }
+    assert all(r["failures"] == 0 and r["completed"] == r["requests"] > 0 for r in records)
+    assert all(sum(r["encode_outcomes"].values()) == r["requests"] for r in records)  # every one had media
+    assert all(sum(r["encode_reasons"].values()) == r["requests"] for r in records)
+    assert all(r["stage_fallbacks"] == 0 for r in records)
+    assert doc["meta"]["orchestrators"] == ["gateway", "sidecar"]
 
 
 def test_the_http_fleet_runs_the_topologys_engine_settings() -> None:

@@ -35,7 +35,9 @@ class Decision(msgspec.Struct):
     time to first token there (``predicted-ttft-producer``; ``None`` when nothing predicts it),
     which the controller reports beside the TTFT it observes. ``encode`` is where the request's
     media are encoded and why (``adaptive-encode-decider``: ``("tier", "cheaper-tier")``, ``("local",
-    "cached-local")``...; ``None`` when no such decider was asked). ``picked`` is how many
+    "cached-local")``...; ``None`` when no such decider was asked), ``encode_costs`` the costs it
+    compared, in seconds: ``(local, tier)`` (``tier`` infinite when there was no tier to ask).
+    ``picked`` is how many
     endpoints the picker chose (its ``maxNumOfEndpoints``, llm-d's parameter; ``endpoint`` first):
     what a transport that hands a list on (Envoy's destination header) sends by default.
 
@@ -55,6 +57,7 @@ class Decision(msgspec.Struct):
     profile: str = ""
     predicted_ttft_s: float | None = None
     encode: tuple[str, str] | None = None
+    encode_costs: tuple[float, float] | None = None
     picked: int = 1
     pre_request: Callable[[], None] | None = None
     handle: object = None

@@ -161,6 +161,7 @@ class SchedulerPicker:
         choice = request.data.get(ENCODE_CHOICE.name)
         if isinstance(choice, EncodeChoice):
             decision.encode = (choice.outcome, choice.reason)
+            decision.encode_costs = (choice.local_cost, choice.tier_cost)
         if self._header_hooks:
             scheduler.pre_request_before_send(request, result, now)
             if request.upstream_headers:

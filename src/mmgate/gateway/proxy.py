@@ -41,6 +41,7 @@ from mmgate.http.client import (
 from mmgate.http.headers import (
     REQUEST_ID,
     RESPONSE_ENCODE,
+    RESPONSE_ENCODE_COST,
     RESPONSE_ENDPOINT,
     RESPONSE_SCORES,
     RESPONSE_TOKENS,
@@ -253,6 +254,9 @@ class Proxy:
                 headers.append((RESPONSE_SCORES, _scores_header(decision.scores)))
             if decision.encode is not None:
                 headers.append((RESPONSE_ENCODE, f"{decision.encode[0]}; reason={decision.encode[1]}"))
+            if decision.encode_costs is not None:
+                local, tier = decision.encode_costs
+                headers.append((RESPONSE_ENCODE_COST, f"local={local:.6f}; tier={tier:.6f}"))
         deadline = flight.received + self.settings.request_timeout_s
         held = first  # read from the upstream, not yet written to the client
         # Flow control charged an estimate of the output: the answer says what it was.

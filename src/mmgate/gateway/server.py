@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -343,6 +344,12 @@ class Gateway:
             fields["decision_us"] = round(flight.decision_s * 1e6, 1)
             if flight.decision.encode is not None:
                 fields["encode"], fields["encode_reason"] = flight.decision.encode
+            if flight.decision.encode_costs is not None:
+                local, tier = flight.decision.encode_costs
+                fields["encode_local_ms"] = round(local * 1000, 3)
+                fields["encode_tier_ms"] = round(tier * 1000, 3) if math.isfinite(tier) else None
+            if flight.decision.predicted_ttft_s is not None:
+                fields["predicted_ttft_ms"] = round(flight.decision.predicted_ttft_s * 1000, 3)
         if flight is not None and flight.identity is not None:  # the tenant and key id, never the key
             fields["tenant"] = flight.identity.tenant
             fields["key_id"] = flight.identity.key_id

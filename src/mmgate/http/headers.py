@@ -55,6 +55,7 @@ RESPONSE_ENDPOINT = "x-mmgate-endpoint"
 RESPONSE_TOKENS = "x-mmgate-request-tokens"
 RESPONSE_SCORES = "x-mmgate-scores"
 RESPONSE_ENCODE = "x-mmgate-encode"  # debug mode: where the media were encoded, and why
+RESPONSE_ENCODE_COST = "x-mmgate-encode-cost"  # debug mode: the costs that choice compared
 REQUEST_ID = "x-request-id"
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")

@@ -112,6 +112,47 @@ def start_router(
     return router, base, ""
 
 
+DECODE_SIDE = ("prefill-decode", "decode")
+"""The roles a routing sidecar sits in front of (the pods that serve the client's answer)."""
+
+
+def start_sidecars(
+    urls: Sequence[str], roles: Sequence[str], logs: Path, model: str
+) -> tuple[list[Managed], list[str], list[str]]:
+    """An ``mmgate sidecar`` process in front of each decode-side pod (llm-d's layout: the sidecar
+    beside the model server runs the encode and prefill legs), allowed to contact the fleet's
+    encode and prefill pods only. Returns the sidecars, the URLs the gateway lists (a sidecar's
+    in place of its pod's) and the sidecars' admin URLs (their ``/metrics``). Raises
+    ``RuntimeError`` naming the sidecar that does not serve (those started are stopped)."""
+    stage_hosts = [u.split("://", 1)[1] for u, r in zip(urls, roles, strict=True) if r not in DECODE_SIDE]
+    cars: list[Managed] = []
+    listed: list[str] = []
+    admin: list[str] = []
+    try:
+        for i, (url, role) in enumerate(zip(urls, roles, strict=True)):
+            if role not in DECODE_SIDE:
+                listed.append(url)
+                continue
+            port, admin_port = free_port(), free_port()
+            cmd = [sys.executable, "-m", "mmgate", "sidecar", "--host", "127.0.0.1", "--port", str(port),
+                   "--admin-port", str(admin_port), "--upstream", url, "--allow", ",".join(stage_hosts),
+                   "--log-level", "warning"]  # fmt: skip
+            car = Managed(f"sidecar-{i}", cmd, logs / f"sidecar-{i}.log", env=child_env())
+            car.start()
+            cars.append(car)
+            base = f"http://127.0.0.1:{port}"
+            why = wait_until_serving(base + "/v1/chat/completions", probe_request(model), car)
+            if why is not None:
+                raise RuntimeError(f"sidecar in front of {url} {why}\n{car.log_tail()}")
+            listed.append(base)
+            admin.append(f"http://127.0.0.1:{admin_port}")
+    except BaseException:
+        for car in cars:
+            car.stop()
+        raise
+    return cars, listed, admin
+
+
 def prerender(workload: Workload, media: MediaCache, log: Callable[[str], None]) -> None:
     """Encode every distinct image before the first rung, when they all fit the cache, so the
     client spends no time rendering during a rung (and every system meets the same bytes)."""

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from mmgate_bench.routing.prediction_metrics import difference, scrape_error_buckets
 from mmgate_bench.routing.records import CacheCounters, Ladder, RequestRecord, RungResult, arrival_times
+from mmgate_bench.routing.stage_counters import FALLBACKS, OUTCOME, REASON, by_prefix, scrape_stage_counters
 from mmgate_bench.workloads.media import MediaCache
 from mmgate_bench.workloads.synthetic import DEFAULT_MODEL, RawItem, Workload
 
@@ -42,6 +43,9 @@ class Target:
     pods: tuple[str, ...] = ()
     path: str = "/v1/chat/completions"
     headers: Mapping[str, str] | None = None
+    # the processes whose /metrics count the stages' encode decisions and fallbacks (the gateway,
+    # and the routing sidecars in sidecar mode; :mod:`mmgate_bench.routing.stage_counters`)
+    stage_metrics: tuple[str, ...] = ()
 
 
 def workload_bodies(
@@ -223,6 +227,7 @@ async def run_rung(
     failed = 0
     before = await scrape_cache(session, target.pods)
     errors_before = await scrape_error_buckets(session, target.url)
+    stages_before = await scrape_stage_counters(session, target.stage_metrics)
     t0 = time.perf_counter()
     last_done = t0
 
@@ -258,6 +263,9 @@ async def run_rung(
     after = await scrape_cache(session, target.pods)
     errors = difference(await scrape_error_buckets(session, target.url), errors_before, scale=speedup)
     span = max(last_done - t0, duration_s / speedup)
+    stages = await scrape_stage_counters(session, target.stage_metrics)
+    stages.subtract(stages_before)
+    counted = bool(target.stage_metrics)
     return RungResult(
         system=system,
         rate=rate,
@@ -267,6 +275,9 @@ async def run_rung(
         cache=after - before,
         mode="http",
         prediction_errors=errors or None,
+        fallbacks=stages[FALLBACKS] if counted else None,
+        encode_outcomes=by_prefix(stages, OUTCOME) if counted else None,
+        encode_reasons=by_prefix(stages, REASON) if counted else None,
     )
 
 

@@ -99,10 +99,14 @@ class RungResult:
     cache: CacheCounters = field(default_factory=CacheCounters)
     mode: str = "http"
     itl_weighted: list[tuple[float, int]] | None = None
-    fallbacks: int | None = None  # requests whose encode or prefill stage fell back (DES; None: unknown)
+    fallbacks: int | None = None  # encode or prefill stages that fell back (None: not counted)
     # HTTP: the gateway's |predicted - observed| TTFT histogram counted during the rung, per endpoint
     # (cumulative counts by bound, simulated seconds); None when the router keeps none
     prediction_errors: dict[str, dict[float, float]] | None = None
+    # HTTP: per outcome, the encode decisions the gateway counted during the rung (adaptive-encode-
+    # decider; the records carry no outcome over HTTP); None: not counted
+    encode_outcomes: dict[str, int] | None = None
+    encode_reasons: dict[str, int] | None = None  # the same, per reason
 
 
 @dataclass(frozen=True, slots=True)

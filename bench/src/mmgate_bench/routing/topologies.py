@@ -21,8 +21,11 @@ Workloads: **image-heavy** (four unique 1-2.5 MP photos per request, a short que
 encoder-bound), **image-light** (one small image under a long text) and **image-heavy-reuse**
 (image-heavy with the photos drawn from a catalogue of 300, Zipf(1.0) popularity: reused). Each
 runs a rate ladder in the discrete-event mode, through the gateway's controller and orchestration;
-``--http`` adds a reduced run of the same topologies over loopback (``mmgate serve`` in
-gateway-orchestrated mode in front of ``mmgate sim`` pods with roles, time-scaled).
+``--http`` adds a reduced run of the same topologies over loopback (``mmgate serve`` in front of
+``mmgate sim`` pods with roles, time-scaled): the gateway runs the encode and prefill legs itself
+(``--orchestrators gateway``, the default), or an ``mmgate sidecar`` process in front of each PD
+or decode pod runs them from the routing headers the gateway sets (``sidecar``: llm-d's layout);
+``gateway,sidecar`` runs both, the sidecar runs labelled ``NAME [sidecar]``.
 
 Reported per topology and rate: TTFT and TPOT p50/p90, output tokens/s per accelerator, and
 goodput: requests per second that met the SLO (TTFT <= ``--ttft-slo`` and TPOT <= ``--tpot-slo``),
@@ -46,10 +49,11 @@ import yaml
 from rich.console import Console
 
 from mmgate.sim.profiles import ProfileError, load_profile
+from mmgate_bench.processes import Managed
 from mmgate_bench.results import markdown_table
 from mmgate_bench.routing import report
 from mmgate_bench.routing.des import DesOptions, run_des
-from mmgate_bench.routing.http_mode import HttpOptions, prerender, start_fleet, start_router
+from mmgate_bench.routing.http_mode import HttpOptions, prerender, start_fleet, start_router, start_sidecars
 from mmgate_bench.routing.loadgen import Target, raw_bodies, run_ladder, workload_bodies
 from mmgate_bench.routing.records import Ladder, RungResult, arrival_times, parse_rates
 from mmgate_bench.routing.systems import System, resolve
@@ -256,9 +260,16 @@ def sent_by(ladder: Ladder) -> int:
     return sent if ladder.arrival == "constant" else int(sent * 1.2) + 10
 
 
-def gateway_config(topology: Topology, urls: Sequence[str], folder: Path) -> Path:
-    """The topology's example config listing ``urls`` with their roles, the gateway running the
-    legs itself (``orchestrator: gateway``) when there are stages: written into ``folder``."""
+ORCHESTRATORS = ("gateway", "sidecar")
+"""Who runs a disaggregated request's legs over HTTP (``mmgate.disaggregation.orchestrator``)."""
+
+
+def gateway_config(
+    topology: Topology, urls: Sequence[str], folder: Path, orchestrator: str = "gateway"
+) -> Path:
+    """The topology's example config listing ``urls`` with their roles, the legs run by
+    ``orchestrator`` when there are stages (``gateway``: the gateway itself; ``sidecar``: the
+    routing sidecars ``urls`` name in place of the decode-side pods): written into ``folder``."""
     source = resolve(topology.system).config
     assert source is not None
     doc = yaml.safe_load(source.read_text())
@@ -268,8 +279,9 @@ def gateway_config(topology: Topology, urls: Sequence[str], folder: Path) -> Pat
         for url, role in zip(urls, topology.roles, strict=True)
     ]
     if any(topology.roles):
-        section["disaggregation"] = {**section.get("disaggregation", {}), "orchestrator": "gateway"}
-    path = folder / f"{topology.name}.yaml"
+        section["disaggregation"] = {**section.get("disaggregation", {}), "orchestrator": orchestrator}
+    suffix = "" if orchestrator == "gateway" else f"-{orchestrator}"
+    path = folder / f"{topology.name}{suffix}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -286,11 +298,14 @@ def run_http_topologies(
     progress: bool = True,
     log: Callable[[str], None] = print,
     replay: Sequence[RawItem] | None = None,
+    orchestrators: Sequence[str] = ("gateway",),
 ) -> list[dict[str, Any]]:
     """Every topology over the ladder on loopback: a fresh simulated fleet with the topology's
-    roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator.
-    The workload is cut to the requests the ladder sends, and every one of its images rendered
-    before the first rung, so the client renders nothing while it measures."""
+    roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator; a
+    topology with stages once per orchestrator (``sidecar``: an ``mmgate sidecar`` process in
+    front of each decode-side pod). The workload is cut to the requests the ladder sends, and
+    every one of its images rendered before the first rung, so the client renders nothing while
+    it measures."""
     workload = scaled(workload, sent_by(ladder))
     media = MediaCache(capacity=max(512, workload.distinct_media()))
     spec = load_profile(profile)
@@ -301,31 +316,45 @@ def run_http_topologies(
         logs = Path(tmp)
         for topo in shapes:
             roles = topo.roles if any(topo.roles) else ()
-            opts = HttpOptions(
-                profile=profile, pods=topo.pods, speedup=speedup, roles=roles, engine=topo.engine
-            )
-            fleet, urls = start_fleet(opts, logs)
-            router = None
-            try:
-                config = gateway_config(topo, urls, logs)
-                router, base, note = start_router(System(topo.name, config=config), [], logs, model)
-                if router is None:
-                    log(note)
-                    continue
-                bodies = (
-                    raw_bodies(replay)
-                    if replay is not None
-                    else workload_bodies(workload, model=model, media=media)
+            for orchestrator in orchestrators if roles else ("",):
+                label = f"{topo.name} [{orchestrator}]" if orchestrator == "sidecar" else topo.name
+                opts = HttpOptions(
+                    profile=profile, pods=topo.pods, speedup=speedup, roles=roles, engine=topo.engine
                 )
-                target = Target(base, pods=tuple(urls))
-                rungs = asyncio.run(
-                    run_ladder(target, topo.name, ladder, bodies, speedup=speedup, progress=progress)
-                )
-            finally:
-                if router is not None:
-                    router.stop()
-                fleet.stop()
-            records += [_record(rung, topo, workload.name, ttft_slo_s, tpot_slo_s) for rung in rungs]
+                fleet, urls = start_fleet(opts, logs)
+                router = None
+                cars: list[Managed] = []
+                try:
+                    listed, admin = urls, list[str]()
+                    if orchestrator == "sidecar":
+                        cars, listed, admin = start_sidecars(urls, roles, logs, model)
+                    config = gateway_config(topo, listed, logs, orchestrator or "gateway")
+                    system = System(label.replace(" ", "_"), config=config)
+                    router, base, note = start_router(system, [], logs, model)
+                    if router is None:
+                        log(note)
+                        continue
+                    bodies = (
+                        raw_bodies(replay)
+                        if replay is not None
+                        else workload_bodies(workload, model=model, media=media)
+                    )
+                    counted = (base, *admin) if roles else ()
+                    target = Target(base, pods=tuple(urls), stage_metrics=counted)
+                    rungs = asyncio.run(
+                        run_ladder(target, label, ladder, bodies, speedup=speedup, progress=progress)
+                    )
+                finally:
+                    if router is not None:
+                        router.stop()
+                    for car in cars:
+                        car.stop()
+                    fleet.stop()
+                for rung in rungs:
+                    rec = _record(rung, topo, workload.name, ttft_slo_s, tpot_slo_s)
+                    if orchestrator:
+                        rec["orchestrator"] = orchestrator
+                    records.append(rec)
     return records
 
 
@@ -493,6 +522,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     http.add_argument("--http-rates", default=None, help="default: the DES ladder's two lowest rates")
     http.add_argument("--http-duration", type=float, default=20.0, help="simulated seconds per rung (20)")
     http.add_argument("--speedup", type=float, default=2.0, help="pods simulate this times real time (2)")
+    http.add_argument(
+        "--orchestrators", default="gateway",
+        help="who runs the legs of a topology with stages, of gateway, sidecar (an mmgate sidecar "
+        "in front of each PD or decode pod); both: gateway,sidecar (default gateway)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a small smoke version (seconds)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -501,6 +535,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class _Plan:
     shapes: list[Topology]
     workloads: list[Shape]
+    orchestrators: tuple[str, ...] = ("gateway",)
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
@@ -531,7 +566,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
             parse_rates(rates)
     if min(args.duration, args.http_duration, args.ttft_slo, args.tpot_slo, args.speedup) <= 0:
         raise ValueError("--duration, --http-duration, --ttft-slo, --tpot-slo and --speedup must be > 0")
-    return _Plan(shapes, workloads)
+    return _Plan(shapes, workloads, _orchestrators(args.orchestrators))
+
+
+def _orchestrators(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ORCHESTRATORS]
+    if unknown or not names:
+        raise ValueError(f"--orchestrators: {', '.join(unknown) or 'none given'}; choose from "
+                         f"{', '.join(ORCHESTRATORS)}")  # fmt: skip
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
@@ -577,8 +621,9 @@ def run(args: argparse.Namespace) -> int:
                 records = run_des_topologies(workload, plan.shapes, ladder, args.profile, **common)
             else:
                 records = run_http_topologies(
-                    workload, plan.shapes, ladder, args.profile, args.speedup, **common
-                )
+                    workload, plan.shapes, ladder, args.profile, args.speedup,
+                    orchestrators=plan.orchestrators, **common,
+                )  # fmt: skip
             meta = {
                 "workload": shape.name, "workload_params": workload.params, "mode": mode,
                 "profile": args.profile, "accelerators": args.accelerators,
@@ -590,6 +635,7 @@ def run(args: argparse.Namespace) -> int:
                 "ladder": {"rates": list(rates), "duration_s": duration, "arrival": ladder.arrival},
                 "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "attainment": ATTAINMENT,
                 "speedup": args.speedup if mode == "http" else None,
+                "orchestrators": list(plan.orchestrators) if mode == "http" else ["gateway"],
                 "wall_s": round(time.perf_counter() - started, 1),
             }  # fmt: skip
             if records:

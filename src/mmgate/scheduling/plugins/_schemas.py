@@ -10,8 +10,11 @@ docs/plugins/README.md describes each.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
+from mmgate.scheduling.plugins.predicted_ttft_slo_filter import SLO_HEADER
 from mmgate.scheduling.ttft import RateSpec
 from mmgate.scheduling.ttft.frontend import FrontendRates, default_frontend
 
@@ -64,3 +67,45 @@ class PredictedTTFTScorerParams(msgspec.Struct, forbid_unknown_fields=True):
     predictedTTFTProducerName: str = ""
     workWeight: float = 0.0
     futureWeight: float = 0.0
+
+
+# -- adaptive-encode-decider -----------------------------------------------------------------------
+
+
+class EncoderRate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A pod's speeds; a field left out is taken from the next, less specific level."""
+
+    encoderSecondsPerToken: float | None = None
+    itemSeconds: float | None = None
+    prefillTokensPerSecond: float | None = None
+
+
+class TierSizingParams(msgspec.Struct, forbid_unknown_fields=True):
+    """:mod:`mmgate.scheduling.tiers`: the work (seconds) a pod of a role may hold, by role, and
+    the requests a decode pod may hold."""
+
+    targetSeconds: float = 1.0
+    byRole: dict[str, float] = msgspec.field(default_factory=dict)
+    decodeRequests: float = 64.0
+
+
+class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``adaptive-encode-decider``."""
+
+    policy: Literal["adaptive", "tier", "local"] = "adaptive"
+    encoderSecondsPerToken: float = 3.0e-5
+    itemSeconds: float = 0.003
+    byEndpoint: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
+    byLabel: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
+    byRole: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
+    transferSecondsPerToken: float = 5.0e-7
+    legSeconds: float = 0.005
+    sharedWeight: float = 1.0
+    split: bool = True
+    ttftSLOSeconds: float = 0.0
+    sloHeader: str = SLO_HEADER
+    prefillTokensPerSecond: float = 10_000.0
+    sizing: TierSizingParams = msgspec.field(default_factory=TierSizingParams)
+    encoderCacheProducerName: str = ""
+    prefixMatchInfoProducerName: str = ""
+    predictedTTFTProducerName: str = ""

@@ -60,9 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
-
-import msgspec
+from typing import Any
 
 from mmgate.request.view import Modality
 from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
@@ -78,65 +76,39 @@ from mmgate.scheduling.keys import (
 )
 from mmgate.scheduling.lifecycle import RequestLifecycle
 from mmgate.scheduling.plugins._deciding import Decider
+from mmgate.scheduling.plugins._schemas import AdaptiveEncodeParams, EncoderRate
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
-from mmgate.scheduling.plugins.predicted_ttft_slo_filter import SLO_HEADER, request_slo_seconds
+from mmgate.scheduling.plugins.predicted_ttft_slo_filter import request_slo_seconds
 from mmgate.scheduling.tiers import PodLoad, TierDemand, TierSizer, tier_demand
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 ENCODE_PROFILE = "encode"
 
 
-class EncoderRate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A pod's speeds; a field left out is taken from the next, less specific level."""
+class _Item:
+    """One distinct media item of the request: its tokens, its end position (its last position
+    + 1: a cached prefix reaching it holds it) and the endpoints believed to hold it. A plain
+    class: compiled, its fields are C members."""
 
-    encoderSecondsPerToken: float | None = None
-    itemSeconds: float | None = None
-    prefillTokensPerSecond: float | None = None
+    __slots__ = ("end", "holders", "identity", "tokens")
 
-
-class TierSizingParams(msgspec.Struct, forbid_unknown_fields=True):
-    """:mod:`mmgate.scheduling.tiers`: the work (seconds) a pod of a role may hold, by role, and
-    the requests a decode pod may hold."""
-
-    targetSeconds: float = 1.0
-    byRole: dict[str, float] = msgspec.field(default_factory=dict)
-    decodeRequests: float = 64.0
+    def __init__(self, identity: str, tokens: int, end: int, holders: frozenset[str]) -> None:
+        self.identity = identity
+        self.tokens = tokens
+        self.end = end
+        self.holders = holders
 
 
-class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
-    policy: Literal["adaptive", "tier", "local"] = "adaptive"
-    encoderSecondsPerToken: float = 3.0e-5
-    itemSeconds: float = 0.003
-    byEndpoint: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
-    byLabel: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
-    byRole: dict[str, EncoderRate] = msgspec.field(default_factory=dict)
-    transferSecondsPerToken: float = 5.0e-7
-    legSeconds: float = 0.005
-    sharedWeight: float = 1.0
-    split: bool = True
-    ttftSLOSeconds: float = 0.0
-    sloHeader: str = SLO_HEADER
-    prefillTokensPerSecond: float = 10_000.0
-    sizing: TierSizingParams = msgspec.field(default_factory=TierSizingParams)
-    encoderCacheProducerName: str = ""
-    prefixMatchInfoProducerName: str = ""
-    predictedTTFTProducerName: str = ""
-
-
-class _Item(msgspec.Struct):
-    identity: str
-    tokens: int
-    end: int  # the item's last position + 1: a cached prefix reaching it holds it
-    holders: frozenset[str]
-
-
-class _Placed(msgspec.Struct):
+class _Placed:
     """Encoder seconds this decider placed on a pod for one request, until they end."""
 
-    endpoint: str
-    seconds: float
-    items: int
-    tier: bool
+    __slots__ = ("endpoint", "items", "seconds", "tier")
+
+    def __init__(self, endpoint: str, seconds: float, items: int, tier: bool) -> None:
+        self.endpoint = endpoint
+        self.seconds = seconds
+        self.items = items
+        self.tier = tier
 
 
 class AdaptiveEncodeDecider(

@@ -2,7 +2,9 @@
 
 Decode-first, as llm-d: the ``decode`` profile runs; then, asked about that decode target, the
 encode decider chooses whether the ``encode`` profile runs and the prefill decider whether the
-``prefill`` profile runs. The decode profile is the primary one. The chosen encoders and
+``prefill`` profile runs. The decode profile is the primary one. Once the deciders have answered,
+every plugin that prices the decode target on the assumption of a stage (a
+:class:`StagesPlannedHook`: ``predicted-ttft-producer``) is told what was planned. The chosen encoders and
 prefiller travel in llm-d's headers (``x-encoder-hosts-ports``, ``x-prefiller-host-port``), set by
 the ``encoder-header-handler`` and ``prefill-header-handler`` plugins (created by default for the
 encode and prefill profiles when the config lists none). ``stageOrder: prefill-first`` is not
@@ -18,7 +20,7 @@ import msgspec
 
 from mmgate.scheduling.contracts import Plugin, PluginHandle, ProfileHandler
 from mmgate.scheduling.keys import PREFIX_MATCH, TOKENIZED_PROMPT
-from mmgate.scheduling.plugins._deciding import Decider
+from mmgate.scheduling.plugins._deciding import Decider, StagesPlannedHook
 from mmgate.scheduling.profile import no_target
 from mmgate.scheduling.types import DataKey, ProfileResult, SchedulingRequest, SchedulingResult
 
@@ -48,6 +50,9 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
         self._decode = params.profiles.decode
         # The stages a decider is named for, in the order they are planned: (profile, decider).
         self._stages: tuple[tuple[str, Decider[Any]], ...] = ()
+        # The plugins told what was planned: found on first use, once the scheduler has made the
+        # default producers too (they do not exist yet when resolve runs).
+        self._hooks: tuple[StagesPlannedHook, ...] | None = None
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (TOKENIZED_PROMPT, PREFIX_MATCH)
@@ -85,6 +90,12 @@ class DisaggProfileHandler(ProfileHandler[DisaggParams]):
             for profile, decider in self._stages:
                 if profile in profiles and decider.disaggregate(request, target):
                     plan.append(profile)
+            hooks = self._hooks
+            if hooks is None:
+                found = self.handle.plugins.values()
+                hooks = self._hooks = tuple(p for p in found if isinstance(p, StagesPlannedHook))
+            for hook in hooks:
+                hook.stages_planned(request, target)
         return plan
 
     def process_results(

@@ -31,6 +31,16 @@ nothing) teach it: a non-streamed answer's first byte comes at its end, not afte
 the gateway runs a disaggregated request's encode and prefill legs itself, the serving pod's time
 starts when the last stage pod's legs ended (``on_stage_done``), the moment it is sent the request.
 
+The producers run before the encode decider (``adaptive-encode-decider``) chooses where the media
+are encoded, so every candidate is priced with its media at ``encoderSecondsPerToken`` (in an E/PD
+config, the encoder outputs' transfer from the encode pods). When the decider then leaves items
+on the serving pod (``local``, or the local part of a ``split``), that pod encodes them: once
+the deciders have answered (:meth:`PredictedTTFTProducer.stages_planned`), the serving pod's
+prediction prices those items at the encoder seconds the decider priced them at instead, and the
+fit takes them out of what it learns from (their tokens leave the encoder term, their seconds the
+observed TTFT, as the front end's do), so the prediction reported and learned from is of the
+placement made.
+
 Beside each prediction it gives the *future cost* of placing the request there (for
 ``predicted-ttft-scorer``'s ``futureWeight``), in seconds::
 
@@ -58,19 +68,23 @@ from typing import Any, Final
 
 from mmgate.request.view import Modality
 from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
+from mmgate.scheduling.encoder_assignment import LOCAL
 from mmgate.scheduling.keys import (
+    ENCODE_CHOICE,
     ENCODER_CACHE_MATCH,
     INFLIGHT_LOAD,
     PREDICTED_TTFT,
     PREFIX_MATCH,
     TOKENIZED_PROMPT,
     Candidate,
+    EncodeChoice,
     EncoderCacheMatch,
     PredictedTTFT,
     PrefixMatch,
     TokenizedPrompt,
 )
 from mmgate.scheduling.lifecycle import RequestLifecycle
+from mmgate.scheduling.plugins._deciding import StagesPlannedHook
 from mmgate.scheduling.plugins._schemas import PredictedTTFTParams
 from mmgate.scheduling.ttft import RateLearner, Rates, RateSpec, RateTable, Vector
 from mmgate.scheduling.ttft._frontend import NO_FRONTEND, FrontendQueue, frontend_seconds
@@ -137,7 +151,9 @@ class _Pod:
         self.f = self.p = self.s = self.h = self.c = self.q = 0.0
 
 
-class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware):
+class PredictedTTFTProducer(
+    Producer[PredictedTTFTParams], RequestLifecycle, EndpointAware, StagesPlannedHook
+):
     type_name = "predicted-ttft-producer"
 
     def __init__(self, name: str, params: PredictedTTFTParams, handle: PluginHandle) -> None:
@@ -170,6 +186,9 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         self._load_key: DataKey[Any] = INFLIGHT_LOAD.scoped(params.inFlightLoadProducerName)
         self._keys = self.own_keys(PREDICTED_TTFT)
         self._key_names = [key.name for key in self._keys]
+        # in a request's data: (serving pod, media tokens, encoder seconds) the encode decider
+        # left on the serving pod (stages_planned), for the fit (on_started)
+        self._local_key = f"{name}/encoded-on-serving-pod"
         self._rates_now = self.learner.current.get
         self._pending: dict[str, _Pending] = {}
         self._tokens_sum = 0.0  # decayed sums behind the mean prompt size placed
@@ -394,11 +413,17 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if row is None:
             return
         _, _, _, _, work, saved, p, e, h, c, a = row
-        x = (1.0, p, e, h, c, a)
+        local_tokens, local_s = 0, 0.0
+        local = request.data.get(self._local_key)
+        if isinstance(local, tuple) and local[0] == endpoint.name:
+            _, local_tokens, local_s = local
+        x = (1.0, p, e - local_tokens, h, c, a)
         pending = self._pending[rid] = _Pending(endpoint, now, x, request.view.first_byte_ends_prefill)
         pod = self._pods.get(endpoint.name)
         if pod is None:
             pod = self._pods[endpoint.name] = _Pod()
+        if local_tokens:  # its own work there: encoded, not received
+            work += local_s - pod.s * local_tokens
         load, processing = info.frontend
         processing -= saved
         if processing > 0:
@@ -410,6 +435,7 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
             pending.front_end = fq.place(processing, now + load)
         else:
             pending.front_wait = load
+        pending.front_wait += local_s  # priced apart, as the front end: not the engine's rates
         most = info.most_reused
         cold = 1.0 - (x[3] + x[4]) / most if most > 0 else 1.0
         self._hits = self._hits * REUSE_DECAY + (1.0 - cold)
@@ -427,6 +453,35 @@ class PredictedTTFTProducer(Producer[PredictedTTFTParams], RequestLifecycle, End
         if tp is not None:
             self._tokens_sum = self._tokens_sum * MEAN_TOKENS_DECAY + tp.total_tokens
             self._tokens_weight = self._tokens_weight * MEAN_TOKENS_DECAY + 1.0
+
+    def stages_planned(self, request: SchedulingRequest, target: EndpointState) -> None:
+        """The encode decider has chosen: media it left on ``target`` are encoded there, at the
+        encoder seconds it priced them at, not received at ``encoderSecondsPerToken``; the
+        target's prediction is corrected to that placement (the other candidates' are not read
+        again)."""
+        data = request.data
+        choice = data.get(ENCODE_CHOICE.name)
+        if not isinstance(choice, EncodeChoice):
+            return
+        name = target.name
+        local_s = choice.seconds.get(name, 0.0)
+        info = data.get(self._key_names[0])
+        if local_s <= 0.0 or not isinstance(info, PredictedTTFT) or name not in info.seconds:
+            return
+        tp = data.get(TOKENIZED_PROMPT.name)
+        if not isinstance(tp, TokenizedPrompt):
+            return
+        tokens = _received_tokens(
+            tp,
+            None if choice.outcome == "local" else {i for i, e in choice.plan.items() if e == LOCAL},
+            data.get(self._prefix_key.name),
+            data.get(self._encoder_key.name),
+            name,
+        )
+        pod = self._pods.get(name)
+        per_token = pod.s if pod is not None else 0.0
+        info.seconds[name] += local_s - per_token * tokens
+        data[self._local_key] = (name, tokens, local_s)
 
     def on_stage_done(self, request: SchedulingRequest, endpoint: EndpointState, now: float) -> None:
         # The serving pod gets the request once the encode / prefill legs are over (the gateway
@@ -489,3 +544,32 @@ def _encoder_items(
             first_end = end
         media += length
     return items, first_end, media
+
+
+def _received_tokens(
+    tp: TokenizedPrompt, local: set[str] | None, prefix: object, encoder: object, name: str
+) -> int:
+    """The media tokens of the items in ``local`` (``None``: every item) that the prediction for
+    ``name`` priced as encoder outputs to receive: distinct, not precomputed embeddings, past the
+    prefix ``name`` is believed to hold and not in its encoder cache (as the candidate loop)."""
+    cached = prefix.matched_tokens(name) if isinstance(prefix, PrefixMatch) else 0
+    held: list[int] = []
+    ids: list[str] = []
+    if isinstance(encoder, EncoderCacheMatch):
+        held = encoder.matched_indices.get(name, [])
+        ids = encoder.identities
+    tokens = 0
+    seen: set[str] = set()
+    for item in tp.media:
+        identity = item.identity
+        if identity in seen or item.modality == _EMBEDS:
+            continue
+        seen.add(identity)
+        if local is not None and identity not in local:
+            continue
+        if item.offset + item.length <= cached:
+            continue
+        if held and identity in ids and ids.index(identity) in held:
+            continue
+        tokens += item.length
+    return tokens
