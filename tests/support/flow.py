@@ -9,11 +9,16 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mmgate.config import load_config_text
+from mmgate.control import RequestController
+from mmgate.control.decision import EndpointPicker
+from mmgate.control.flow import FlowGate, flow_settings_of
 from mmgate.control.flow.classify import FlowKey
 from mmgate.control.flow.dispatcher import BandPlan, DispatcherLimits, FlowDispatcher
 from mmgate.control.flow.policies import FairnessPolicy
 from mmgate.control.flow.queues import BandLimits, HeldRequest
 from mmgate.control.flow.saturation import DetectorSettings, SaturationDetector
+from mmgate.datalayer.endpoints import EndpointRegistry, parse_endpoint
 from mmgate.datalayer.metrics import MetricsSnapshot
 
 POD = "pod:1"
@@ -117,3 +122,20 @@ def flow_config(max_bytes: int = 0) -> str:
     """Flow control on, a pod saturated while the gateway has one request in flight there (what
     the gateway knows at once: the order is deterministic), and three objectives."""
     return FLOW_CONFIG % {"max_bytes": max_bytes}
+
+
+def one_pod_controller(
+    config_text: str, picker: EndpointPicker, gate_type: type[FlowGate] = FlowGate, pod: str = "10.0.0.1:8000"
+) -> tuple[RequestController, FlowGate]:
+    """A request controller with flow control from ``config_text`` over one idle pod (its
+    metrics scraped at time 0), on a clock that stays at 0: the controller-level flow tests."""
+    config = load_config_text(config_text)
+    settings = flow_settings_of(config.picker, config.mmgate)
+    assert settings is not None
+    registry = EndpointRegistry()
+    registry.add(parse_endpoint(pod))
+    record = registry.get(pod)
+    assert record is not None
+    metrics = record.metrics = MetricsSnapshot("vllm", waiting=0.0, kv_usage=0.0, scraped_at=0.0)
+    gate = gate_type(settings, lambda name: metrics)
+    return RequestController(picker, registry, clock=lambda: 0.0, flow=gate), gate

@@ -8,14 +8,11 @@ from typing import Any
 
 import pytest
 
-from mmgate.config import load_config_text
-from mmgate.control import RequestController
 from mmgate.control.decision import Decision
-from mmgate.control.flow import FlowGate, flow_settings_of
+from mmgate.control.flow import FlowGate
 from mmgate.control.flow.classify import FlowKey
-from mmgate.datalayer.endpoints import EndpointRegistry, parse_endpoint
-from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.request.view import Api, RequestView
+from support.flow import one_pod_controller
 from support.upstreams import OrderRouter
 
 CONFIG = """
@@ -56,18 +53,10 @@ class Unpriced(OrderRouter):
 
 @pytest.mark.parametrize("picker", [OrderRouter(), Unpriced()])
 def test_a_request_that_goes_at_once_is_priced_once(picker: OrderRouter) -> None:
-    config = load_config_text(CONFIG)
-    settings = flow_settings_of(config.picker, config.mmgate)
-    assert settings is not None
-    registry = EndpointRegistry()
-    registry.add(parse_endpoint(POD))
-    record = registry.get(POD)
-    assert record is not None
-    record.metrics = MetricsSnapshot("vllm", waiting=0.0, kv_usage=0.0, scraped_at=0.0)
-    gate = CountingGate(settings, lambda name: record.metrics)
+    ctl, gate = one_pod_controller(CONFIG, picker, CountingGate, POD)
+    assert isinstance(gate, CountingGate)
     charged: list[tuple[FlowKey, float]] = []
     gate.dispatcher.passed = lambda key, cost: charged.append((key, cost))  # type: ignore[method-assign]
-    ctl = RequestController(picker, registry, clock=lambda: 0.0, flow=gate)
     flight = ctl.open(VIEW, "r", {})
     assert ctl.admit_now(flight)
     attempt = ctl.decide(flight)

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmgate.config import load_config_text
-from mmgate.control import RequestController
 from mmgate.control.controller import Refusal
 from mmgate.control.decision import Decision
-from mmgate.control.flow import FlowGate, flow_settings_of
-from mmgate.datalayer.endpoints import EndpointRegistry, parse_endpoint
-from mmgate.datalayer.metrics import MetricsSnapshot
 from mmgate.errors import RequestError
 from mmgate.request.view import Api, RequestView
+from support.flow import one_pod_controller
 from support.upstreams import OrderRouter
 
 CONFIG = """
@@ -29,7 +25,6 @@ plugins:
 flowControl:
   saturationDetector: {pluginRef: utilization-detector}
 """
-POD = "10.0.0.1:8000"
 
 
 def view(model: str) -> RequestView:
@@ -46,16 +41,7 @@ class RefusesBad(OrderRouter):
 
 
 def test_a_mistake_found_on_release_answers_the_held_request_not_the_releaser() -> None:
-    config = load_config_text(CONFIG)
-    settings = flow_settings_of(config.picker, config.mmgate)
-    assert settings is not None
-    registry = EndpointRegistry()
-    registry.add(parse_endpoint(POD))
-    record = registry.get(POD)
-    assert record is not None
-    record.metrics = MetricsSnapshot("vllm", waiting=0.0, kv_usage=0.0, scraped_at=0.0)
-    gate = FlowGate(settings, lambda name: record.metrics)
-    ctl = RequestController(RefusesBad(), registry, clock=lambda: 0.0, flow=gate)
+    ctl, gate = one_pod_controller(CONFIG, RefusesBad())
 
     first = ctl.open(view("m"), "first", {})
     assert ctl.admit_now(first)
