@@ -9,8 +9,8 @@ endpoint's predicted seconds (``repr`` of the float, so a reordered sum shows), 
 work and future cost. Run it once per tree and compare the digests (or ``diff`` the ``--out``
 files)::
 
-    PYTHONPATH=/work/main/src python bench/scripts/decision_picks.py --out /tmp/before.jsonl
-    PYTHONPATH=src python bench/scripts/decision_picks.py --out /tmp/after.jsonl
+    PYTHONPATH=../before/src python bench/scripts/decision_picks.py --out before.jsonl
+    PYTHONPATH=src python bench/scripts/decision_picks.py --out after.jsonl
 
 Only public scheduler API is used (``build_scheduler``, ``Scheduler.schedule`` and its lifecycle
 calls, the ``keys`` data), so an older tree runs it as is. The configs are read from this
