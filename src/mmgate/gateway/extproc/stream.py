@@ -59,6 +59,10 @@ log = logging.getLogger("mmgate.extproc")
 Buffer = bytes | memoryview
 FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = pm.ProcessingMode.BUFFERED
+HAND_READ_HEADERS = not (wire.__file__ or "").endswith(".py")
+"""Header lists read by :func:`.wire.header_list` when it is compiled (about 30,000 fewer
+instructions a text request than the runtime's objects); run as Python source, the runtime's C
+parser is the cheaper of the two."""
 
 
 class Malformed(ValueError):
@@ -111,7 +115,7 @@ class RequestStream:
             message = ep.ProcessingRequest.FromString(raw)
         except DecodeError:
             raise Malformed("not a ProcessingRequest") from None
-        return self.on_message(message, wire.header_list(raw))
+        return self.on_message(message, wire.header_list(raw) if HAND_READ_HEADERS else None)
 
     def on_message(
         self, message: ep.ProcessingRequest, header_list: wire.HeaderList | None = None
