@@ -123,16 +123,7 @@ def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], b
         key, pos = _read_varint(tail, pos)
         if key < 0 or key >> 3 in REQUEST_KINDS:
             return None
-        wire = key & 7
-        if wire == 0:
-            _, pos = _read_varint(tail, pos)
-        elif wire == 2:
-            length, pos = _read_varint(tail, pos)
-            pos = pos + length if length >= 0 else len(tail) + 1
-        elif wire == 1 or wire == 5:
-            pos += 8 if wire == 1 else 4
-        else:
-            return None
+        pos = _skip(tail, pos, key & 7)
     if pos != len(tail):
         return None
     return kind, chunk, end
@@ -461,12 +452,8 @@ def health_service(raw: Buffer) -> str | None:
                 except UnicodeDecodeError:
                     return None
             pos += length
-        elif wire_type == 0:
-            _, pos = _read_varint(data, pos)
-        elif wire_type == 1 or wire_type == 5:
-            pos += 8 if wire_type == 1 else 4
         else:
-            return None
+            pos = _skip(data, pos, wire_type)
     return service if pos == len(data) else None
 
 
