@@ -14,12 +14,13 @@ from grpc_health.v1 import health_pb2
 
 from mmgate.gateway import extproc
 from mmgate.gateway.extproc.lean import MessageReader
-from mmgate.gateway.extproc.messages import Answer, route_body
+from mmgate.gateway.extproc.messages import Answer, header_pairs, route_body
 from mmgate.gateway.extproc.wire import (
     MAX_CHUNK,
     REQUEST_CHUNK,
     RESPONSE_CHUNK,
     body_chunk,
+    header_list,
     health_answer,
     health_service,
     request_body,
@@ -130,6 +131,50 @@ def test_a_message_that_is_not_only_a_body_chunk_is_left_to_the_runtime() -> Non
     twice = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x")).SerializeToString()
     assert body_chunk(twice + twice) is None  # a repeated oneof field: merged by the runtime
     assert body_chunk(twice[:-1]) is None  # truncated
+
+
+def _headers_message(field: str, end: bool) -> ep.ProcessingRequest:
+    values = [
+        base_pb2.HeaderValue(key=":method", raw_value=b"POST"),
+        base_pb2.HeaderValue(key=":path", value="/v1/chat/completions"),  # ``value``, not raw
+        base_pb2.HeaderValue(key="x-latin", raw_value="caf\u00e9".encode("latin-1")),
+        base_pb2.HeaderValue(key="x-both", value="ignored", raw_value=b"raw"),
+        base_pb2.HeaderValue(key="x-empty"),
+        base_pb2.HeaderValue(key="x-a", raw_value=b"1"),
+        base_pb2.HeaderValue(key="x-a", raw_value=b"2"),  # repeated names stay, in order
+    ]
+    message = ep.ProcessingRequest(
+        **{field: ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=values), end_of_stream=end)}
+    )
+    message.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})  # Envoy sends it
+    message.attributes["envoy.filters.http.ext_proc"].update({"upstream.address": "10.0.0.1:8000"})
+    message.protocol_config.request_body_mode = 4
+    return message
+
+
+@pytest.mark.parametrize("end", [True, False])
+@pytest.mark.parametrize("field", ["request_headers", "response_headers"])
+def test_a_header_list_is_read_without_the_runtime_as_the_runtime_reads_it(field: str, end: bool) -> None:
+    message = _headers_message(field, end)
+    got = header_list(message.SerializeToString())
+    assert got == (header_pairs(getattr(message, field)), end)
+    assert got is not None and got[0][2] == ("x-latin", "caf\u00e9")
+
+
+def test_a_headers_message_the_runtime_would_read_otherwise_is_left_to_it() -> None:
+    raw = _headers_message("request_headers", True).SerializeToString()
+    assert header_list(raw + raw) is None  # the headers field twice: merged by the runtime
+    assert header_list(raw[:-1]) is None  # truncated
+    body = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x")).SerializeToString()
+    assert header_list(body) is None
+    assert header_list(raw + body) is None  # two kinds of the oneof
+    bad_key = ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key="k")]))
+    inner = bad_key.SerializeToString().replace(b"k", b"\xff")  # not UTF-8: the runtime refuses it
+    assert header_list(b"\x12" + bytes([len(inner)]) + inner) is None
+    two_maps = ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key="a")]))
+    twice = two_maps.SerializeToString() * 2
+    assert header_list(b"\x12" + bytes([len(twice)]) + twice) is None  # two maps: merged by the runtime
+    assert header_list(b"") is None
 
 
 @pytest.mark.parametrize("read", [1, 4, 5, 6, 16_384, 1 << 20])
