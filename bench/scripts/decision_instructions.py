@@ -51,7 +51,12 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         # E/PD, 4 encode + 12 PD pods: the static offload and the per-request encode placement
         "e-pd": ("e-pd.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
         "e-pd-adaptive": ("e-pd-adaptive.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
-    }
+        # the same with the decider's view of TPOT; requests decode between first token and end
+        "e-pd-adaptive-tpot": (
+            "../docs/benchmarks/disaggregation/e-pd-adaptive-tpot.yaml", 4,
+            ["encode"] * 4 + ["prefill-decode"] * 12, 16,
+        ),
+    }  # fmt: skip
     config, images, roles, n = shapes[case]
     views = bench.three_image_views(10, 5, images=images)
     cfg = load_config(bench.EXAMPLES / config)
@@ -86,6 +91,8 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         if getattr(plugin, "before_send", False):
             bracket(plugin, "pre_request", f"header {plugin.name}")
     pending: list[str] = []
+    decoding: list[str] = []  # e-pd-adaptive-tpot: 64 more decode after their first token
+    decodes = 64 if case.endswith("-tpot") else 0
     gc.disable()
     for r in range(WARM + decisions):
         req = SchedulingRequest(bench.unique(views[r % len(views)], r), f"r{r}")
@@ -107,7 +114,9 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         if len(pending) > 64:
             done = pending.pop(0)
             scheduler.on_first_token(done, now)
-            scheduler.on_finished(done, now)
+            decoding.append(done)
+        if len(decoding) > decodes:
+            scheduler.on_finished(decoding.pop(0), now)
     Path(labels_path).write_text(json.dumps(labels))
 
 
@@ -156,7 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case",
         default="e-p-d",
-        choices=("e-p-d", "predicted-ttft@8", "predicted-ttft@64", "aggregated", "e-pd", "e-pd-adaptive"),
+        choices=(
+            "e-p-d",
+            "predicted-ttft@8",
+            "predicted-ttft@64",
+            "aggregated",
+            "e-pd",
+            "e-pd-adaptive",
+            "e-pd-adaptive-tpot",
+        ),
     )
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("trees", nargs="+", metavar="NAME=SRC")
