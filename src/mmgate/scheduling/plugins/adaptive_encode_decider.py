@@ -51,7 +51,7 @@ A decision tries at most items + 2 plans, each O(items x encode pods).
 
 With a TPOT SLO on the requests decoding on ``d`` (``tpotSLOSeconds``, or each one's
 ``x-slo-tpot-ms``) the decider also sees what a local encode does to them: each second of it is
-a second added to one inter-token gap of every request decoding there (:meth:`_slack` predicts,
+a second added to one inter-token gap of every request decoding there (:meth:`decode_slack` predicts,
 per decode, the stall it can still absorb within its TPOT, from the prefills and local encodes
 booked on ``d`` since its first token and ``decodeStepSeconds``). A plan whose encoder seconds
 on ``d`` exceed what any decode there can absorb is not taken: the decider takes the plan with
@@ -359,7 +359,7 @@ class AdaptiveEncodeDecider(
         adaptive = p.policy == "adaptive"
         slo = request_slo_seconds(request, self._slo_header, p.ttftSLOSeconds) if adaptive else 0.0
         # what each decode running on the PD pod can still absorb within its TPOT SLO
-        slack = self._slack(pd, request.now) if adaptive else []
+        slack = _Slack(self, pd, request.now)
         plans = self._plans(items, plan, local_s, secs, backlog) if adaptive else [plan]
         if slo > 0:
             # The tier's encoders serve nobody else; the PD pod's GPU serves every request on it
@@ -371,7 +371,7 @@ class AdaptiveEncodeDecider(
             via_pd = base + sum(local_s)
             for trial in plans:
                 if base + _ttft(items, trial, local_s, secs, backlog, p) <= slo:
-                    if _harms(slack, _on_pd(trial, local_s)):
+                    if slack.refuses(_on_pd(trial, local_s)):
                         return self._spare(items, plans, slack, local_s, secs, pd, via_pd, via_tier)
                     return self._result(items, trial, local_s, secs, pd, via_pd, via_tier, "slo-")
         if p.split and adaptive and len(items) > 1:
@@ -381,11 +381,11 @@ class AdaptiveEncodeDecider(
                 if c < cost:
                     plan, cost = trial, c
         if p.policy == "local" or (adaptive and local_cost <= cost):
-            if adaptive and _harms(slack, sum(local_s)):
+            if adaptive and slack.refuses(sum(local_s)):
                 return self._spare(items, plans, slack, local_s, secs, pd, local_cost, cost)
             reason = "cheaper-local" if adaptive else "policy"
             return EncodeChoice("local", reason, {}, local_cost, cost, {pd.name: sum(local_s)})
-        if adaptive and _harms(slack, _on_pd(plan, local_s)):
+        if adaptive and slack.refuses(_on_pd(plan, local_s)):
             return self._spare(items, plans, slack, local_s, secs, pd, local_cost, cost)
         return self._result(items, plan, local_s, secs, pd, local_cost, cost, "cheaper-" if adaptive else "")
 
@@ -393,7 +393,7 @@ class AdaptiveEncodeDecider(
         self,
         items: Sequence[_Item],
         plans: Sequence[list[str]],
-        slack: Sequence[float],
+        slack: _Slack,
         local_s: Sequence[float],
         secs: Mapping[str, list[float]],
         pd: EndpointState,
@@ -405,12 +405,12 @@ class AdaptiveEncodeDecider(
         there). Reason ``tpot-<outcome>``."""
         best = plans[0]
         for trial in plans[1:]:
-            if _harms(slack, _on_pd(trial, local_s)):
+            if slack.refuses(_on_pd(trial, local_s)):
                 break
             best = trial
         return self._result(items, best, local_s, secs, pd, local_cost, cost, "tpot-")
 
-    def _slack(self, pd: EndpointState, now: float) -> list[float]:
+    def decode_slack(self, pd: EndpointState, now: float) -> list[float]:
         """For each request decoding on ``pd`` with a TPOT SLO, the stall seconds it can still
         absorb before its TPOT passes the SLO.
 
@@ -637,12 +637,29 @@ def _on_pd(plan: Sequence[str], local_s: Sequence[float]) -> float:
     return sum(s for s, e in zip(local_s, plan, strict=True) if e == LOCAL)
 
 
-def _harms(slack: Sequence[float], seconds: float) -> bool:
-    """Whether ``seconds`` more stall on the pod would leave a decode there past its TPOT SLO.
-    A decode already on course past it counts: the pod is decode-bound, and a local encode
-    would deepen the miss of every decode there (measured against counting only the decodes
-    still within the SLO, and against needing two: docs/benchmarks/disaggregation.md)."""
-    return seconds > 0 and any(x < seconds for x in slack)
+class _Slack:
+    """The slack of the decodes on the PD pod (:meth:`AdaptiveEncodeDecider.decode_slack`), worked
+    out the first time a plan puts encoder seconds there (most decisions put none)."""
+
+    __slots__ = ("decider", "now", "pd", "values")
+
+    def __init__(self, decider: AdaptiveEncodeDecider, pd: EndpointState, now: float) -> None:
+        self.decider = decider
+        self.pd = pd
+        self.now = now
+        self.values: list[float] | None = None
+
+    def refuses(self, seconds: float) -> bool:
+        """Whether ``seconds`` more stall on the pod would leave a decode there past its TPOT
+        SLO. A decode already on course past it refuses too: the pod is decode-bound, and a
+        local encode would deepen the miss of every decode there (measured against refusing
+        only for decodes still within the SLO, and against needing two:
+        docs/benchmarks/disaggregation.md)."""
+        if seconds <= 0:
+            return False
+        if self.values is None:
+            self.values = self.decider.decode_slack(self.pd, self.now)
+        return any(x < seconds for x in self.values)
 
 
 def _ttft(
