@@ -47,6 +47,8 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "mmgate.datalayer.index.memory",
     "mmgate.gateway.extproc.lean",
+    "mmgate.gateway.extproc.messages",
+    "mmgate.gateway.extproc.stream",
     "mmgate.gateway.extproc.wire",
     "mmgate.http.h2",
     "mmgate.http.hpack",
