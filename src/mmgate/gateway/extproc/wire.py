@@ -87,10 +87,14 @@ def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], b
     for anything else (another kind, a field of ``HttpBody`` other than the body and its end,
     a malformed message), which the caller parses whole. Parsing each chunk with the runtime
     copied its megabyte twice."""
-    parts = [memoryview(raw)] if isinstance(raw, (bytes, memoryview)) else [memoryview(p) for p in raw]
-    if len(parts) == 1 and len(parts[0]) <= _SMALL:  # a text body: read from one small copy
-        view = parts[0]
-        data = bytes(view)
+    one: Buffer | None = None
+    if isinstance(raw, list):  # the transport's messages: a list of views
+        if len(raw) == 1:
+            one = raw[0]
+    elif isinstance(raw, (bytes, memoryview)):
+        one = raw
+    if one is not None and len(one) <= _SMALL:  # a text body: read from one small copy
+        data = one if isinstance(one, bytes) else bytes(one)
         if not data or (data[0] != _REQUEST_CHUNK_KEY and data[0] != _RESPONSE_CHUNK_KEY):
             return None
         inner, pos = _read_varint(data, 1)
@@ -102,10 +106,11 @@ def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], b
             length, after = _read_varint(data, pos + 1)
             if length < 0 or after + length > inner_end:
                 return None
-            chunk = [view[after : after + length]]
+            chunk = [memoryview(one)[after : after + length]]
             pos = after + length
         end = _chunk_rest(data, pos, inner_end)
         return None if end is None else (data[0] >> 3, chunk, end)
+    parts = [memoryview(raw)] if isinstance(raw, (bytes, memoryview)) else [memoryview(p) for p in raw]
     size = 0
     for part in parts:
         size += len(part)
@@ -687,13 +692,43 @@ def header_mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str
     layer keeps them), as Envoy reads ``raw_value`` first."""
     parts: list[bytes] = []
     for name, value in set_headers:
-        header = _field(HEADER_KEY, name.encode()) if name else b""
-        if value:
-            header += _field(HEADER_RAW_VALUE, value.encode("latin-1"))
-        parts.append(_field(SET_HEADERS, _field(OPTION_HEADER, header) + _OVERWRITE))
+        parts.append(_set_header(name, value))
     for name in remove:
         parts.append(_field(REMOVE_HEADERS, name.encode()))
     return b"".join(parts)
+
+
+_KEYS: Final[dict[str, bytes]] = {}  # a header name's HeaderValue.key field, by name
+_ROUTES: Final[dict[str, tuple[bytes, bytes]]] = {}  # by destination: its header, its metadata
+_KEPT: Final = 1024  # names and destinations remembered (a gateway's are few; more: start again)
+
+
+def _set_header(name: str, value: str) -> bytes:
+    """One ``set_headers`` entry of a ``HeaderMutation`` (a ``HeaderValueOption``)."""
+    key = _KEYS.get(name)
+    if key is None:
+        key = _field(HEADER_KEY, name.encode()) if name else b""
+        if len(_KEYS) >= _KEPT:
+            _KEYS.clear()
+        _KEYS[name] = key
+    header = key + _field(HEADER_RAW_VALUE, value.encode("latin-1")) if value else key
+    return _field(SET_HEADERS, _field(OPTION_HEADER, header) + _OVERWRITE)
+
+
+def _route_parts(destination: str) -> tuple[bytes, bytes]:
+    """The destination's ``set_headers`` entry and the ``envoy.lb`` dynamic metadata naming it:
+    built once per destination (a gateway routes to the same few pods again and again)."""
+    parts = _ROUTES.get(destination)
+    if parts is None:
+        value = _field(VALUE_STRING, destination.encode())  # a oneof member: written even when empty
+        inner = _field(STRUCT_FIELDS, _field(ENTRY_KEY, DESTINATION.encode()) + _field(ENTRY_VALUE, value))
+        lb = _field(VALUE_STRUCT, inner)
+        metadata = _field(STRUCT_FIELDS, _field(ENTRY_KEY, LB_NAMESPACE.encode()) + _field(ENTRY_VALUE, lb))
+        parts = (_set_header(DESTINATION, destination), _field(DYNAMIC_METADATA, metadata))
+        if len(_ROUTES) >= _KEPT:
+            _ROUTES.clear()
+        _ROUTES[destination] = parts
+    return parts
 
 
 def routing(
@@ -703,13 +738,10 @@ def routing(
     routes: the destination in the header and in the dynamic metadata ``envoy.lb`` (the
     endpoint-picker protocol puts it in both), the extra routing headers set, the client's
     routing headers removed, and the route cache cleared so Envoy picks the cluster again."""
-    mutation = header_mutation([(DESTINATION, destination), *set_headers], remove)
+    header, metadata = _route_parts(destination)
+    mutation = header + header_mutation(set_headers, remove)
     common = _field(HEADER_MUTATION, mutation) + _CLEAR_ROUTE_CACHE
-    value = _field(VALUE_STRING, destination.encode())  # a oneof member: written even when empty
-    inner = _field(STRUCT_FIELDS, _field(ENTRY_KEY, DESTINATION.encode()) + _field(ENTRY_VALUE, value))
-    lb = _field(VALUE_STRUCT, inner)
-    metadata = _field(STRUCT_FIELDS, _field(ENTRY_KEY, LB_NAMESPACE.encode()) + _field(ENTRY_VALUE, lb))
-    return _field(answer, _field(COMMON, common)) + _field(DYNAMIC_METADATA, metadata)
+    return _field(answer, _field(COMMON, common)) + metadata
 
 
 def response_headers(set_headers: Iterable[tuple[str, str]]) -> bytes:
