@@ -10,6 +10,7 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from mmgate.gateway import extproc
@@ -215,6 +216,11 @@ def test_a_headers_message_the_runtime_would_read_otherwise_is_left_to_it() -> N
     twice = two_maps.SerializeToString() * 2
     assert headers_message(b"\x12" + bytes([len(twice)]) + twice) is None  # two maps: merged by the runtime
     assert headers_message(b"") is None
+    address = _headers_message("response_headers", False).SerializeToString()
+    not_utf8 = address.replace(b" 10.0.0.1:8000 ", b"\xff10.0.0.1:8000 ")  # the runtime refuses it
+    assert headers_message(not_utf8) is None
+    with pytest.raises(DecodeError):
+        ep.ProcessingRequest.FromString(not_utf8)
     # metadata (the subset hint, the served endpoint reported by the proxy): the runtime reads it
     with_metadata = _headers_message("response_headers", False, metadata=True)
     assert headers_message(with_metadata.SerializeToString()) is None

@@ -289,67 +289,23 @@ def _attribute(data: bytes, pos: int, stop: int) -> tuple[bool, str | None] | No
     ``upstream.address`` (``None`` when absent; another kind of value reads as ``""``, as the
     runtime's ``string_value`` does). ``None`` when malformed or given in a way the runtime
     merges (a field of the entry twice)."""
-    name: str | None = None
-    value: tuple[int, int] | None = None
-    try:
-        while pos < stop:
-            key, pos = _read_varint(data, pos)
-            if key == ENTRY_KEY << 3 | 2 or key == ENTRY_VALUE << 3 | 2:
-                length, pos = _read_varint(data, pos)
-                if length < 0 or pos + length > stop:
-                    return None
-                if key == ENTRY_KEY << 3 | 2:
-                    if name is not None:
-                        return None
-                    name = data[pos : pos + length].decode()
-                else:
-                    if value is not None:
-                        return None
-                    value = (pos, pos + length)
-                pos += length
-            elif key < 0:
-                return None
-            else:
-                pos = _skip(data, pos, key & 7)
-        if pos != stop:
-            return None
-        if name != ATTRIBUTES_FILTER:
-            return False, None
-        if value is None:
-            return True, None
-        return _struct_string(data, value[0], value[1], UPSTREAM_ADDRESS)
-    except UnicodeDecodeError:
+    entry = _map_entry(data, pos, stop)
+    if entry is None:
         return None
+    name, start, end = entry
+    if name != ATTRIBUTES_FILTER:
+        return False, None
+    if start < 0:
+        return True, None
+    return _struct_string(data, start, end, UPSTREAM_ADDRESS)
 
 
-def _struct_string(data: bytes, pos: int, stop: int, wanted: str) -> tuple[bool, str | None] | None:
-    """The ``string_value`` of the field ``wanted`` of a ``google.protobuf.Struct`` (``None``
-    when absent; a later entry of the same name replaces an earlier one, as in a map)."""
-    found: str | None = None
-    while pos < stop:
-        key, pos = _read_varint(data, pos)
-        if key == STRUCT_FIELDS << 3 | 2:
-            length, pos = _read_varint(data, pos)
-            if length < 0 or pos + length > stop:
-                return None
-            entry = _string_entry(data, pos, pos + length)
-            if entry is None:
-                return None
-            if entry[0] == wanted:
-                found = entry[1]
-            pos += length
-        elif key < 0:
-            return None
-        else:
-            pos = _skip(data, pos, key & 7)
-    return (True, found) if pos == stop else None
-
-
-def _string_entry(data: bytes, pos: int, stop: int) -> tuple[str, str] | None:
-    """A ``Struct.fields`` entry: its name and its value's ``string_value`` (``""`` for another
-    kind of value); ``None`` when malformed or a field of it comes twice."""
+def _map_entry(data: bytes, pos: int, stop: int) -> tuple[str, int, int] | None:
+    """A map entry with a string key: the key (``""`` when absent) and where its value lies
+    (-1, -1 when absent); ``None`` when malformed, a field comes twice (the runtime would merge
+    the values) or the key is not UTF-8."""
     name: str | None = None
-    text: str | None = None
+    start = end = -1
     while pos < stop:
         key, pos = _read_varint(data, pos)
         if key == ENTRY_KEY << 3 | 2 or key == ENTRY_VALUE << 3 | 2:
@@ -359,13 +315,14 @@ def _string_entry(data: bytes, pos: int, stop: int) -> tuple[str, str] | None:
             if key == ENTRY_KEY << 3 | 2:
                 if name is not None:
                     return None
-                name = data[pos : pos + length].decode()
+                try:
+                    name = data[pos : pos + length].decode()
+                except UnicodeDecodeError:
+                    return None
             else:
-                if text is not None:
+                if start >= 0:
                     return None
-                text = _value_string(data, pos, pos + length)
-                if text is None:
-                    return None
+                start, end = pos, pos + length
             pos += length
         elif key < 0:
             return None
@@ -373,7 +330,34 @@ def _string_entry(data: bytes, pos: int, stop: int) -> tuple[str, str] | None:
             pos = _skip(data, pos, key & 7)
     if pos != stop:
         return None
-    return name or "", text or ""
+    return name or "", start, end
+
+
+def _struct_string(data: bytes, pos: int, stop: int, wanted: str) -> tuple[bool, str | None] | None:
+    """The ``string_value`` of the field ``wanted`` of a ``google.protobuf.Struct`` (``None``
+    when absent; a later entry of the same name replaces an earlier one, as in a map; another
+    kind of value reads as ``""``)."""
+    found: str | None = None
+    while pos < stop:
+        key, pos = _read_varint(data, pos)
+        if key == STRUCT_FIELDS << 3 | 2:
+            length, pos = _read_varint(data, pos)
+            if length < 0 or pos + length > stop:
+                return None
+            entry = _map_entry(data, pos, pos + length)
+            if entry is None:
+                return None
+            name, start, end = entry
+            if name == wanted:
+                found = "" if start < 0 else _value_string(data, start, end)
+                if found is None:
+                    return None
+            pos += length
+        elif key < 0:
+            return None
+        else:
+            pos = _skip(data, pos, key & 7)
+    return (True, found) if pos == stop else None
 
 
 def _value_string(data: bytes, pos: int, stop: int) -> str | None:
@@ -390,7 +374,10 @@ def _value_string(data: bytes, pos: int, stop: int) -> str | None:
             length, pos = _read_varint(data, pos)
             if length < 0 or pos + length > stop:
                 return None
-            text = data[pos : pos + length].decode()
+            try:
+                text = data[pos : pos + length].decode()
+            except UnicodeDecodeError:
+                return None
             pos += length
         else:
             text = ""
