@@ -5,7 +5,8 @@ The ratio is the median requests/s over a run's rounds divided by `mmgate serve`
 same run (docs/benchmarks/extproc.md reads it so)::
 
     python bench/scripts/extproc_plot.py docs/benchmarks/extproc-configs.json \
-        docs/benchmarks/extproc-configs-2.json --out docs/benchmarks/img/extproc.png
+        docs/benchmarks/extproc-configs-2.json docs/benchmarks/extproc-configs-3.json \
+        --out docs/benchmarks/img/extproc.png
 """
 
 from __future__ import annotations
