@@ -38,8 +38,12 @@ MARK = "time_thread_time_ns"
 def worker(case: str, decisions: int, labels_path: str) -> None:
     """Run ``decisions`` decisions of ``case`` with every component bracketed by markers."""
     import gc
+    from dataclasses import replace
+
+    from msgspec.structs import replace as replace_struct
 
     from mmgate.config import load_config
+    from mmgate.request.view import MediaAsset
     from mmgate.scheduling import SchedulingRequest, build_scheduler
     from mmgate_bench.micro import decision as bench
 
@@ -51,7 +55,14 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         # E/PD, 4 encode + 12 PD pods: the static offload and the per-request encode placement
         "e-pd": ("e-pd.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
         "e-pd-adaptive": ("e-pd-adaptive.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
-    }
+        # cold photos, requests decoding between first token and end: the decider without and
+        # with its view of TPOT (what a local encode does to the decodes on the PD pod)
+        "e-pd-adaptive-cold": ("e-pd-adaptive.yaml", 4, ["encode"] * 4 + ["prefill-decode"] * 12, 16),
+        "e-pd-adaptive-tpot": (
+            "../docs/benchmarks/disaggregation/e-pd-adaptive-tpot.yaml", 4,
+            ["encode"] * 4 + ["prefill-decode"] * 12, 16,
+        ),
+    }  # fmt: skip
     config, images, roles, n = shapes[case]
     views = bench.three_image_views(10, 5, images=images)
     cfg = load_config(bench.EXAMPLES / config)
@@ -86,9 +97,19 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         if getattr(plugin, "before_send", False):
             bracket(plugin, "pre_request", f"header {plugin.name}")
     pending: list[str] = []
+    decoding: list[str] = []  # e-pd-adaptive-tpot: 64 more decode after their first token
+    cold = case.startswith("e-pd-adaptive-")
+    decodes = 64 if cold else 0
     gc.disable()
     for r in range(WARM + decisions):
-        req = SchedulingRequest(bench.unique(views[r % len(views)], r), f"r{r}")
+        view = bench.unique(views[r % len(views)], r)
+        if cold:  # photos no pod has seen
+            parts = [
+                replace(p, identity=f"{p.identity}-{r}") if isinstance(p, MediaAsset) else p
+                for p in view.parts
+            ]
+            view = replace_struct(view, parts=parts)
+        req = SchedulingRequest(view, f"r{r}")
         now = r * 0.001
         timed_now = r >= WARM
         if timed_now:
@@ -107,7 +128,9 @@ def worker(case: str, decisions: int, labels_path: str) -> None:
         if len(pending) > 64:
             done = pending.pop(0)
             scheduler.on_first_token(done, now)
-            scheduler.on_finished(done, now)
+            decoding.append(done)
+        if len(decoding) > decodes:
+            scheduler.on_finished(decoding.pop(0), now)
     Path(labels_path).write_text(json.dumps(labels))
 
 
@@ -156,7 +179,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case",
         default="e-p-d",
-        choices=("e-p-d", "predicted-ttft@8", "predicted-ttft@64", "aggregated", "e-pd", "e-pd-adaptive"),
+        choices=(
+            "e-p-d",
+            "predicted-ttft@8",
+            "predicted-ttft@64",
+            "aggregated",
+            "e-pd",
+            "e-pd-adaptive",
+            "e-pd-adaptive-cold",
+            "e-pd-adaptive-tpot",
+        ),
     )
     parser.add_argument("--decisions", type=int, default=20)
     parser.add_argument("trees", nargs="+", metavar="NAME=SRC")

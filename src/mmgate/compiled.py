@@ -11,8 +11,9 @@ the container probes) took 7-13% off a request with three inline photos
 (docs/benchmarks/hotpath.md). The
 endpoint picker's transport (:mod:`mmgate.http.h2`, :mod:`~mmgate.http.hpack`,
 :mod:`mmgate.gateway.extproc.lean` and its hand-written messages, :mod:`~mmgate.gateway.extproc.wire`)
-runs once per HTTP/2 frame and per ext_proc message: compiled, a replayed text request costs
-about a fifth fewer instructions and a three-image one about half (docs/benchmarks/extproc.md). The
+and its per-request steps (:mod:`~mmgate.gateway.extproc.stream`, :mod:`~mmgate.gateway.extproc.messages`)
+run once per HTTP/2 frame and per ext_proc message: compiled, a replayed text request costs
+less than half the instructions it costs as Python source (docs/benchmarks/extproc.md). The
 source stays the truth: every module listed runs as plain Python too (``MMGATE_PURE_PYTHON=1``
 at install or at run time), and the test suite passes both ways.
 
@@ -47,6 +48,8 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "mmgate.datalayer.index.memory",
     "mmgate.gateway.extproc.lean",
+    "mmgate.gateway.extproc.messages",
+    "mmgate.gateway.extproc.stream",
     "mmgate.gateway.extproc.wire",
     "mmgate.http.h2",
     "mmgate.http.hpack",

@@ -258,7 +258,10 @@ class Connection(asyncio.Protocol):
                     break
                 kind = data[pos + 3]
                 flags = data[pos + 4]
-                stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                # indexing ``bytes`` compiles to a load; a slice and int.from_bytes are calls
+                stream_id = (
+                    (data[pos + 5] & 0x7F) << 24 | data[pos + 6] << 16 | data[pos + 7] << 8 | data[pos + 8]
+                )
                 payload = view[pos + 9 : pos + 9 + length]
                 pos += 9 + length
                 self._frame(kind, flags, stream_id, payload)

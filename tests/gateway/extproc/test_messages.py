@@ -10,17 +10,18 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from mmgate.gateway import extproc
 from mmgate.gateway.extproc.lean import MessageReader
-from mmgate.gateway.extproc.messages import Answer, header_pairs, route_body
+from mmgate.gateway.extproc.messages import Answer, header_pairs, route_body, served_endpoint, subset_hint
 from mmgate.gateway.extproc.wire import (
     MAX_CHUNK,
     REQUEST_CHUNK,
     RESPONSE_CHUNK,
     body_chunk,
-    header_list,
+    headers_message,
     health_answer,
     health_service,
     request_body,
@@ -133,7 +134,7 @@ def test_a_message_that_is_not_only_a_body_chunk_is_left_to_the_runtime() -> Non
     assert body_chunk(twice[:-1]) is None  # truncated
 
 
-def _headers_message(field: str, end: bool) -> ep.ProcessingRequest:
+def _headers_message(field: str, end: bool, metadata: bool = False) -> ep.ProcessingRequest:
     values = [
         base_pb2.HeaderValue(key=":method", raw_value=b"POST"),
         base_pb2.HeaderValue(key=":path", value="/v1/chat/completions"),  # ``value``, not raw
@@ -146,35 +147,93 @@ def _headers_message(field: str, end: bool) -> ep.ProcessingRequest:
     message = ep.ProcessingRequest(
         **{field: ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=values), end_of_stream=end)}
     )
-    message.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})  # Envoy sends it
-    message.attributes["envoy.filters.http.ext_proc"].update({"upstream.address": "10.0.0.1:8000"})
+    message.metadata_context.SetInParent()  # Envoy sends it, empty unless told to forward metadata
+    if metadata:
+        message.metadata_context.filter_metadata["envoy.lb"].update({"k": "v"})
+    message.attributes["other.filter"].update({"upstream.address": "10.9.9.9:1"})
+    message.attributes["envoy.filters.http.ext_proc"].update(
+        {"upstream.address": " 10.0.0.1:8000 ", "request.path": "/x", "n": 3}
+    )
     message.protocol_config.request_body_mode = 4
     return message
 
 
+def _as_runtime_reads_it(message: ep.ProcessingRequest) -> tuple[object, ...]:
+    field = message.WhichOneof("request")
+    headers = getattr(message, field)
+    config = message.protocol_config
+    modes = None
+    if message.HasField("protocol_config"):
+        modes = (config.request_body_mode, config.response_body_mode)
+    served = served_endpoint(message) if field == "response_headers" else None
+    return field == "request_headers", header_pairs(headers), headers.end_of_stream, modes, served
+
+
+def _as_read_by_hand(raw: bytes) -> tuple[object, ...] | None:
+    read = headers_message(raw)
+    if read is None:
+        return None
+    served = extproc.messages.served(None, read.upstream) if not read.request else None
+    return read.request, read.pairs, read.end, read.modes, served
+
+
 @pytest.mark.parametrize("end", [True, False])
 @pytest.mark.parametrize("field", ["request_headers", "response_headers"])
-def test_a_header_list_is_read_without_the_runtime_as_the_runtime_reads_it(field: str, end: bool) -> None:
+def test_a_headers_message_is_read_without_the_runtime_as_the_runtime_reads_it(field: str, end: bool) -> None:
     message = _headers_message(field, end)
-    got = header_list(message.SerializeToString())
-    assert got == (header_pairs(getattr(message, field)), end)
-    assert got is not None and got[0][2] == ("x-latin", "caf\u00e9")
+    got = _as_read_by_hand(message.SerializeToString())
+    assert got == _as_runtime_reads_it(message)
+    assert got is not None and got[1][2] == ("x-latin", "caf\u00e9")  # type: ignore[index]
+    message.ClearField("protocol_config")
+    message.attributes["envoy.filters.http.ext_proc"].update({"upstream.address": 7})  # not a string
+    assert _as_read_by_hand(message.SerializeToString()) == _as_runtime_reads_it(message)
+    del message.attributes["envoy.filters.http.ext_proc"]
+    assert _as_read_by_hand(message.SerializeToString()) == _as_runtime_reads_it(message)
+
+
+def test_two_protocol_configs_and_repeated_attributes_read_as_the_runtime_merges_them() -> None:
+    first = _headers_message("response_headers", False)
+    second = ep.ProcessingRequest()
+    second.protocol_config.response_body_mode = 2
+    second.attributes["envoy.filters.http.ext_proc"].update({"upstream.address": "10.0.0.2:8000"})
+    raw = first.SerializeToString() + second.SerializeToString()
+    merged = ep.ProcessingRequest.FromString(raw)
+    assert _as_read_by_hand(raw) == _as_runtime_reads_it(merged)
+    assert merged.protocol_config.request_body_mode == 4 and served_endpoint(merged) == "10.0.0.2:8000"
 
 
 def test_a_headers_message_the_runtime_would_read_otherwise_is_left_to_it() -> None:
     raw = _headers_message("request_headers", True).SerializeToString()
-    assert header_list(raw + raw) is None  # the headers field twice: merged by the runtime
-    assert header_list(raw[:-1]) is None  # truncated
+    assert headers_message(raw + raw) is None  # the headers field twice: merged by the runtime
+    assert headers_message(raw[:-1]) is None  # truncated
     body = ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x")).SerializeToString()
-    assert header_list(body) is None
-    assert header_list(raw + body) is None  # two kinds of the oneof
+    assert headers_message(body) is None
+    assert headers_message(raw + body) is None  # two kinds of the oneof
     bad_key = ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key="k")]))
     inner = bad_key.SerializeToString().replace(b"k", b"\xff")  # not UTF-8: the runtime refuses it
-    assert header_list(b"\x12" + bytes([len(inner)]) + inner) is None
+    assert headers_message(b"\x12" + bytes([len(inner)]) + inner) is None
     two_maps = ep.HttpHeaders(headers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key="a")]))
     twice = two_maps.SerializeToString() * 2
-    assert header_list(b"\x12" + bytes([len(twice)]) + twice) is None  # two maps: merged by the runtime
-    assert header_list(b"") is None
+    assert headers_message(b"\x12" + bytes([len(twice)]) + twice) is None  # two maps: merged by the runtime
+    assert headers_message(b"") is None
+    address = _headers_message("response_headers", False).SerializeToString()
+    not_utf8 = address.replace(b" 10.0.0.1:8000 ", b"\xff10.0.0.1:8000 ")  # the runtime refuses it
+    assert headers_message(not_utf8) is None
+    with pytest.raises(DecodeError):
+        ep.ProcessingRequest.FromString(not_utf8)
+    # metadata (the subset hint, the served endpoint reported by the proxy): the runtime reads it
+    with_metadata = _headers_message("response_headers", False, metadata=True)
+    assert headers_message(with_metadata.SerializeToString()) is None
+    with_metadata.metadata_context.filter_metadata["envoy.lb"].update(
+        {"x-gateway-destination-endpoint-served": "10.0.0.3:8000"}
+    )
+    assert served_endpoint(with_metadata) == "10.0.0.3:8000"
+    hinted = _headers_message("request_headers", False, metadata=True)
+    hinted.metadata_context.filter_metadata["envoy.lb.subset_hint"].update(
+        {"x-gateway-destination-endpoint-subset": "10.0.0.1:8000, 10.0.0.2:8000"}
+    )
+    assert headers_message(hinted.SerializeToString()) is None
+    assert subset_hint(hinted.metadata_context) == ["10.0.0.1:8000", "10.0.0.2:8000"]
 
 
 @pytest.mark.parametrize("read", [1, 4, 5, 6, 16_384, 1 << 20])

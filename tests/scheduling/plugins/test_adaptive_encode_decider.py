@@ -46,15 +46,16 @@ def send(
     *parts: str | MediaAsset,
     finish: bool = True,
     headers: dict[str, str] | None = None,
+    now: float = 0.0,
 ) -> tuple[EncodeChoice | None, list[str]]:
     """Schedule and start one request (its index updates run); finished at once unless told not."""
     req = SchedulingRequest(view(*parts), rid, headers)
-    result = s.schedule(req, eps, 0.0)
-    s.pre_request_before_send(req, result, 0.0)
-    s.start(req, result, 0.0)
-    s.pre_request_deferred(req, result, 0.0)
+    result = s.schedule(req, eps, now)
+    s.pre_request_before_send(req, result, now)
+    s.start(req, result, now)
+    s.pre_request_deferred(req, result, now)
     if finish:
-        s.on_finished(rid, 0.0)
+        s.on_finished(rid, now)
     header = (req.upstream_headers or {}).get(ENCODERS)
     return req.get(ENCODE_CHOICE), header.split(",") if header else []
 
@@ -113,6 +114,70 @@ def test_past_the_slo_the_tier_overflows_to_the_pd_pod() -> None:
         s.on_stage_done(f"o{i}", eps[0].name, 1.0)
     again, _ = send(s, eps, "after", "describe", *photos("p", 4))
     assert again is not None and (again.outcome, again.reason) == ("tier", "slo-tier")
+
+
+TPOT = {"tpotSLOSeconds": 0.05, "decodeStepSeconds": 0.014, "outputTokens": 200}
+"""The benchmark's TPOT SLO and the H200 pods' decode step (the examples' values)."""
+TIGHT = {"x-slo-ttft-ms": "300"}
+"""A TTFT SLO a photo on the slow tier misses (about 0.65 s) and on the PD pod meets."""
+
+
+def decoding(s: Scheduler, eps: list[EndpointState], stall: bool) -> None:
+    """A request decoding on the PD pod since t=0 and, with ``stall``, a long prompt whose
+    prefill ran there by t=0.5 (its first and only token): seconds of engine steps in the
+    decode's first second, so the decode is on course for far more than 50 ms a token."""
+    send(s, eps, "d", "hello", finish=False)
+    s.on_first_token("d", 0.0)
+    if stall:
+        send(s, eps, "s", "word " * 80_000, finish=False)
+        s.on_first_token("s", 0.5)
+        s.on_finished("s", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("stall", "outcome", "reason"), [(True, "tier", "tpot-tier"), (False, "local", "slo-local")]
+)
+def test_a_decode_bound_pd_pod_sends_the_media_to_the_tier_one_with_headroom_keeps_them(
+    stall: bool, outcome: str, reason: str
+) -> None:
+    """The same TTFT picture (the slow tier misses the request's SLO, the PD pod meets it); a
+    local encode would stall every decode on the PD pod. When a decode there is already on
+    course past its TPOT SLO the media go to the tier; with headroom the PD pod keeps them."""
+    s = build(byRole=L4, **TPOT)
+    eps = fleet("encode", "prefill-decode")
+    decoding(s, eps, stall)
+    choice, header = send(s, eps, "r", "describe", *photos("t", 1), headers=TIGHT, now=1.0)
+    assert choice is not None and (choice.outcome, choice.reason) == (outcome, reason)
+    assert header == ([eps[0].name] if outcome == "tier" else [])
+    # the TTFT picture is the same either way: the predicted TTFT via the PD pod and via the tier
+    assert 0.0 < choice.local_cost < 0.3 < choice.tier_cost
+
+
+def test_without_a_tpot_slo_the_decodes_are_not_asked() -> None:
+    """No ``tpotSLOSeconds`` and no ``x-slo-tpot-ms`` on the decoding requests: the TTFT rule
+    alone decides, as before; a decode's own header gives it an SLO."""
+    s = build(byRole=L4)
+    eps = fleet("encode", "prefill-decode")
+    decoding(s, eps, stall=True)
+    choice, _ = send(s, eps, "r", "describe", *photos("u", 1), headers=TIGHT, now=1.0)
+    assert choice is not None and (choice.outcome, choice.reason) == ("local", "slo-local")
+    s = build(byRole=L4)
+    send(s, eps, "d", "hello", finish=False, headers={"x-slo-tpot-ms": "50"})
+    s.on_first_token("d", 0.0)
+    send(s, eps, "s", "word " * 80_000, finish=False)
+    s.on_first_token("s", 0.5)
+    s.on_finished("s", 0.5)
+    choice, _ = send(s, eps, "r", "describe", *photos("v", 1), headers=TIGHT, now=1.0)
+    assert choice is not None and (choice.outcome, choice.reason) == ("tier", "tpot-tier")
+
+
+def test_a_finished_decode_no_longer_binds_the_pd_pod() -> None:
+    s = build(byRole=L4, **TPOT)
+    eps = fleet("encode", "prefill-decode")
+    decoding(s, eps, stall=True)
+    s.on_finished("d", 0.9)
+    choice, _ = send(s, eps, "r", "describe", *photos("w", 1), headers=TIGHT, now=1.0)
+    assert choice is not None and (choice.outcome, choice.reason) == ("local", "slo-local")
 
 
 def test_a_busy_pd_pod_sends_the_media_to_an_idle_tier() -> None:
@@ -229,6 +294,10 @@ def test_bad_parameters_are_refused() -> None:
         build(sharedWeight=-1)
     with pytest.raises(ValueError, match="ttftSLOSeconds"):
         build(ttftSLOSeconds=-1)
+    with pytest.raises(ValueError, match="tpotSLOSeconds"):
+        build(tpotSLOSeconds=-0.05)
+    with pytest.raises(ValueError, match="decodeStepSeconds"):
+        build(decodeStepSeconds=0)
     with pytest.raises(ValueError, match="label=value"):
         build(byLabel={"l4": {"itemSeconds": 0.1}})
 

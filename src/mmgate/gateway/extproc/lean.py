@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Callable
 from typing import Final
 
@@ -133,11 +134,17 @@ def _joined(parts: list[memoryview]) -> Buffer:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+_PREFIX: Final = struct.Struct(">BI")  # a message's prefix: compressed flag, length
+
+
 def _length(data: Buffer, pos: int) -> int:
-    """The length of the message whose 5-byte prefix starts at ``pos``."""
-    if data[pos]:
+    """The length of the message whose 5-byte prefix starts at ``pos`` (read in one call: a
+    view's items and slices are calls each in compiled code)."""
+    compressed: int
+    length: int
+    compressed, length = _PREFIX.unpack_from(data, pos)
+    if compressed:
         raise _Refused(UNIMPLEMENTED, "compressed messages are not accepted")
-    length = int.from_bytes(data[pos + 1 : pos + 5], "big")
     if length > MAX_MESSAGE:
         raise _Refused(RESOURCE_EXHAUSTED, f"a message of {length} bytes")
     return length

@@ -29,8 +29,8 @@ SERVED = "x-gateway-destination-endpoint-served"
 SUBSET = "x-gateway-destination-endpoint-subset"
 LB_NAMESPACE = wire.LB_NAMESPACE
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
-FILTER_NAME = "envoy.filters.http.ext_proc"
-UPSTREAM_ADDRESS = "upstream.address"
+FILTER_NAME = wire.ATTRIBUTES_FILTER
+UPSTREAM_ADDRESS = wire.UPSTREAM_ADDRESS
 Answer: TypeAlias = "ep.ProcessingResponse | bytes | Wire"
 """A message to send back: built, or already serialized (the body-carrying ones, as parts)."""
 
@@ -67,12 +67,20 @@ def served_endpoint(message: ep.ProcessingRequest) -> str | None:
     proxy reports it, else the ``upstream.address`` attribute plain Envoy sends when the filter
     asks for it (``response_attributes``)."""
     value = _metadata_value(message.metadata_context, LB_NAMESPACE, SERVED)
-    if value is not None and value.string_value.strip():
-        return str(value.string_value).strip()
     attributes = message.attributes.get(FILTER_NAME)
+    address = None
     if attributes is not None and UPSTREAM_ADDRESS in attributes.fields:
-        text = str(attributes.fields[UPSTREAM_ADDRESS].string_value).strip()
-        return text or None
+        address = str(attributes.fields[UPSTREAM_ADDRESS].string_value)
+    return served(None if value is None else str(value.string_value), address)
+
+
+def served(reported: str | None, address: str | None) -> str | None:
+    """The served endpoint from the protocol's report (``reported``) if it names one, else
+    from Envoy's ``upstream.address`` attribute (``address``)."""
+    if reported is not None and reported.strip():
+        return reported.strip()
+    if address is not None:
+        return address.strip() or None
     return None
 
 

@@ -30,8 +30,6 @@ Buffer: TypeAlias = "bytes | memoryview"
 Wire: TypeAlias = "list[bytes | memoryview]"
 """A serialized message as consecutive parts (a body-carrying answer: its few bytes of keys and
 lengths, then views of the body)."""
-HeaderList: TypeAlias = "tuple[list[tuple[str, str]], bool]"
-"""A headers message's header list (pseudo-headers included) and its ``end_of_stream``."""
 
 # ProcessingResponse.request_body / .response_body -> BodyResponse.response -> CommonResponse
 # .body_mutation -> BodyMutation.body (BUFFERED) or .streamed_response -> StreamedBodyResponse
@@ -74,6 +72,9 @@ HEALTH_SERVICE: Final = 1  # HealthCheckRequest.service, HealthCheckResponse.sta
 HEALTH_STATUS: Final = 1
 
 _TAIL_LIMIT: Final = 64 * 1024  # fields after a body chunk read by hand; more goes to the runtime
+_SMALL: Final = 4096  # a one-part message up to this size is copied once and read as bytes
+_REQUEST_CHUNK_KEY: Final = REQUEST_CHUNK << 3 | 2
+_RESPONSE_CHUNK_KEY: Final = RESPONSE_CHUNK << 3 | 2
 
 
 def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], bool] | None:
@@ -86,19 +87,42 @@ def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], b
     for anything else (another kind, a field of ``HttpBody`` other than the body and its end,
     a malformed message), which the caller parses whole. Parsing each chunk with the runtime
     copied its megabyte twice."""
+    one: Buffer | None = None
+    if isinstance(raw, list):  # the transport's messages: a list of views
+        if len(raw) == 1:
+            one = raw[0]
+    elif isinstance(raw, (bytes, memoryview)):
+        one = raw
+    if one is not None and len(one) <= _SMALL:  # a text body: read from one small copy
+        data = one if isinstance(one, bytes) else bytes(one)
+        if not data or (data[0] != _REQUEST_CHUNK_KEY and data[0] != _RESPONSE_CHUNK_KEY):
+            return None
+        inner, pos = _read_varint(data, 1)
+        inner_end = pos + inner
+        if inner < 0 or inner_end > len(data):
+            return None
+        chunk: list[memoryview] = []
+        if pos < inner_end and data[pos] == IN_BODY << 3 | 2:
+            length, after = _read_varint(data, pos + 1)
+            if length < 0 or after + length > inner_end:
+                return None
+            chunk = [memoryview(one)[after : after + length]]
+            pos = after + length
+        end = _chunk_rest(data, pos, inner_end)
+        return None if end is None else (data[0] >> 3, chunk, end)
     parts = [memoryview(raw)] if isinstance(raw, (bytes, memoryview)) else [memoryview(p) for p in raw]
     size = 0
     for part in parts:
         size += len(part)
     head = _span(parts, 0, min(size, 24))
-    if len(head) < 2 or head[0] not in (REQUEST_CHUNK << 3 | 2, RESPONSE_CHUNK << 3 | 2):
+    if len(head) < 2 or head[0] not in (_REQUEST_CHUNK_KEY, _RESPONSE_CHUNK_KEY):
         return None
     kind = head[0] >> 3
     inner, pos = _read_varint(head, 1)
     inner_end = pos + inner
     if inner < 0 or inner_end > size:
         return None
-    chunk: list[memoryview] = []
+    chunk = []
     after = pos
     if pos < inner_end and head[pos] == IN_BODY << 3 | 2:
         length, after = _read_varint(head, pos + 1)
@@ -108,25 +132,32 @@ def body_chunk(raw: Buffer | Sequence[Buffer]) -> tuple[int, list[memoryview], b
         after += length
     if size - after > _TAIL_LIMIT:
         return None
-    tail = _span(parts, after, size)
+    end = _chunk_rest(_span(parts, after, size), 0, inner_end - after)
+    return None if end is None else (kind, chunk, end)
+
+
+def _chunk_rest(data: bytes, pos: int, inner_end: int) -> bool | None:
+    """What follows a body chunk's bytes, from ``pos`` in ``data`` (which ends with the message):
+    the rest of its ``HttpBody`` up to ``inner_end`` (only ``end_of_stream`` expected), then the
+    message's other fields, skipped. ``end_of_stream``, or ``None`` when the message is not a
+    plain body chunk."""
     end = False
-    pos = 0
-    inner_end -= after
     while pos < inner_end:  # the rest of HttpBody: only end_of_stream is expected
-        if tail[pos] != IN_END << 3:
+        if data[pos] != IN_END << 3:
             return None
-        value, pos = _read_varint(tail, pos + 1)
-        end = bool(value)
+        value, pos = _read_varint(data, pos + 1)
+        end = value != 0
     if pos != inner_end:
         return None
-    while pos < len(tail):  # the message's other fields: skipped (never another request kind)
-        key, pos = _read_varint(tail, pos)
-        if key < 0 or key >> 3 in REQUEST_KINDS:
+    size = len(data)
+    while pos < size:  # the message's other fields: skipped (never another request kind)
+        key, pos = _read_varint(data, pos)
+        if key < 0 or 2 <= key >> 3 <= 7:  # REQUEST_KINDS: never a second request kind
             return None
-        pos = _skip(tail, pos, key & 7)
-    if pos != len(tail):
+        pos = _skip(data, pos, key & 7)
+    if pos != size:
         return None
-    return kind, chunk, end
+    return end
 
 
 # ProcessingRequest.request_headers / .response_headers (an HttpHeaders: headers, a HeaderMap of
@@ -139,71 +170,242 @@ MAP_HEADERS: Final = 1
 HEADER_VALUE: Final = 2  # HeaderValue.value (HEADER_KEY and HEADER_RAW_VALUE below)
 
 
-def header_list(raw: Buffer) -> HeaderList | None:
-    """The header list (pseudo-headers included, each value its ``raw_value`` read as Latin-1,
-    else its ``value``) and ``end_of_stream`` of a ``ProcessingRequest`` that is a headers
-    message, read without the protobuf runtime; the message's other fields (metadata,
-    attributes, protocol_config) are left to the runtime. ``None`` for anything the runtime
-    would read differently or refuse (another kind, a field repeated that the runtime merges,
-    a key that is not UTF-8, a malformed message): the caller reads it through the runtime.
-    A runtime object per header, read back attribute by attribute, was about a sixth of the
-    picker's instructions on a text request. (A headers message is a few hundred bytes: it is
-    read as ``bytes``, whose indexing compiles to a load, where a view's does not.)"""
+# ProcessingRequest's fields beside the ``request`` oneof, and what the picker reads of them
+METADATA_CONTEXT: Final = 8  # envoy.config.core.v3.Metadata
+ATTRIBUTES: Final = 9  # map<string, google.protobuf.Struct>
+PROTOCOL_CONFIG: Final = 11  # ProtocolConfiguration: request_body_mode 1, response_body_mode 2
+ATTRIBUTES_FILTER: Final = "envoy.filters.http.ext_proc"  # the attributes' key of this filter
+UPSTREAM_ADDRESS: Final = "upstream.address"  # the attribute naming the pod that served
+_INT32_MAX: Final = (1 << 31) - 1
+
+
+class HeadersRead:
+    """What the picker reads of a headers ``ProcessingRequest`` (:func:`headers_message`)."""
+
+    def __init__(
+        self,
+        request: bool,
+        pairs: list[tuple[str, str]],
+        end: bool,
+        modes: tuple[int, int] | None,
+        upstream: str | None,
+    ) -> None:
+        self.request = request  # request headers (else the response's)
+        self.pairs = pairs  # the header list, pseudo-headers included
+        self.end = end  # end_of_stream
+        self.modes = modes  # protocol_config's request and response body modes, when sent
+        self.upstream = upstream  # the ``upstream.address`` attribute, when sent
+
+
+def headers_message(raw: Buffer) -> HeadersRead | None:
+    """A ``ProcessingRequest`` that is a headers message, read without the protobuf runtime:
+    the header list (each value its ``raw_value`` read as Latin-1, else its ``value``),
+    ``end_of_stream``, ``protocol_config``'s body modes and the ``upstream.address`` attribute
+    of this filter. ``None`` for anything the runtime would read differently or refuse (another
+    kind, a field repeated that the runtime merges, a key that is not UTF-8, a malformed
+    message) and for a message whose ``metadata_context`` is not empty (Envoy sends it empty
+    unless told to forward metadata; the subset hint and the served endpoint live there): the
+    caller reads those through the runtime. The runtime's parse, and its objects read back
+    attribute by attribute, were about a fifth of the picker's instructions on a text request.
+    (A headers message is a few hundred bytes: it is read as ``bytes``, whose indexing compiles
+    to a load, where a view's does not.)"""
     data = bytes(raw)
-    headers = _only_field(data, 0, len(data), REQUEST_HEADERS_IN, RESPONSE_HEADERS_IN)
-    if headers is None:
-        return None
-    start, stop = headers
+    size = len(data)
     pairs: list[tuple[str, str]] = []
+    kind = 0
     end = False
-    have_map = False
-    pos = start
-    while pos < stop:
+    modes: tuple[int, int] | None = None
+    upstream: str | None = None
+    pos = 0
+    while pos < size:
         key, pos = _read_varint(data, pos)
         if key < 0:
             return None
+        number = key >> 3
+        wire_type = key & 7
+        if wire_type != 2:
+            pos = _skip(data, pos, wire_type)
+            continue
+        length, pos = _read_varint(data, pos)
+        stop = pos + length
+        if length < 0 or stop > size:
+            return None
+        if 2 <= number <= 7:  # the ``request`` oneof
+            if kind or (number != REQUEST_HEADERS_IN and number != RESPONSE_HEADERS_IN):
+                return None
+            kind = number
+            read = _http_headers(data, pos, stop, pairs)
+            if read < 0:
+                return None
+            end = read == 1
+        elif number == METADATA_CONTEXT:
+            if length:
+                return None
+        elif number == ATTRIBUTES:
+            found = _attribute(data, pos, stop)
+            if found is None:
+                return None
+            if found[0]:  # this filter's entry: a later one replaces it, as in a map
+                upstream = found[1]
+        elif number == PROTOCOL_CONFIG:
+            modes = _protocol_config(data, pos, stop, modes or (0, 0))
+            if modes is None:
+                return None
+        pos = stop
+    if pos != size or not kind:
+        return None
+    return HeadersRead(kind == REQUEST_HEADERS_IN, pairs, end, modes, upstream)
+
+
+def _http_headers(data: bytes, pos: int, stop: int, pairs: list[tuple[str, str]]) -> int:
+    """An ``HttpHeaders``' header list appended to ``pairs``: 1 if it ends the stream, 0 if
+    not, -1 when the runtime would read it otherwise (two maps, which it merges) or refuse it."""
+    end = 0
+    have_map = False
+    while pos < stop:
+        key, pos = _read_varint(data, pos)
+        if key < 0:
+            return -1
         number = key >> 3
         wire_type = key & 7
         if number == HEADER_MAP and wire_type == 2:
             length, pos = _read_varint(data, pos)
             if have_map or length < 0 or pos + length > stop:
-                return None  # two maps are merged by the runtime: leave it to it
+                return -1
             have_map = True
             if not _header_values(data, pos, pos + length, pairs):
-                return None
+                return -1
             pos += length
         elif number == HEADERS_END and wire_type == 0:
             value, pos = _read_varint(data, pos)
-            end = value != 0
+            end = 1 if value != 0 else 0
         else:
             pos = _skip(data, pos, wire_type)
+    return end if pos == stop else -1
+
+
+def _attribute(data: bytes, pos: int, stop: int) -> tuple[bool, str | None] | None:
+    """One entry of ``attributes``: whether it is this filter's and, if so, its
+    ``upstream.address`` (``None`` when absent; another kind of value reads as ``""``, as the
+    runtime's ``string_value`` does). ``None`` when malformed or given in a way the runtime
+    merges (a field of the entry twice)."""
+    entry = _map_entry(data, pos, stop)
+    if entry is None:
+        return None
+    name, start, end = entry
+    if name != ATTRIBUTES_FILTER:
+        return False, None
+    if start < 0:
+        return True, None
+    return _struct_string(data, start, end, UPSTREAM_ADDRESS)
+
+
+def _map_entry(data: bytes, pos: int, stop: int) -> tuple[str, int, int] | None:
+    """A map entry with a string key: the key (``""`` when absent) and where its value lies
+    (-1, -1 when absent); ``None`` when malformed, a field comes twice (the runtime would merge
+    the values) or the key is not UTF-8."""
+    name: str | None = None
+    start = end = -1
+    while pos < stop:
+        key, pos = _read_varint(data, pos)
+        if key == ENTRY_KEY << 3 | 2 or key == ENTRY_VALUE << 3 | 2:
+            length, pos = _read_varint(data, pos)
+            if length < 0 or pos + length > stop:
+                return None
+            if key == ENTRY_KEY << 3 | 2:
+                if name is not None:
+                    return None
+                try:
+                    name = data[pos : pos + length].decode()
+                except UnicodeDecodeError:
+                    return None
+            else:
+                if start >= 0:
+                    return None
+                start, end = pos, pos + length
+            pos += length
+        elif key < 0:
+            return None
+        else:
+            pos = _skip(data, pos, key & 7)
     if pos != stop:
         return None
-    return pairs, end
+    return name or "", start, end
 
 
-def _only_field(data: bytes, pos: int, stop: int, first: int, second: int) -> tuple[int, int] | None:
-    """Where the one field of the ``request`` oneof lies in a ``ProcessingRequest`` when it is
-    numbered ``first`` or ``second`` (``None`` when it is another, given twice, or the message
-    does not parse)."""
-    found: tuple[int, int] | None = None
+def _struct_string(data: bytes, pos: int, stop: int, wanted: str) -> tuple[bool, str | None] | None:
+    """The ``string_value`` of the field ``wanted`` of a ``google.protobuf.Struct`` (``None``
+    when absent; a later entry of the same name replaces an earlier one, as in a map; another
+    kind of value reads as ``""``)."""
+    found: str | None = None
+    while pos < stop:
+        key, pos = _read_varint(data, pos)
+        if key == STRUCT_FIELDS << 3 | 2:
+            length, pos = _read_varint(data, pos)
+            if length < 0 or pos + length > stop:
+                return None
+            entry = _map_entry(data, pos, pos + length)
+            if entry is None:
+                return None
+            name, start, end = entry
+            if name == wanted:
+                found = "" if start < 0 else _value_string(data, start, end)
+                if found is None:
+                    return None
+            pos += length
+        elif key < 0:
+            return None
+        else:
+            pos = _skip(data, pos, key & 7)
+    return (True, found) if pos == stop else None
+
+
+def _value_string(data: bytes, pos: int, stop: int) -> str | None:
+    """A ``google.protobuf.Value``'s ``string_value`` (``""`` when another member of its oneof
+    is set; the last member given counts); ``None`` when malformed or a member comes twice."""
+    text = ""
+    members = 0
     while pos < stop:
         key, pos = _read_varint(data, pos)
         if key < 0:
             return None
-        wire_type = key & 7
-        number = key >> 3
-        if 2 <= number <= 7:  # REQUEST_KINDS
-            if found is not None or wire_type != 2 or (number != first and number != second):
-                return None
+        members += 1
+        if key == VALUE_STRING << 3 | 2:
             length, pos = _read_varint(data, pos)
             if length < 0 or pos + length > stop:
                 return None
-            found = (pos, pos + length)
+            try:
+                text = data[pos : pos + length].decode()
+            except UnicodeDecodeError:
+                return None
             pos += length
         else:
-            pos = _skip(data, pos, wire_type)
-    return found if pos == stop else None
+            text = ""
+            pos = _skip(data, pos, key & 7)
+    if pos != stop or members > 1:
+        return None
+    return text
+
+
+def _protocol_config(data: bytes, pos: int, stop: int, modes: tuple[int, int]) -> tuple[int, int] | None:
+    """``modes`` updated from a ``ProtocolConfiguration`` (a second one merges into the first,
+    as in the runtime); ``None`` when malformed or a mode is beyond an enum's range."""
+    request, response = modes
+    while pos < stop:
+        key, pos = _read_varint(data, pos)
+        if key == 1 << 3 or key == 2 << 3:
+            value, pos = _read_varint(data, pos)
+            if value < 0 or value > _INT32_MAX:
+                return None
+            if key == 1 << 3:
+                request = value
+            else:
+                response = value
+        elif key < 0:
+            return None
+        else:
+            pos = _skip(data, pos, key & 7)
+    return (request, response) if pos == stop else None
 
 
 def _header_values(data: bytes, pos: int, stop: int, pairs: list[tuple[str, str]]) -> bool:
@@ -477,13 +679,43 @@ def header_mutation(set_headers: Iterable[tuple[str, str]], remove: Iterable[str
     layer keeps them), as Envoy reads ``raw_value`` first."""
     parts: list[bytes] = []
     for name, value in set_headers:
-        header = _field(HEADER_KEY, name.encode()) if name else b""
-        if value:
-            header += _field(HEADER_RAW_VALUE, value.encode("latin-1"))
-        parts.append(_field(SET_HEADERS, _field(OPTION_HEADER, header) + _OVERWRITE))
+        parts.append(_set_header(name, value))
     for name in remove:
         parts.append(_field(REMOVE_HEADERS, name.encode()))
     return b"".join(parts)
+
+
+_KEYS: Final[dict[str, bytes]] = {}  # a header name's HeaderValue.key field, by name
+_ROUTES: Final[dict[str, tuple[bytes, bytes]]] = {}  # by destination: its header, its metadata
+_KEPT: Final = 1024  # names and destinations remembered (a gateway's are few; more: start again)
+
+
+def _set_header(name: str, value: str) -> bytes:
+    """One ``set_headers`` entry of a ``HeaderMutation`` (a ``HeaderValueOption``)."""
+    key = _KEYS.get(name)
+    if key is None:
+        key = _field(HEADER_KEY, name.encode()) if name else b""
+        if len(_KEYS) >= _KEPT:
+            _KEYS.clear()
+        _KEYS[name] = key
+    header = key + _field(HEADER_RAW_VALUE, value.encode("latin-1")) if value else key
+    return _field(SET_HEADERS, _field(OPTION_HEADER, header) + _OVERWRITE)
+
+
+def _route_parts(destination: str) -> tuple[bytes, bytes]:
+    """The destination's ``set_headers`` entry and the ``envoy.lb`` dynamic metadata naming it:
+    built once per destination (a gateway routes to the same few pods again and again)."""
+    parts = _ROUTES.get(destination)
+    if parts is None:
+        value = _field(VALUE_STRING, destination.encode())  # a oneof member: written even when empty
+        inner = _field(STRUCT_FIELDS, _field(ENTRY_KEY, DESTINATION.encode()) + _field(ENTRY_VALUE, value))
+        lb = _field(VALUE_STRUCT, inner)
+        metadata = _field(STRUCT_FIELDS, _field(ENTRY_KEY, LB_NAMESPACE.encode()) + _field(ENTRY_VALUE, lb))
+        parts = (_set_header(DESTINATION, destination), _field(DYNAMIC_METADATA, metadata))
+        if len(_ROUTES) >= _KEPT:
+            _ROUTES.clear()
+        _ROUTES[destination] = parts
+    return parts
 
 
 def routing(
@@ -493,13 +725,10 @@ def routing(
     routes: the destination in the header and in the dynamic metadata ``envoy.lb`` (the
     endpoint-picker protocol puts it in both), the extra routing headers set, the client's
     routing headers removed, and the route cache cleared so Envoy picks the cluster again."""
-    mutation = header_mutation([(DESTINATION, destination), *set_headers], remove)
+    header, metadata = _route_parts(destination)
+    mutation = header + header_mutation(set_headers, remove)
     common = _field(HEADER_MUTATION, mutation) + _CLEAR_ROUTE_CACHE
-    value = _field(VALUE_STRING, destination.encode())  # a oneof member: written even when empty
-    inner = _field(STRUCT_FIELDS, _field(ENTRY_KEY, DESTINATION.encode()) + _field(ENTRY_VALUE, value))
-    lb = _field(VALUE_STRUCT, inner)
-    metadata = _field(STRUCT_FIELDS, _field(ENTRY_KEY, LB_NAMESPACE.encode()) + _field(ENTRY_VALUE, lb))
-    return _field(answer, _field(COMMON, common)) + _field(DYNAMIC_METADATA, metadata)
+    return _field(answer, _field(COMMON, common)) + metadata
 
 
 def response_headers(set_headers: Iterable[tuple[str, str]]) -> bytes:

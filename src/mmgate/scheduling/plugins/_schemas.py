@@ -18,6 +18,7 @@ from mmgate.scheduling.plugins.predicted_ttft_slo_filter import SLO_HEADER
 from mmgate.scheduling.ttft import RateSpec
 from mmgate.scheduling.ttft.frontend import FrontendRates, default_frontend
 
+TPOT_SLO_HEADER = "x-slo-tpot-ms"  # llm-d's predicted-latency header for a request's TPOT SLO
 DEFAULT_BLOCK_SIZE_TOKENS = 16
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250  # llm-d: "500K tokens / 16"
 
@@ -78,6 +79,7 @@ class EncoderRate(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     encoderSecondsPerToken: float | None = None
     itemSeconds: float | None = None
     prefillTokensPerSecond: float | None = None
+    decodeStepSeconds: float | None = None
 
 
 class TierSizingParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -104,6 +106,10 @@ class AdaptiveEncodeParams(msgspec.Struct, forbid_unknown_fields=True):
     split: bool = True
     ttftSLOSeconds: float = 0.0
     sloHeader: str = SLO_HEADER
+    tpotSLOSeconds: float = 0.0
+    tpotSLOHeader: str = TPOT_SLO_HEADER
+    decodeStepSeconds: float = 0.015
+    outputTokens: int = 256
     prefillTokensPerSecond: float = 10_000.0
     sizing: TierSizingParams = msgspec.field(default_factory=TierSizingParams)
     encoderCacheProducerName: str = ""

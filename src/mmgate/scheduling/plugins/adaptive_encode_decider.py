@@ -49,6 +49,15 @@ a cold one to the encoder where it would finish first (ties by rendezvous hash, 
 and cold items move to local one by one, the costliest there first, while that lowers the cost.
 A decision tries at most items + 2 plans, each O(items x encode pods).
 
+With a TPOT SLO on the requests decoding on ``d`` (``tpotSLOSeconds``, or each one's
+``x-slo-tpot-ms``) the decider also sees what a local encode does to them: each second of it is
+a second added to one inter-token gap of every request decoding there (:meth:`decode_slack` predicts,
+per decode, the stall it can still absorb within its TPOT, from the prefills and local encodes
+booked on ``d`` since its first token and ``decodeStepSeconds``). A plan whose encoder seconds
+on ``d`` exceed what any decode there can absorb is not taken: the decider takes the plan with
+the most seconds on ``d`` that none of them refuses, every cold item on the tier at least
+(``tpot-tier``, ``tpot-split``). O(decodes on ``d``) more a decision.
+
 The choice (``tier``, ``local``, ``split``) and its reason are left in the request
 (``ENCODE_CHOICE``): ``encoder-header-handler`` follows its plan (an item encoded locally is named
 ``local`` in ``x-encoder-hosts-ports``, which mmgate's orchestration sends nowhere), and the
@@ -83,6 +92,9 @@ from mmgate.scheduling.tiers import PodLoad, TierDemand, TierSizer, tier_demand
 from mmgate.scheduling.types import DataKey, EndpointState, SchedulingRequest
 
 ENCODE_PROFILE = "encode"
+_MAX_SHARE = 0.9  # the stall share carried forward is capped: a pod all stall would predict forever
+_SERVING: DataKey[str] = DataKey("adaptive-encode-decider.serving")
+"""The PD pod the decision was made for: its start there is the request's serving start."""
 
 
 class _Item:
@@ -111,6 +123,35 @@ class _Placed:
         self.tier = tier
 
 
+class _Serving:
+    """A request on its PD pod: the stall its prefill and local encodes put on that pod's decodes,
+    the tokens it will decode, its TPOT SLO (0: none), and when its first token came (-1: not
+    yet) with the pod's stall count then."""
+
+    __slots__ = ("first", "mark", "pod", "slo", "stall", "tokens")
+
+    def __init__(self, pod: str, stall: float, tokens: int, slo: float) -> None:
+        self.pod = pod
+        self.stall = stall
+        self.tokens = tokens
+        self.slo = slo
+        self.first = -1.0
+        self.mark = 0.0
+
+
+class _Pod:
+    """A PD pod's stall seconds (prefill and local encode: engine-step time beyond a decode step)
+    booked as their requests' first tokens came, those started and not yet booked, and the
+    requests decoding there."""
+
+    __slots__ = ("decoding", "pending", "stall")
+
+    def __init__(self) -> None:
+        self.stall = 0.0
+        self.pending = 0.0
+        self.decoding: dict[str, _Serving] = {}
+
+
 class AdaptiveEncodeDecider(
     Decider[AdaptiveEncodeParams], Producer[AdaptiveEncodeParams], RequestLifecycle, EndpointAware, TierSizer
 ):
@@ -125,6 +166,7 @@ class AdaptiveEncodeDecider(
             "legSeconds",
             "sharedWeight",
             "ttftSLOSeconds",
+            "tpotSLOSeconds",
         ):
             if not getattr(params, field_name) >= 0:
                 raise ValueError(f"{field_name} must be >= 0, got {getattr(params, field_name)}")
@@ -148,11 +190,16 @@ class AdaptiveEncodeDecider(
         ]
         if not all(v > 0 for v in targets):
             raise ValueError("prefillTokensPerSecond and the sizing targets must be > 0")
+        if not params.decodeStepSeconds > 0 or params.outputTokens < 2:
+            raise ValueError("decodeStepSeconds must be > 0 and outputTokens >= 2")
         self._fleet: Sequence[EndpointState] = ()  # the candidates of the last decision
         self._encoder_key = ENCODER_CACHE_MATCH.scoped(params.encoderCacheProducerName or None)
         self._prefix_key = PREFIX_MATCH.scoped(params.prefixMatchInfoProducerName or None)
         self._ttft_key = PREDICTED_TTFT.scoped(params.predictedTTFTProducerName or None)
         self._slo_header = params.sloHeader.lower()
+        self._tpot_header = params.tpotSLOHeader.lower()
+        self._serving: dict[str, _Serving] = {}  # per request id, from its start on its PD pod
+        self._pods: dict[str, _Pod] = {}  # per PD pod
         self._placed: dict[str, list[_Placed]] = {}  # per request id
         self._backlog: dict[str, float] = {}  # per endpoint: placed encoder seconds not yet ended
         self._queued: dict[str, int] = {}  # per endpoint: placed items not yet ended
@@ -196,6 +243,11 @@ class AdaptiveEncodeDecider(
             (s.prefillTokensPerSecond for s in self._specs(endpoint) if s.prefillTokensPerSecond), None
         )
         return 1.0 / (p.prefillTokensPerSecond if rate is None else rate)
+
+    def decode_step_s(self, endpoint: EndpointState) -> float:
+        """The pod's engine step with decodes only (no prefill, no encode)."""
+        step = next((s.decodeStepSeconds for s in self._specs(endpoint) if s.decodeStepSeconds), None)
+        return self.params.decodeStepSeconds if step is None else step
 
     def tier_demand(self) -> list[TierDemand]:
         """Per role, the work this gateway holds on its pods (:mod:`mmgate.scheduling.tiers`):
@@ -247,6 +299,7 @@ class AdaptiveEncodeDecider(
     # -- the decision -----------------------------------------------------------------------------
 
     def disaggregate(self, request: SchedulingRequest, decode_target: EndpointState) -> bool:
+        request.put(_SERVING, decode_target.name)
         items = self._items(request)
         if not items:
             return False  # text (or only precomputed embeddings): the tier is never asked
@@ -305,26 +358,98 @@ class AdaptiveEncodeDecider(
         cost = self._cost(items, plan, local_s, secs, backlog, sharing, n_pd)
         adaptive = p.policy == "adaptive"
         slo = request_slo_seconds(request, self._slo_header, p.ttftSLOSeconds) if adaptive else 0.0
+        # what each decode running on the PD pod can still absorb within its TPOT SLO
+        slack = _Slack(self, pd, request.now)
+        plans = self._plans(items, plan, local_s, secs, backlog) if adaptive else [plan]
         if slo > 0:
             # The tier's encoders serve nobody else; the PD pod's GPU serves every request on it
             # (its decodes stall for a local encode). Use the tier while the request still meets
-            # its TTFT, then as few PD seconds as meet it.
+            # its TTFT, then as few PD seconds as meet it, unless they would push a decode
+            # running there past its TPOT.
             base = self._pd_seconds(request, pd)
             via_tier = base + _ttft(items, plan, local_s, secs, backlog, p)
             via_pd = base + sum(local_s)
-            for trial in self._plans(items, plan, local_s, secs, backlog):
+            for trial in plans:
                 if base + _ttft(items, trial, local_s, secs, backlog, p) <= slo:
+                    if slack.refuses(_on_pd(trial, local_s)):
+                        return self._spare(items, plans, slack, local_s, secs, pd, via_pd, via_tier)
                     return self._result(items, trial, local_s, secs, pd, via_pd, via_tier, "slo-")
         if p.split and adaptive and len(items) > 1:
             # move cold items to the PD pod while it lowers the priced cost
-            for trial in self._plans(items, plan, local_s, secs, backlog)[1:-1]:
+            for trial in plans[1:-1]:
                 c = self._cost(items, trial, local_s, secs, backlog, sharing, n_pd)
                 if c < cost:
                     plan, cost = trial, c
         if p.policy == "local" or (adaptive and local_cost <= cost):
+            if adaptive and slack.refuses(sum(local_s)):
+                return self._spare(items, plans, slack, local_s, secs, pd, local_cost, cost)
             reason = "cheaper-local" if adaptive else "policy"
             return EncodeChoice("local", reason, {}, local_cost, cost, {pd.name: sum(local_s)})
+        if adaptive and slack.refuses(_on_pd(plan, local_s)):
+            return self._spare(items, plans, slack, local_s, secs, pd, local_cost, cost)
         return self._result(items, plan, local_s, secs, pd, local_cost, cost, "cheaper-" if adaptive else "")
+
+    def _spare(
+        self,
+        items: Sequence[_Item],
+        plans: Sequence[list[str]],
+        slack: _Slack,
+        local_s: Sequence[float],
+        secs: Mapping[str, list[float]],
+        pd: EndpointState,
+        local_cost: float,
+        cost: float,
+    ) -> EncodeChoice:
+        """The plan the decodes on the PD pod can bear: the most PD encoder seconds that push none
+        past its TPOT (the plans grow in them; the first, every cold item on the tier, puts none
+        there). Reason ``tpot-<outcome>``."""
+        best = plans[0]
+        for trial in plans[1:]:
+            if slack.refuses(_on_pd(trial, local_s)):
+                break
+            best = trial
+        return self._result(items, best, local_s, secs, pd, local_cost, cost, "tpot-")
+
+    def decode_slack(self, pd: EndpointState, now: float) -> list[float]:
+        """For each request decoding on ``pd`` with a TPOT SLO, the stall seconds it can still
+        absorb before its TPOT passes the SLO.
+
+        vLLM (and the simulator) run a PD pod's encoder and prefill chunks inside the engine step
+        that also decodes every running sequence, so each second of them is a second added to
+        one inter-token gap of every request decoding there; a request's TPOT is its decode
+        time over its tokens after the first. For a request ``j`` that got its first token
+        ``e`` seconds ago and has seen ``a`` seconds of stall booked on the pod since (the
+        prefills and local encodes of the requests whose first tokens came there after its
+        own), at a pure decode step ``s`` (``decodeStepSeconds``) it has made about ``(e - a) /
+        s`` of its ``n`` tokens; its remaining ``r`` take ``r·s`` plus the stall still to come:
+        the stall started there and not yet booked, or, when more, the pod's stall share ``ρ``
+        (booked stall over elapsed decode time, pooled over its decodes) carried on:
+        ``r·s·ρ/(1-ρ)``. Its slack is ``SLO·(n-1)`` minus that predicted decode time."""
+        pod = self._pods.get(pd.name)
+        if pod is None or not pod.decoding:
+            return []
+        step = self.decode_step_s(pd)
+        elapsed = 0.0
+        stalled = 0.0
+        for sv in pod.decoding.values():
+            e = now - sv.first
+            if e > 0:
+                elapsed += e
+                stalled += min(e, pod.stall - sv.mark)
+        share = min(_MAX_SHARE, stalled / elapsed) if elapsed > 0 else 0.0
+        grow = share / (1.0 - share)
+        out = []
+        for sv in pod.decoding.values():
+            if sv.slo <= 0:
+                continue
+            e = now - sv.first
+            if e < 0:
+                e = 0.0
+            a = min(e, pod.stall - sv.mark)
+            gaps = sv.tokens - 1
+            ahead = (gaps - min(gaps, (e - a) / step)) * step
+            out.append(sv.slo * gaps - (e + ahead + max(pod.pending, ahead * grow)))
+        return out
 
     def _plans(
         self,
@@ -418,13 +543,15 @@ class AdaptiveEncodeDecider(
     def on_started(
         self, request: SchedulingRequest, endpoint: EndpointState, profile: str, now: float
     ) -> None:
+        tier = profile == ENCODE_PROFILE or endpoint.effective_role in EncodeFilter.roles
+        if not tier and request.get(_SERVING) == endpoint.name:
+            self._serving_started(request, endpoint)
         choice = request.get(ENCODE_CHOICE)
         if choice is None:
             return
         seconds = choice.seconds.get(endpoint.name)
         if not seconds:
             return
-        tier = profile == ENCODE_PROFILE or endpoint.effective_role in EncodeFilter.roles
         items = sum(1 for e in choice.plan.values() if e == endpoint.name) if tier else 0
         self._placed.setdefault(request.request_id, []).append(_Placed(endpoint.name, seconds, items, tier))
         self._backlog[endpoint.name] = self._backlog.get(endpoint.name, 0.0) + seconds
@@ -432,6 +559,36 @@ class AdaptiveEncodeDecider(
         if tier and items:
             self._mean_item_s = self._mean_item_s * 0.99 + seconds / items
             self._mean_weight = self._mean_weight * 0.99 + 1.0
+
+    def _serving_started(self, request: SchedulingRequest, endpoint: EndpointState) -> None:
+        """The request reached its PD pod: the stall its prefill (none on a decode-only pod) and
+        its local encodes will put on the decodes there is pending until its first token."""
+        p = self.params
+        tpot = request_slo_seconds(request, self._tpot_header, p.tpotSLOSeconds)
+        old = self._serving.pop(request.request_id, None)
+        if old is not None:
+            self._drop(request.request_id, old)
+        choice = request.get(ENCODE_CHOICE)
+        stall = 0.0 if choice is None else choice.seconds.get(endpoint.name, 0.0)
+        if endpoint.effective_role != "decode":
+            stall += self._pd_seconds(request, endpoint)
+        tokens = request.view.max_tokens
+        sv = _Serving(endpoint.name, stall, tokens if tokens and tokens > 1 else p.outputTokens, tpot)
+        self._serving[request.request_id] = sv
+        pod = self._pods.get(endpoint.name)
+        if pod is None:
+            pod = self._pods[endpoint.name] = _Pod()
+        pod.pending += stall
+
+    def _drop(self, request_id: str, sv: _Serving) -> None:
+        pod = self._pods.get(sv.pod)
+        if pod is None:
+            return
+        if sv.first < 0:
+            left = pod.pending - sv.stall
+            pod.pending = left if left > 1e-12 else 0.0
+        else:
+            pod.decoding.pop(request_id, None)
 
     def on_stage_done(self, request: SchedulingRequest, endpoint: EndpointState, now: float) -> None:
         placed = self._placed.get(request.request_id)
@@ -443,9 +600,25 @@ class AdaptiveEncodeDecider(
     def on_first_token(self, request: SchedulingRequest, now: float) -> None:
         for pl in self._placed.pop(request.request_id, ()):
             self._release(pl)
+        sv = self._serving.get(request.request_id)
+        pod = None if sv is None else self._pods.get(sv.pod)
+        if sv is None or pod is None or sv.first >= 0:
+            return
+        # its prefill and local encodes ran in the steps before its first token: every request
+        # decoding there then waited for them
+        left = pod.pending - sv.stall
+        pod.pending = left if left > 1e-12 else 0.0
+        pod.stall += sv.stall
+        sv.first = now
+        sv.mark = pod.stall
+        pod.decoding[request.request_id] = sv
 
     def on_finished(self, request: SchedulingRequest, now: float) -> None:
-        self.on_first_token(request, now)
+        for pl in self._placed.pop(request.request_id, ()):
+            self._release(pl)
+        sv = self._serving.pop(request.request_id, None)
+        if sv is not None:
+            self._drop(request.request_id, sv)
 
     def _release(self, pl: _Placed) -> None:
         left = self._backlog.get(pl.endpoint, 0.0) - pl.seconds
@@ -453,9 +626,40 @@ class AdaptiveEncodeDecider(
         self._queued[pl.endpoint] = max(0, self._queued.get(pl.endpoint, 0) - pl.items)
 
     def remove_endpoint(self, name: str) -> None:
+        self._pods.pop(name, None)
         self._backlog.pop(name, None)
         self._queued.pop(name, None)
         self._fleet = [ep for ep in self._fleet if ep.name != name]
+
+
+def _on_pd(plan: Sequence[str], local_s: Sequence[float]) -> float:
+    """The encoder seconds a plan puts on the PD pod."""
+    return sum(s for s, e in zip(local_s, plan, strict=True) if e == LOCAL)
+
+
+class _Slack:
+    """The slack of the decodes on the PD pod (:meth:`AdaptiveEncodeDecider.decode_slack`), worked
+    out the first time a plan puts encoder seconds there (most decisions put none)."""
+
+    __slots__ = ("decider", "now", "pd", "values")
+
+    def __init__(self, decider: AdaptiveEncodeDecider, pd: EndpointState, now: float) -> None:
+        self.decider = decider
+        self.pd = pd
+        self.now = now
+        self.values: list[float] | None = None
+
+    def refuses(self, seconds: float) -> bool:
+        """Whether ``seconds`` more stall on the pod would leave a decode there past its TPOT
+        SLO. A decode already on course past it refuses too: the pod is decode-bound, and a
+        local encode would deepen the miss of every decode there (measured against refusing
+        only for decodes still within the SLO, and against needing two:
+        docs/benchmarks/disaggregation.md)."""
+        if seconds <= 0:
+            return False
+        if self.values is None:
+            self.values = self.decider.decode_slack(self.pd, self.now)
+        return any(x < seconds for x in self.values)
 
 
 def _ttft(
