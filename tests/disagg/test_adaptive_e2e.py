@@ -182,3 +182,45 @@ async def test_the_tier_signals_rise_while_encoder_work_queues_and_fall_when_it_
         assert peak["desired_replicas"] == math.ceil(peak["work_seconds"] / 0.25)
         drained = await signals()
         assert drained["encoder_seconds"] == 0 and drained["desired_replicas"] == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_encode_pods_work_stops_counting_when_its_legs_end_not_at_the_first_token(
+    mode: str, tmp_path: Path
+) -> None:
+    """A four-photo request whose PD pod is stalled (no first token until the test lets it go):
+    the encoder seconds the gateway placed on the encode pods stop counting once their legs have
+    answered, while the request still waits for its first token. In gateway mode the gateway
+    sees its legs end; behind sidecars each sidecar says so in a 103 (``x-mmgate-stage-done``).
+    Counting them until the first token would charge the decode pod's own queue to the encode
+    pods, and the adaptive decider would see a busy tier where an idle one is."""
+    config = example(tmp_path)
+    async with (
+        SimFleet(specs(*E_PD)) as fleet,
+        stack(fleet, mode, config) as s,
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def metrics() -> str:
+            async with session.get(s.url + "/metrics") as r:
+                return await r.text()
+
+        async def stall(on: bool) -> None:
+            async with session.post(fleet["pd-0"].url + "/admin/faults", json={"stalled": on}) as r:
+                assert r.status == 200, await r.text()
+
+        model = fleet["pd-0"].model
+        await stall(True)
+        sent = asyncio.create_task(post(s.url, chat_body(model, "photos", heavy(300), max_tokens=2)))
+        placed = False
+        async with asyncio.timeout(20):
+            while True:  # until its tier work is placed and has stopped counting
+                text = await metrics()
+                placed = placed or 'mmgate_encode_decisions_total{outcome="tier"' in text
+                if placed and tier_signals(text)["encoder_seconds"] == 0:
+                    break
+                await asyncio.sleep(0.05)
+        assert sum(s.encoded("enc-0", "enc-1")) == 4  # every photo's leg ran on the encode pods
+        assert not sent.done()  # and the request still waits for its first token
+        await stall(False)
+        assert (await sent)[0] == 200

@@ -5,8 +5,9 @@ A probe plugin (support.inflight_probe: a real ``RequestLifecycle`` plugin in th
 as any plugin would be) records, at each request's first token, the in-flight request count of
 every pod the request was started on, by profile and role. Every image request charged the encode
 pod: the gateway, which sends the legs, releases it when its leg has ended (so at the first token
-it no longer counts); with the legs left to a sidecar the gateway cannot see them end, and the
-encode pod counts the request until the first token. The discrete-event benchmark's transport
+it no longer counts); with the legs left to a sidecar that does not say when they end (llm-d's;
+here no sidecar at all: ``mmgate sidecar`` says so in a 103, tests/disagg/test_adaptive_e2e.py),
+the encode pod counts the request until the first token. The discrete-event benchmark's transport
 must record the same (bench/tests/routing/test_des_disagg.py).
 """
 

@@ -142,6 +142,40 @@ async def test_interim_100_continue_is_skipped() -> None:
         await pool.close()
 
 
+async def test_interim_responses_are_handed_to_the_caller_before_the_final_head() -> None:
+    """Two 103s then the answer: each interim head reaches ``on_interim`` as it arrives (the
+    second while the request still waits), none of their headers leak into the final head."""
+    seen: list[tuple[int, list[tuple[str, str]]]] = []
+    go = asyncio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 103 Early Hints\r\nX-Done: enc-0\r\n\r\n")
+        await go.wait()
+        await peer.send(b"HTTP/1.1 103 Early Hints\r\nX-Done: enc-1\r\nX-Also: 2\r\n\r\n")
+        await peer.send(ok(b"ok", "X-Final: yes"))
+        await peer.read_request()
+        await peer.send(b"HTTP/1.1 103 Early Hints\r\nX-Done: enc-2\r\n\r\n" + ok(b"again"))
+
+    def interim(status: int, headers: list[tuple[str, str]]) -> None:
+        seen.append((status, headers))
+        go.set()
+
+    async with raw_server(handler) as server:
+        pool = make_pool()
+        response = await pool.request("127.0.0.1", server.port, "POST", "/", [], b"{}", on_interim=interim)
+        assert seen == [(103, [("X-Done", "enc-0")]), (103, [("X-Done", "enc-1"), ("X-Also", "2")])]
+        assert response.status == 200
+        assert response.headers == [("X-Final", "yes"), ("Content-Length", "2")]
+        assert await read_all(response) == b"ok"
+        response.release()
+        # The next exchange on the same connection, without a callback, hears of none.
+        seen.clear()
+        assert await fetch(pool, server) == b"again"
+        assert seen == [] and server.accepted == 1
+        await pool.close()
+
+
 @pytest.mark.parametrize(
     "status_and_headers",
     [b"HTTP/1.1 200 OK\r\nConnection: close", b"HTTP/1.0 200 OK"],

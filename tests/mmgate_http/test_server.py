@@ -143,6 +143,32 @@ async def test_a_chunked_request_body_arrives_whole_and_its_size_is_limited(serv
     assert closed
 
 
+async def test_an_interim_103_goes_out_before_the_head_to_http11_clients_only(serve: Serve) -> None:
+    """``writer.interim``: on the wire at once, ahead of the final head; not to an HTTP/1.0
+    client (RFC 9110 §15.2) and not after the head has started."""
+    sent: list[bool] = []
+
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        sent.append(writer.interim(103, [("x-mmgate-stage-done", "10.0.0.7:8000")]))
+        writer.start(200, [], content_length=4)
+        sent.append(writer.interim(103, [("x-late", "1")]))
+        writer.end(b"done")
+
+    _, port = await serve(handler)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(post("/a", b""))
+        first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+        assert first == b"HTTP/1.1 103 Early Hints\r\nx-mmgate-stage-done: 10.0.0.7:8000\r\n\r\n"
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+        assert head.startswith(b"HTTP/1.1 200") and b"x-late" not in head
+        assert await asyncio.wait_for(reader.readexactly(4), 2) == b"done"
+    finally:
+        writer.close()
+    replies, _ = await exchange(port, b"POST /b HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+    assert replies[0].status == 200 and sent == [True, False, False, False]
+
+
 async def test_expect_100_continue(serve: Serve) -> None:
     _, port = await serve(max_body_bytes=100)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

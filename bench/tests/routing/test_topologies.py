@@ -219,11 +219,15 @@ def test_quick_http_run_serves_every_request(tmp_path: Path) -> None:
 @pytest.mark.timeout(360)
 def test_quick_http_run_in_sidecar_mode_puts_a_sidecar_before_each_pd_pod(tmp_path: Path) -> None:
     """The same topology run twice, the legs sent by the gateway and then by an ``mmgate
-    sidecar`` in front of each PD pod; the gateway counts where it had the media encoded."""
+    sidecar`` in front of each PD pod; the gateway counts where it had the media encoded, and
+    with ``--logs`` its access log keeps each request's decision, one folder per run."""
     argv = ["topologies", "--quick", "--quiet", "--http-only", "--workloads", "mixed", "--topologies",
             "e-pd@e-pd-adaptive", "--orchestrators", "gateway,sidecar", "--speedup", "4",
-            "--out", str(tmp_path)]  # fmt: skip
+            "--out", str(tmp_path), "--logs", str(tmp_path / "logs")]  # fmt: skip
     assert main(argv) == 0
+    for run in ("e-pd-e-pd-adaptive", "e-pd-e-pd-adaptive-sidecar"):
+        logged = [f.read_text() for f in (tmp_path / "logs" / run).glob("e-pd@*.log")]
+        assert len(logged) == 1 and '"encode_reason"' in logged[0], run
     doc = json.loads((tmp_path / "mixed-http" / "report.json").read_text())
     records = doc["records"]
     assert {(r["system"], r["orchestrator"]) for r in records} == {

@@ -537,9 +537,9 @@ class RequestController:
             self._observer.ttft_observed(endpoint, predicted, now - attempt.sent_at)
 
     def stage_done(self, attempt: Attempt, endpoint: str) -> None:
-        """The transport's encode or prefill legs on ``endpoint`` for this attempt are all over
-        (it runs the legs itself: gateway-orchestrated disaggregation): that pod's load for the
-        request is released before the first token."""
+        """The encode or prefill legs on ``endpoint`` for this attempt are all over (the
+        transport ran them itself, gateway-orchestrated, or a routing sidecar said so): that
+        pod's load for the request is released before the first token."""
         self.picker.stage_done(attempt.decision, endpoint)
 
     def usage(self, attempt: Attempt, usage: Usage) -> None:

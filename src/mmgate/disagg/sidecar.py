@@ -6,7 +6,10 @@ The gateway's scheduler names the stage pods in ``x-encoder-hosts-ports`` and
 forwards the decode request to its local server. It contacts only hosts on its allow-list: a
 header naming another host (a client that reached the sidecar directly, a compromised hop) is
 refused for that host, counted in ``mmgate_disagg_refused_hosts_total`` and logged, and the request
-goes on without it (never to that host).
+goes on without it (never to that host). When the gateway asks (``x-mmgate-stage-hints: 103``,
+set by ``mmgate serve`` in ``orchestrator: sidecar`` mode), a ``103`` interim response names each
+stage pod as its legs end (``x-mmgate-stage-done``): the gateway then stops counting the
+request's work on that pod, instead of at the first token, after the decode pod's own queue.
 
 Every other request (``/metrics``, ``/v1/models``, ``/health`` of the model server, any other API)
 is passed through to the local server unchanged, so the gateway scrapes and probes the pod through
@@ -20,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from functools import partial
 from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -36,7 +40,14 @@ from mmgate.disagg.orchestrate import (
 from mmgate.disagg.stages import AllowList, stages_from
 from mmgate.errors import RequestError
 from mmgate.http.client import UpstreamError, UpstreamPool
-from mmgate.http.headers import REQUEST_ID, relay_headers, request_id_from, upstream_headers
+from mmgate.http.headers import (
+    REQUEST_ID,
+    STAGE_DONE,
+    STAGE_HINTS,
+    relay_headers,
+    request_id_from,
+    upstream_headers,
+)
 from mmgate.http.request import Request
 from mmgate.http.responses import Response, error_response, json_response
 from mmgate.http.server import HttpServer, ServerLimits
@@ -158,8 +169,13 @@ class Sidecar:
                 except RequestError:
                     view = None  # the model server answers the client's mistake itself
                 if view is not None:
+                    released = None
+                    if request.headers.get(STAGE_HINTS) == "103":
+                        released = partial(_stage_done, writer)
                     try:
-                        prepared = await self._orchestrator.prepare(body, view, stages, headers, request_id)
+                        prepared = await self._orchestrator.prepare(
+                            body, view, stages, headers, request_id, released=released
+                        )
                     except StageFailed as exc:
                         rid = {REQUEST_ID: request_id}
                         writer.send(error_response(503, str(exc), code="stage_unavailable", headers=rid))
@@ -216,3 +232,9 @@ class Sidecar:
             return upstream.status
         upstream.release()
         return upstream.status
+
+
+def _stage_done(writer: ResponseWriter, host: str) -> None:
+    """The request's legs on ``host`` are over: a ``103`` says so to the gateway that asked
+    (``x-mmgate-stage-hints``), which releases the pod's share of the request at once."""
+    writer.interim(103, ((STAGE_DONE, host),))

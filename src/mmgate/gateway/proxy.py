@@ -45,6 +45,8 @@ from mmgate.http.headers import (
     RESPONSE_ENDPOINT,
     RESPONSE_SCORES,
     RESPONSE_TOKENS,
+    STAGE_DONE,
+    STAGE_HINTS,
     relay_headers,
     upstream_headers,
     with_trace_context,
@@ -53,6 +55,7 @@ from mmgate.http.request import Request
 from mmgate.http.responses import error_response
 from mmgate.http.writer import ResponseWriter
 from mmgate.request.view import Api
+from mmgate.scheduling.types import ENCODERS_HEADER, PREFILLER_HEADER
 from mmgate.tls import CA_OPTION
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -177,6 +180,12 @@ class Proxy:
             headers = with_trace_context(headers, attempt.propagation)
         send_headers = [*headers, *routing.items()] if routing else headers
         body = attempt.flight.view.body  # the client's bytes, or their pieces around media uuids
+        interim = None
+        sidecar_legs = routing and (ENCODERS_HEADER in routing or PREFILLER_HEADER in routing)
+        if sidecar_legs and self._orchestrator is None:
+            # A routing sidecar runs the legs: ask it to say when each stage pod is done.
+            send_headers.append((STAGE_HINTS, "103"))
+            interim = partial(self._stage_hints, attempt)
         orchestrated = False
         ok = False
         try:
@@ -200,8 +209,9 @@ class Proxy:
             host, port, tls = self._origin(attempt.record.endpoint.url)
             try:
                 upstream = await pool.request(
-                    host, port, request.method, request.target, send_headers, body, tls=tls
-                )
+                    host, port, request.method, request.target, send_headers, body, tls=tls,
+                    on_interim=interim,
+                )  # fmt: skip
             except (UpstreamConnectError, UpstreamResetError) as exc:
                 raise _RetryableError("connect", f"{type(exc).__name__}: {exc}", unreachable=True) from None
             except TimeoutError:
@@ -229,6 +239,18 @@ class Proxy:
                     upstream.close()  # mid-stream or client gone: the endpoint aborts the request
         finally:
             self.controller.finished(attempt, ok=ok, sent=writer.body_bytes)
+
+    def _stage_hints(self, attempt: Attempt, status: int, headers: list[tuple[str, str]]) -> None:
+        """A routing sidecar's ``103``: the stage pods it names are done with the request. Only
+        pods the attempt holds as its stages are released (a name it does not hold changes
+        nothing), so a wrong or hostile hint cannot release another request's load."""
+        if status != 103:
+            return
+        for name, value in headers:
+            if name.lower() == STAGE_DONE:
+                for host in value.split(","):
+                    if host := host.strip():
+                        self.controller.stage_done(attempt, host)
 
     async def _relay(
         self,

@@ -113,6 +113,8 @@ class _Origin:
 
 
 Finish = Callable[["_Conn", bool], None]
+Interim = Callable[[int, list[tuple[str, str]]], None]
+"""Told of each informational (1xx) response before the final one: its status and headers."""
 """How a connection in use goes back to its pool: ``finish(conn, reuse)`` (the pool's); a
 response calls it at its end, the connection itself when an exchange fails."""
 
@@ -144,6 +146,7 @@ class _Conn(asyncio.Protocol):
         "_keep_alive",
         "_loop",
         "_lost",
+        "_on_interim",
         "_parser",
         "_paused",
         "_pieces",
@@ -186,6 +189,7 @@ class _Conn(asyncio.Protocol):
         self._head_done = False
         self._head_only = head_only
         self._interim = False
+        self._on_interim: Interim | None = None
         self._complete = False
         self._keep_alive = False
         self._received = False
@@ -265,10 +269,15 @@ class _Conn(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         if 100 <= status < 200:
-            # 100 Continue and other interim responses: wait for the final one.
+            # 100 Continue and other interim responses: wait for the final one (the caller may
+            # read them: a routing sidecar's 103 says which stage pods are done).
             self._interim = True
+            interim = self.headers
             self.headers = self._fields = []
+            if self._on_interim is not None:
+                self._on_interim(status, interim)
             return
+        self._on_interim = None  # the final head: no more interim responses, no reference kept
         self.status = status
         self._head_done = True
         # Trailers (after a chunked body) are dropped: merged into the head they would reach the
@@ -302,12 +311,21 @@ class _Conn(asyncio.Protocol):
     # -- one exchange, for the pool and the response ---------------------------------------------
 
     async def exchange(
-        self, head: bytes, body: Body, size: int, *, reused: bool, head_only: bool
+        self,
+        head: bytes,
+        body: Body,
+        size: int,
+        *,
+        reused: bool,
+        head_only: bool,
+        on_interim: Interim | None = None,
     ) -> UpstreamResponse:
-        """Send one request and return its response once the final head has arrived. On any
-        failure the connection goes back to the pool as not reusable (``finish(conn, False)``);
-        :class:`_Stale` means a ``reused`` connection was closed before any response byte."""
+        """Send one request and return its response once the final head has arrived (each
+        interim one before it handed to ``on_interim``). On any failure the connection goes back
+        to the pool as not reusable (``finish(conn, False)``); :class:`_Stale` means a ``reused``
+        connection was closed before any response byte."""
         self._begin(head_only=head_only)
+        self._on_interim = on_interim
         transport = self._transport
         assert transport is not None
         try:
@@ -578,6 +596,7 @@ class UpstreamPool:
         body: Body,
         *,
         tls: bool = False,
+        on_interim: Interim | None = None,
     ) -> UpstreamResponse:
         """Send a request and return once the final response head has arrived.
 
@@ -585,7 +604,9 @@ class UpstreamPool:
         Content-Length. A reused connection found closed before any response byte is retried once
         on a fresh connection; nothing else is retried (the request may have been acted on).
         ``tls`` speaks https (certificate and hostname verified by the pool's SSL context);
-        connections are pooled per (scheme, host, port).
+        connections are pooled per (scheme, host, port). ``on_interim`` is called with the status
+        and headers of each informational (1xx) response that precedes the final one, as it
+        arrives (RFC 9110 §15.2; their heads count towards the response head's size limit).
         """
         if self._closed:
             raise RuntimeError("UpstreamPool is closed")
@@ -600,11 +621,13 @@ class UpstreamPool:
         conn = self._checkout(origin)
         if conn is not None:
             try:
-                return await conn.exchange(head, body, size, reused=True, head_only=head_only)
+                return await conn.exchange(
+                    head, body, size, reused=True, head_only=head_only, on_interim=on_interim
+                )
             except _Stale:  # (a try, not contextlib.suppress: three Python calls per request)
                 pass
         conn = await self._connect(origin)
-        return await conn.exchange(head, body, size, reused=False, head_only=head_only)
+        return await conn.exchange(head, body, size, reused=False, head_only=head_only, on_interim=on_interim)
 
     async def close(self) -> None:
         """Close every connection, idle or in use (in-flight reads fail with UpstreamResetError)."""

@@ -57,6 +57,14 @@ RESPONSE_SCORES = "x-mmgate-scores"
 RESPONSE_ENCODE = "x-mmgate-encode"  # debug mode: where the media were encoded, and why
 RESPONSE_ENCODE_COST = "x-mmgate-encode-cost"  # debug mode: the costs that choice compared
 REQUEST_ID = "x-request-id"
+STAGE_HINTS = "x-mmgate-stage-hints"
+"""The gateway asks a routing sidecar (``orchestrator: sidecar``) to tell it, in a ``103``
+interim response per stage pod (RFC 9110 §15.2), as soon as the request's legs on that pod
+ended: without it the gateway sees a sidecar's legs end only at the first token, and counts the
+decode pod's queue as the stage pods' work. Value ``103``; only the gateway may set it."""
+STAGE_DONE = "x-mmgate-stage-done"
+"""In a sidecar's ``103``: the ``host:port`` (as the routing headers named it) whose legs for
+the request are all over."""
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 

@@ -122,6 +122,19 @@ class ResponseWriter:
         self._remaining = content_length
         self._head = self._head_bytes(status, headers, content_length)
 
+    def interim(self, status: int, headers: Iterable[tuple[str, str]]) -> bool:
+        """Send an informational (1xx) response now, ahead of the final one (RFC 9110 §15.2).
+        Only to an HTTP/1.1 client and before :meth:`start` (a 1xx must not reach an HTTP/1.0
+        client, and none may follow the final head); returns whether it was sent."""
+        if not 100 <= status < 200 or status == 101:  # 101 switches protocols: not an interim
+            raise ValueError(f"not an interim status: {status}")
+        transport = self._channel.transport
+        if self.started or not self._http11 or transport is None or transport.is_closing():
+            return False
+        parts = [status_line(status), *(f"{name}: {value}\r\n" for name, value in headers), "\r\n"]
+        transport.write("".join(parts).encode("latin-1"))
+        return True
+
     @property
     def buffered_bytes(self) -> int:
         """Bytes written but not yet taken by the kernel (the transport's buffer; 0 once the

@@ -79,9 +79,10 @@ class StartedRequests:
 
     def on_stage_done(self, request_id: str, endpoint: str, now: float) -> None:
         """Every leg of the request on the stage pod ``endpoint`` has ended: it stops counting
-        the request now rather than at the first token. Only a transport that sends the legs
-        itself knows this (the gateway-orchestrated mode; a sidecar's legs are out of sight, so
-        there the first token releases every stage pod). Not a stage pod of the request: nothing."""
+        the request now rather than at the first token. The transport that sends the legs knows
+        this (the gateway-orchestrated mode), or a routing sidecar that says so (``mmgate
+        sidecar``'s 103); behind one that does not, the first token releases every stage pod. Not
+        a stage pod of the request: nothing."""
         held = self._active.get(request_id)
         if held is None:
             return

@@ -299,13 +299,16 @@ def run_http_topologies(
     log: Callable[[str], None] = print,
     replay: Sequence[RawItem] | None = None,
     orchestrators: Sequence[str] = ("gateway",),
+    keep_logs: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Every topology over the ladder on loopback: a fresh simulated fleet with the topology's
     roles (``speedup`` times real time), ``mmgate serve`` in front of it, the load generator; a
     topology with stages once per orchestrator (``sidecar``: an ``mmgate sidecar`` process in
     front of each decode-side pod). The workload is cut to the requests the ladder sends, and
     every one of its images rendered before the first rung, so the client renders nothing while
-    it measures."""
+    it measures. ``keep_logs``: every process's log is kept there, one folder per run, with the
+    gateway's access log (one line per request: its encode decision, the costs compared, the
+    predicted TTFT), to see why a run went as it did; without it they go with the run."""
     workload = scaled(workload, sent_by(ladder))
     media = MediaCache(capacity=max(512, workload.distinct_media()))
     spec = load_profile(profile)
@@ -313,11 +316,14 @@ def run_http_topologies(
     prerender(workload, media, log)
     records = []
     with tempfile.TemporaryDirectory(prefix="mmgate-topologies-") as tmp:
-        logs = Path(tmp)
         for topo in shapes:
             roles = topo.roles if any(topo.roles) else ()
             for orchestrator in orchestrators if roles else ("",):
                 label = f"{topo.name} [{orchestrator}]" if orchestrator == "sidecar" else topo.name
+                logs = Path(tmp)
+                if keep_logs is not None:
+                    logs = keep_logs / label.replace(" [", "-").replace("]", "").replace("@", "-")
+                    logs.mkdir(parents=True, exist_ok=True)
                 opts = HttpOptions(
                     profile=profile, pods=topo.pods, speedup=speedup, roles=roles, engine=topo.engine
                 )
@@ -330,7 +336,9 @@ def run_http_topologies(
                         cars, listed, admin = start_sidecars(urls, roles, logs, model)
                     config = gateway_config(topo, listed, logs, orchestrator or "gateway")
                     system = System(label.replace(" ", "_"), config=config)
-                    router, base, note = start_router(system, [], logs, model)
+                    router, base, note = start_router(
+                        system, [], logs, model, access_log=keep_logs is not None
+                    )
                     if router is None:
                         log(note)
                         continue
@@ -523,6 +531,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     http.add_argument("--http-duration", type=float, default=20.0, help="simulated seconds per rung (20)")
     http.add_argument("--speedup", type=float, default=2.0, help="pods simulate this times real time (2)")
     http.add_argument(
+        "--logs", type=Path, default=None,
+        help="keep every process's log in this folder (one subfolder per topology and "
+        "orchestrator), the gateway's with its access log: each request's encode decision and "
+        "the costs it compared",
+    )  # fmt: skip
+    http.add_argument(
         "--orchestrators", default="gateway",
         help="who runs the legs of a topology with stages, of gateway, sidecar (an mmgate sidecar "
         "in front of each PD or decode pod); both: gateway,sidecar (default gateway)",
@@ -622,7 +636,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 records = run_http_topologies(
                     workload, plan.shapes, ladder, args.profile, args.speedup,
-                    orchestrators=plan.orchestrators, **common,
+                    orchestrators=plan.orchestrators, keep_logs=args.logs, **common,
                 )  # fmt: skip
             meta = {
                 "workload": shape.name, "workload_params": workload.params, "mode": mode,
