@@ -152,9 +152,11 @@ def test_shims_without_the_shared_library_are_stale(tmp_path: Path, monkeypatch:
 
 
 def test_the_isolated_build_has_every_library_the_compiled_modules_import() -> None:
-    """pip builds in an environment holding only ``build-system.requires``: a library a compiled
-    module imports but that list lacks is typed ``Any`` there, and mypyc's strict check refuses
-    the build (a reused development environment has the library and hides the mistake)."""
+    """pip builds in an environment holding only ``build-system.requires``: a typed library a
+    compiled module imports but that list lacks is typed ``Any`` there, and mypyc's strict check
+    refuses the build (a reused development environment has the library and hides the mistake).
+    A library without types (no ``py.typed``, no stubs: PEP 561), such as the protobuf runtime
+    and the generated Envoy messages, is ``Any`` in both environments, so it need not be listed."""
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     declared = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower().replace("_", "-") for req in requires}
     distributions = importlib.metadata.packages_distributions()
@@ -163,16 +165,45 @@ def test_the_isolated_build_has_every_library_the_compiled_modules_import() -> N
         source = ROOT / "src" / Path(*name.split(".")).with_suffix(".py")
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.Import):
-                tops = [alias.name.split(".")[0] for alias in node.names]
+                imported = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                tops = [node.module.split(".")[0]]
+                imported = [node.module]
             else:
                 continue
-            for top in tops:
+            for module in imported:
+                top = module.split(".")[0]
                 if top in sys.stdlib_module_names or top in ("mmgate", "__future__"):
                     continue
-                for dist in distributions.get(top, [top]):
-                    needed[dist.lower().replace("_", "-")] = name
+                for dist in _providers(module, distributions.get(top, [top])):
+                    if _typed(dist):
+                        needed[dist.lower().replace("_", "-")] = name
     missing = {dist: module for dist, module in needed.items() if dist not in declared}
     assert needed, "the compiled modules import no third-party library: the scan found nothing"
     assert not missing, f"add to [build-system] requires in pyproject.toml: {missing}"
+
+
+def _typed(distribution: str) -> bool:
+    """Whether mypy reads types from ``distribution`` (PEP 561: it ships ``py.typed`` or stubs,
+    or is a stubs-only ``types-`` package); one not installed counts as typed, to be listed."""
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return True
+    return distribution.lower().startswith("types-") or any(
+        f.name == "py.typed" or f.suffix == ".pyi" for f in files
+    )
+
+
+def _providers(module: str, candidates: list[str]) -> list[str]:
+    """Of the distributions installing ``module``'s top-level package, those that hold the module
+    itself (several share a namespace such as ``google``); all of them when none is found."""
+    prefix = module.replace(".", "/")
+    holding = []
+    for dist in candidates:
+        try:
+            files = importlib.metadata.distribution(dist).files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if any(str(f).startswith((prefix + "/", prefix + ".py", prefix + ".pyi")) for f in files):
+            holding.append(dist)
+    return holding or candidates
