@@ -8,6 +8,7 @@ name, computed once per request: a request's blocks are hashed once, whatever th
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import msgspec
 
@@ -191,6 +192,20 @@ the encoder-cache producer records each item on that pod alone."""
 ENCODE_CHOICE: DataKey[EncodeChoice] = DataKey("EncodeChoice")
 ENCODE_TIER: DataKey[list[EndpointState]] = DataKey("EncodeTier")
 """The request's candidates that can encode for another pod (``adaptive-encode-decider``)."""
+
+
+class DecodeOutlook(Protocol):
+    """What the requests decoding on each pod are predicted to see (``adaptive-encode-decider``
+    follows them): asked per candidate by ``decode-slack-scorer``, so a fleet whose profiles do
+    not score it pays nothing."""
+
+    def decode_tpot(self, endpoint: EndpointState, now: float) -> float | None:
+        """The highest TPOT (seconds) predicted for a request decoding on ``endpoint``; ``None``
+        when none decodes there."""
+        ...
+
+
+DECODE_OUTLOOK: DataKey[DecodeOutlook] = DataKey("DecodeOutlook")
 
 # The producer created when a consumer needs a key nobody produces (llm-d RegisterAsDefaultProducer).
 DEFAULT_PRODUCERS: dict[str, str] = {

@@ -13,6 +13,7 @@ from mmgate.scheduling.plugins.always_disagg_multimodal_decider import AlwaysDis
 from mmgate.scheduling.plugins.always_disagg_pd_decider import AlwaysDisaggPDDecider
 from mmgate.scheduling.plugins.approx_prefix_cache_producer import ApproxPrefixCacheProducer
 from mmgate.scheduling.plugins.decode_filter import DecodeFilter
+from mmgate.scheduling.plugins.decode_slack_scorer import DecodeSlackScorer
 from mmgate.scheduling.plugins.disagg_profile_handler import DisaggProfileHandler
 from mmgate.scheduling.plugins.encode_filter import EncodeFilter
 from mmgate.scheduling.plugins.encoder_header_handler import EncoderHeaderHandler
@@ -70,6 +71,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin[Any]], ...] = (
     PredictedTTFTSLOFilter,
     # scorers
     ActiveRequestScorer,
+    DecodeSlackScorer,
     KVCacheUtilizationScorer,
     LoadAwareScorer,
     LoraAffinityScorer,

@@ -70,6 +70,13 @@ class PredictedTTFTScorerParams(msgspec.Struct, forbid_unknown_fields=True):
     futureWeight: float = 0.0
 
 
+class DecodeSlackScorerParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``decode-slack-scorer``."""
+
+    tpotSLOSeconds: float = 0.05
+    decodeOutlookProducerName: str = ""
+
+
 # -- adaptive-encode-decider -----------------------------------------------------------------------
 
 

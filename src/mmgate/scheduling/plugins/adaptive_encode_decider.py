@@ -75,6 +75,7 @@ from mmgate.request.view import Modality
 from mmgate.scheduling.contracts import EndpointAware, PluginHandle, Producer
 from mmgate.scheduling.encoder_assignment import LOCAL, rendezvous
 from mmgate.scheduling.keys import (
+    DECODE_OUTLOOK,
     ENCODE_CHOICE,
     ENCODE_TIER,
     ENCODER_CACHE_MATCH,
@@ -209,7 +210,7 @@ class AdaptiveEncodeDecider(
     # -- plugin wiring ----------------------------------------------------------------------------
 
     def produces(self) -> tuple[DataKey[Any], ...]:
-        return (ENCODE_TIER,)
+        return (ENCODE_TIER, DECODE_OUTLOOK)
 
     def consumes(self) -> tuple[DataKey[Any], ...]:
         return (TOKENIZED_PROMPT, self._encoder_key)
@@ -221,6 +222,7 @@ class AdaptiveEncodeDecider(
         roles = EncodeFilter.roles
         self._fleet = endpoints
         request.put(ENCODE_TIER, [ep for ep in endpoints if ep.effective_role in roles])
+        request.put(DECODE_OUTLOOK, self)
 
     # -- rates ------------------------------------------------------------------------------------
 
@@ -425,6 +427,25 @@ class AdaptiveEncodeDecider(
         the stall started there and not yet booked, or, when more, the pod's stall share ``ρ``
         (booked stall over elapsed decode time, pooled over its decodes) carried on:
         ``r·s·ρ/(1-ρ)``. Its slack is ``SLO·(n-1)`` minus that predicted decode time."""
+        return [sv.slo * (sv.tokens - 1) - t for sv, t in self._decode_seconds(pd, now) if sv.slo > 0]
+
+    def decode_tpot(self, endpoint: EndpointState, now: float) -> float | None:
+        """The highest TPOT predicted for a request decoding on ``endpoint`` (its predicted decode
+        time, as :meth:`decode_slack`'s, over its tokens after the first), whatever its SLO;
+        ``None`` when none decodes there. ``decode-slack-scorer`` reads it through
+        ``DECODE_OUTLOOK``: the PD-pod choice then sees the prefill and encode stall booked on
+        each pod's decodes, which it is otherwise blind to."""
+        worst: float | None = None
+        for sv, t in self._decode_seconds(endpoint, now):
+            gaps = sv.tokens - 1
+            if gaps > 0:
+                tpot = t / gaps
+                if worst is None or tpot > worst:
+                    worst = tpot
+        return worst
+
+    def _decode_seconds(self, pd: EndpointState, now: float) -> list[tuple[_Serving, float]]:
+        """Each request decoding on ``pd`` with its predicted decode time (:meth:`decode_slack`)."""
         pod = self._pods.get(pd.name)
         if pod is None or not pod.decoding:
             return []
@@ -440,15 +461,13 @@ class AdaptiveEncodeDecider(
         grow = share / (1.0 - share)
         out = []
         for sv in pod.decoding.values():
-            if sv.slo <= 0:
-                continue
             e = now - sv.first
             if e < 0:
                 e = 0.0
             a = min(e, pod.stall - sv.mark)
             gaps = sv.tokens - 1
             ahead = (gaps - min(gaps, (e - a) / step)) * step
-            out.append(sv.slo * gaps - (e + ahead + max(pod.pending, ahead * grow)))
+            out.append((sv, e + ahead + max(pod.pending, ahead * grow)))
         return out
 
     def _plans(
